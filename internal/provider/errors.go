@@ -1,0 +1,99 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Sentinel error classes. See the package documentation.
+var (
+	ErrNotFound       = errors.New("not found")
+	ErrAuth           = errors.New("authentication failed")
+	ErrOfferGone      = errors.New("offer no longer available")
+	ErrRateLimited    = errors.New("rate limited")
+	ErrOutcomeUnknown = errors.New("outcome unknown")
+	// ErrIncompleteListing means a listing could not be read in full. A
+	// partial listing is never evidence that something is absent.
+	ErrIncompleteListing = errors.New("listing incomplete")
+)
+
+// APIError is a failure answered by the marketplace API.
+type APIError struct {
+	Op     string // what we were doing, e.g. "show instance 123"
+	Status int    // HTTP status (200 when the body said success:false)
+	Code   string // the server's error slug, e.g. "no_such_ask", "auth_error"
+	Msg    string // the server's human message, if any
+}
+
+func (e *APIError) Error() string {
+	detail := e.Msg
+	if detail == "" {
+		detail = http.StatusText(e.Status)
+	}
+	if e.Code != "" {
+		return fmt.Sprintf("%s: HTTP %d %s: %s", e.Op, e.Status, e.Code, detail)
+	}
+	return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Status, detail)
+}
+
+// Is classifies the error by status and slug so that callers can write
+// errors.Is(err, provider.ErrNotFound).
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrAuth:
+		return e.Code == "auth_error" || e.Code == "not_authorized" ||
+			e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+	case ErrNotFound:
+		if e.Code == "auth_error" || e.Code == "no_such_ask" {
+			return false
+		}
+		return e.Code == "no_such_instance" || e.Code == "not_found" ||
+			e.Code == "invalid_id" || e.Status == http.StatusNotFound
+	case ErrOfferGone:
+		return e.Code == "no_such_ask"
+	case ErrRateLimited:
+		return e.Status == http.StatusTooManyRequests || e.Code == "rate_limit_exceeded"
+	}
+	return false
+}
+
+// Temporary reports whether the same request may succeed if sent again.
+func (e *APIError) Temporary() bool {
+	switch e.Status {
+	case http.StatusTooManyRequests, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// OutcomeUnknownError reports a mutating call (above all, create) whose
+// effect cannot be known from the answer: a timeout, a lost response, a 5xx,
+// a success without an id, or an error that nevertheless carries a contract
+// id. The caller must reconcile by listing instances with Label; it must not
+// repeat the call.
+type OutcomeUnknownError struct {
+	Op    string
+	Label string
+	// InstanceID is the contract id the server mentioned, if any (an error
+	// body that still carried new_contract). Zero when unknown.
+	InstanceID InstanceID
+	Err        error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	s := fmt.Sprintf("%s: outcome unknown (reconcile by label %q", e.Op, e.Label)
+	if e.InstanceID != 0 {
+		s += fmt.Sprintf(", server mentioned instance %d", e.InstanceID)
+	}
+	s += ")"
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
