@@ -1,0 +1,263 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// spentLocked is every dollar accrued so far. Called with s.mu held.
+func (s *Server) spentLocked() float64 {
+	now := s.clock.Now()
+	total := 0.0
+	for _, in := range s.instances {
+		in.advance(now)
+		total += in.GPUCost + in.DiskCost
+	}
+	return total
+}
+
+func (s *Server) handleCurrentUser(w http.ResponseWriter, r *http.Request, _ int64) {
+	k, ok := s.authorize(w, r, "user_read")
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	credit := round(s.startCredit-s.spentLocked(), 6)
+	var sshKey string
+	if len(s.acctSSHKeys) > 0 {
+		sshKey = s.acctSSHKeys[len(s.acctSSHKeys)-1].PublicKey
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": 412233, "key_id": k.ID, "username": "sim-user", "fullname": "Simulated User",
+		"email": "sim@vastrun.invalid", "email_verified": true, "balance": 0.0, "credit": credit,
+		"can_pay": true, "has_billing": true, "billing_creditonly": false, "balance_threshold": 25.0,
+		"balance_threshold_enabled": true, "got_signup_credit": false, "has_payout": false,
+		"last4": "4242", "ssh_key": sshKey, "sid": "sim",
+	})
+}
+
+// dayRange reads the required {"day": {"gte", "lte"}} (or "when") filter.
+func dayRange(r *http.Request, col string) (float64, float64, bool) {
+	var f map[string]map[string]any
+	if err := json.Unmarshal([]byte(r.URL.Query().Get("select_filters")), &f); err != nil {
+		return 0, 0, false
+	}
+	gte, ok1 := toFloat(f[col]["gte"])
+	lte, ok2 := toFloat(f[col]["lte"])
+	return gte, lte, ok1 && ok2
+}
+
+func (s *Server) handleCharges(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "billing_read"); !ok {
+		return
+	}
+	from, to, ok := dayRange(r, "day")
+	if !ok {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Must provide both 'day' gte and lte filters in select_filters.")
+		return
+	}
+	limit := 100
+	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 {
+		limit = min(n, 500)
+	}
+	s.mu.Lock()
+	now := s.clock.Now()
+	var results []map[string]any
+	ids := append([]int64(nil), s.order...)
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		in := s.instances[id]
+		in.advance(now)
+		start := unix(in.Created)
+		end := unix(in.billedTo)
+		if end < from || start > to {
+			continue
+		}
+		hours := in.RunSeconds / 3600
+		var items []map[string]any
+		items = append(items, map[string]any{
+			"start": start, "end": end, "type": "gpu", "source": fmt.Sprintf("instance-%d", in.ID),
+			"description": fmt.Sprintf("%.3f hours at $%.3f/hour", hours, in.gpuDPH()), "amount": round(in.GPUCost, 6),
+			"metadata": map[string]any{}, "items": []any{},
+		})
+		items = append(items, map[string]any{
+			"start": start, "end": end, "type": "disk", "source": fmt.Sprintf("instance-%d", in.ID),
+			"description": fmt.Sprintf("%.1f GB storage at $%.4f/GB/month", in.Disk, in.Offer.StorageCost), "amount": round(in.DiskCost, 6),
+			"metadata": map[string]any{}, "items": []any{},
+		})
+		results = append(results, map[string]any{
+			"start": start, "end": end, "type": "instance", "source": fmt.Sprintf("instance-%d", in.ID),
+			"description": fmt.Sprintf("Instance %d (%s x%d)", in.ID, in.Offer.Model.name, in.Offer.NumGPUs),
+			"amount":      round(in.GPUCost+in.DiskCost, 6), "metadata": map[string]any{"label": in.Label}, "items": items,
+		})
+	}
+	s.mu.Unlock()
+	offset := 0
+	if tok := r.URL.Query().Get("after_token"); tok != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(tok, "o"))
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, "invalid_token", "Invalid after_token")
+			return
+		}
+		offset = n
+	}
+	total := len(results)
+	offset = min(offset, total)
+	end := min(offset+limit, total)
+	var next any
+	if end < total {
+		next = fmt.Sprintf("o%d", end)
+	}
+	page := results[offset:end]
+	if page == nil {
+		page = []map[string]any{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "count": len(page), "total": total, "next_token": next, "results": page})
+}
+
+func (s *Server) handleInvoices(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "billing_read"); !ok {
+		return
+	}
+	from, to, ok := dayRange(r, "when")
+	if !ok {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Must provide both 'when' gte and lte filters in select_filters.")
+		return
+	}
+	s.mu.Lock()
+	var first time.Time
+	for _, in := range s.instances {
+		if first.IsZero() || in.Created.Before(first) {
+			first = in.Created
+		}
+	}
+	s.mu.Unlock()
+	results := []map[string]any{}
+	if t := unix(first); !first.IsZero() && t >= from && t <= to {
+		results = append(results, map[string]any{"start": t, "end": t, "type": "credit", "source": "stripe",
+			"description": "Account credit", "amount": -s.startCredit,
+			"metadata": map[string]any{"invoice_id": 1, "service": "stripe_payments"}, "items": []any{}})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "count": len(results), "total": len(results), "next_token": nil, "results": results})
+}
+
+func (s *Server) handleListAPIKeys(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "user_read"); !ok {
+		return
+	}
+	s.mu.Lock()
+	var list []map[string]any
+	for _, k := range s.keys {
+		if k.Instance > 0 || k.Deleted {
+			continue
+		}
+		var rights any
+		if k.Perms != nil {
+			rights = map[string]any{"api": k.Perms}
+		}
+		list = append(list, map[string]any{"id": k.ID, "user_id": 412233, "name": k.Name, "rights": rights, "team_id": nil, "team_name": nil})
+	}
+	s.mu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i]["id"].(int64) < list[j]["id"].(int64) })
+	writeJSON(w, http.StatusOK, map[string]any{"apikeys": list})
+}
+
+func (s *Server) handleCreateAPIKey(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "user_write"); !ok {
+		return
+	}
+	var b struct {
+		Name        string         `json:"name"`
+		Permissions map[string]any `json:"permissions"`
+	}
+	if err := readBody(r, &b); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
+		return
+	}
+	api, ok := b.Permissions["api"].(map[string]any)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "missing_permissions", "permissions must be {\"api\": {<category>: {...}}}")
+		return
+	}
+	s.mu.Lock()
+	k := &apiKey{Name: b.Name, Key: randomHex(32), Perms: api}
+	s.addKey(k)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"id": k.ID, "key": k.Key, "permissions": b.Permissions})
+}
+
+func (s *Server) handleDeleteAPIKey(w http.ResponseWriter, r *http.Request, id int64) {
+	if _, ok := s.authorize(w, r, "user_write"); !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.keys {
+		if k.ID == id && k.Instance == 0 && !k.Deleted {
+			k.Deleted = true
+			writeJSON(w, http.StatusOK, "Successfully Deleted API Key")
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, "not_found", "API Key not found.")
+}
+
+func (s *Server) handleListSSHKeys(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "user_read"); !ok {
+		return
+	}
+	s.mu.Lock()
+	list := []map[string]any{}
+	for _, k := range s.acctSSHKeys {
+		list = append(list, map[string]any{"id": k.ID, "user_id": 412233, "public_key": k.PublicKey,
+			"created_at": k.Created.UTC().Format(time.RFC3339), "deleted_at": nil})
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) handleAddSSHKey(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "user_write"); !ok {
+		return
+	}
+	var b struct {
+		SSHKey string `json:"ssh_key"`
+	}
+	if err := readBody(r, &b); err != nil || strings.TrimSpace(b.SSHKey) == "" {
+		writeError(w, http.StatusBadRequest, "no_ssh_key", "No ssh key provided")
+		return
+	}
+	if _, err := parseAuthorizedKey(b.SSHKey); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_args", "Invalid ssh key: "+err.Error())
+		return
+	}
+	s.mu.Lock()
+	s.nextSSHKey++
+	k := &acctSSHKey{ID: s.nextSSHKey, PublicKey: strings.TrimSpace(b.SSHKey), Created: s.clock.Now()}
+	s.acctSSHKeys = append(s.acctSSHKeys, k)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "key": map[string]any{
+		"id": k.ID, "user_id": 412233, "public_key": k.PublicKey, "created_at": k.Created.UTC().Format(time.RFC3339), "deleted_at": nil}})
+}
+
+func (s *Server) handleDeleteSSHKey(w http.ResponseWriter, r *http.Request, id int64) {
+	if _, ok := s.authorize(w, r, "user_write"); !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, k := range s.acctSSHKeys {
+		if k.ID == id {
+			s.acctSSHKeys = append(s.acctSSHKeys[:i], s.acctSSHKeys[i+1:]...)
+			writeJSON(w, http.StatusOK, map[string]any{"success": true})
+			return
+		}
+	}
+	writeError(w, http.StatusBadRequest, "no_ssh_key", "No such ssh key")
+}

@@ -1,0 +1,864 @@
+package sim
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"success": false, "error": "server_error", "msg": "encode"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]any{"success": false, "error": code, "msg": msg})
+}
+
+func writeRaw(w http.ResponseWriter, status int, contentType, body string) {
+	w.Header().Set("Content-Type", contentType)
+	w.WriteHeader(status)
+	io.WriteString(w, body)
+}
+
+// ServeHTTP routes the wire API and the /_sim/ control plane.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := strings.Trim(r.URL.Path, "/")
+	seg := strings.Split(path, "/")
+	if seg[0] == "_sim" {
+		s.serveControl(w, r, seg[1:])
+		return
+	}
+	if len(seg) < 3 || seg[0] != "api" || (seg[1] != "v0" && seg[1] != "v1") {
+		writeError(w, http.StatusNotFound, "not_found", "no such API path: /"+path)
+		return
+	}
+	ver, rest := seg[1], seg[2:]
+	route, id, handler := s.route(r.Method, ver, rest)
+	if handler == nil {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s /%s", r.Method, path))
+		return
+	}
+	s.mu.Lock()
+	status, body, ctype, failed := s.takeFailure(route)
+	s.mu.Unlock()
+	if failed {
+		writeRaw(w, status, ctype, body)
+		return
+	}
+	handler(w, r, id)
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, id int64)
+
+// route maps method + path to a fault endpoint name and a handler.
+func (s *Server) route(method, ver string, p []string) (string, int64, handlerFunc) {
+	idAt := func(i int) (int64, bool) {
+		if len(p) <= i {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(p[i], 10, 64)
+		return n, err == nil
+	}
+	switch {
+	case ver == "v0" && len(p) == 1 && p[0] == "bundles" && (method == http.MethodPost || method == http.MethodGet):
+		return "search", 0, s.handleSearch
+	case ver == "v0" && len(p) == 2 && p[0] == "search" && p[1] == "asks" && method == http.MethodPut:
+		return "search", 0, s.handleSearch
+	case ver == "v0" && len(p) == 2 && p[0] == "asks" && method == http.MethodPut:
+		if id, ok := idAt(1); ok {
+			return "create", id, s.handleCreate
+		}
+	case ver == "v1" && len(p) == 1 && p[0] == "instances" && method == http.MethodGet:
+		return "list", 0, s.handleListV1
+	case ver == "v0" && len(p) == 1 && p[0] == "instances" && method == http.MethodGet:
+		return "list_v0", 0, s.handleListV0
+	case ver == "v0" && len(p) == 2 && p[0] == "instances":
+		id, ok := idAt(1)
+		if !ok {
+			return "", 0, nil
+		}
+		switch method {
+		case http.MethodGet:
+			return "show", id, s.handleShow
+		case http.MethodPut:
+			return "manage", id, s.handleManage
+		case http.MethodDelete:
+			return "destroy", id, s.handleDestroy
+		}
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && p[2] == "ssh":
+		id, ok := idAt(1)
+		if !ok {
+			return "", 0, nil
+		}
+		switch method {
+		case http.MethodPost:
+			return "attach_ssh", id, s.handleAttachSSH
+		case http.MethodGet:
+			return "instance_ssh_keys", id, s.handleInstanceSSHKeys
+		}
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && p[1] == "request_logs" && method == http.MethodPut:
+		if id, ok := idAt(2); ok {
+			return "logs", id, s.handleRequestLogs
+		}
+	case ver == "v0" && len(p) == 2 && p[0] == "users" && p[1] == "current" && method == http.MethodGet:
+		return "user", 0, s.handleCurrentUser
+	case ver == "v0" && len(p) == 1 && p[0] == "charges" && method == http.MethodGet:
+		return "charges", 0, s.handleCharges
+	case ver == "v1" && len(p) == 1 && p[0] == "invoices" && method == http.MethodGet:
+		return "invoices", 0, s.handleInvoices
+	case ver == "v0" && len(p) == 2 && p[0] == "auth" && p[1] == "apikeys":
+		switch method {
+		case http.MethodGet:
+			return "apikeys", 0, s.handleListAPIKeys
+		case http.MethodPost:
+			return "apikeys", 0, s.handleCreateAPIKey
+		}
+	case ver == "v0" && len(p) == 3 && p[0] == "auth" && p[1] == "apikeys" && method == http.MethodDelete:
+		if id, ok := idAt(2); ok {
+			return "apikeys", id, s.handleDeleteAPIKey
+		}
+	case ver == "v0" && len(p) == 1 && p[0] == "ssh":
+		switch method {
+		case http.MethodGet:
+			return "ssh_keys", 0, s.handleListSSHKeys
+		case http.MethodPost:
+			return "ssh_keys", 0, s.handleAddSSHKey
+		}
+	case ver == "v0" && len(p) == 2 && p[0] == "ssh" && method == http.MethodDelete:
+		if id, ok := idAt(1); ok {
+			return "ssh_keys", id, s.handleDeleteSSHKey
+		}
+	}
+	return "", 0, nil
+}
+
+// authorize authenticates and checks the key's permission category.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, category string) (*apiKey, bool) {
+	k, ok := s.authenticate(w, r, false)
+	if !ok {
+		return nil, false
+	}
+	if !k.permits(category) {
+		writeError(w, http.StatusUnauthorized, "not_authorized", fmt.Sprintf("This API key lacks the %s permission.", category))
+		return nil, false
+	}
+	return k, true
+}
+
+// readBody decodes a JSON body; an empty body is {}.
+func readBody(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		return err
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		b = []byte("{}")
+	}
+	return json.Unmarshal(b, v)
+}
+
+func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request, _ int64) {
+	// Anonymous search is allowed (gpuhunt searches without a key); a key
+	// that is present must be valid.
+	if k, ok := s.authenticate(w, r, true); !ok {
+		return
+	} else if k != nil && !k.permits("misc") {
+		writeError(w, http.StatusUnauthorized, "not_authorized", "This API key lacks the misc permission.")
+		return
+	}
+	var q map[string]any
+	switch r.Method {
+	case http.MethodGet:
+		raw := r.URL.Query().Get("q")
+		if raw == "" {
+			raw = "{}"
+		}
+		if err := json.Unmarshal([]byte(raw), &q); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json in q")
+			return
+		}
+	case http.MethodPut: // /search/asks/ wants {"select_cols": [...], "q": {...}}
+		var body struct {
+			Q map[string]any `json:"q"`
+		}
+		if err := readBody(r, &body); err != nil || body.Q == nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body: expected {\"q\": {...}}")
+			return
+		}
+		q = body.Q
+	default:
+		if err := readBody(r, &q); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
+			return
+		}
+	}
+	s.mu.Lock()
+	rows, err := search(s.offers, q)
+	s.mu.Unlock()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	if rows == nil {
+		rows = []map[string]any{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"offers": rows})
+}
+
+type createBody struct {
+	ClientID      string          `json:"client_id"`
+	Image         string          `json:"image"`
+	Disk          *float64        `json:"disk"`
+	Label         *string         `json:"label"`
+	Env           json.RawMessage `json:"env"`
+	Onstart       *string         `json:"onstart"`
+	Runtype       *string         `json:"runtype"`
+	Args          []string        `json:"args"`
+	Price         *float64        `json:"price"`
+	CancelUnavail *bool           `json:"cancel_unavail"`
+	TemplateHash  *string         `json:"template_hash_id"`
+}
+
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID int64) {
+	if _, ok := s.authorize(w, r, "instance_write"); !ok {
+		return
+	}
+	var b createBody
+	if err := readBody(r, &b); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
+		return
+	}
+	s.mu.Lock()
+	var o *offer
+	for _, x := range s.offers {
+		if x.ID == offerID {
+			o = x
+			break
+		}
+	}
+	switch {
+	case o == nil:
+		s.mu.Unlock()
+		writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "no_such_ask",
+			"msg": fmt.Sprintf("error 404/3603: no_such_ask Instance type by id %d is not available.", offerID), "ask_id": offerID})
+		return
+	case o.RentedBy != 0:
+		s.mu.Unlock()
+		writeJSON(w, http.StatusGone, map[string]any{"success": false, "error": "no_such_ask",
+			"msg": fmt.Sprintf("error 410/3907: no_such_ask Instance type %d is no longer available.", offerID), "ask_id": offerID})
+		return
+	case b.Image == "" && (b.TemplateHash == nil || *b.TemplateHash == ""):
+		s.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_args", "msg": "image is required", "ask_id": offerID})
+		return
+	}
+	disk := 8.0
+	if b.Disk != nil {
+		disk = *b.Disk
+	}
+	if disk <= 0 || disk > o.DiskSpace {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_args",
+			"msg": fmt.Sprintf("disk %.1f GB is outside 1..%.1f GB for this offer", disk, o.DiskSpace), "ask_id": offerID})
+		return
+	}
+	if b.Label != nil && len(*b.Label) > 1024 {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_args", "msg": "label longer than 1024 characters", "ask_id": offerID})
+		return
+	}
+	if b.Price != nil && (*b.Price < 0.001 || *b.Price > 128) {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_price", "msg": "price must be between 0.001 and 128", "ask_id": offerID})
+		return
+	}
+	in := s.createLocked(o, b, disk)
+	fs := &s.faults
+	lost := fs.createLost > 0
+	if lost {
+		fs.createLost--
+	}
+	errContract := !lost && fs.createErrContract > 0
+	errStatus := fs.createErrStatus
+	if errContract {
+		fs.createErrContract--
+	}
+	lowBid := b.Price != nil && *b.Price < o.MinBid
+	s.mu.Unlock()
+
+	if err := s.startSSH(in); err != nil {
+		s.log.Error("start SSH", "instance", in.ID, "err", err)
+	}
+	switch {
+	case lost:
+		// The rental committed; the answer never arrives.
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				conn.Close()
+				return
+			}
+		}
+		writeRaw(w, http.StatusGatewayTimeout, "text/html", "<html><body>504 Gateway Time-out</body></html>")
+	case errContract:
+		if errStatus == 0 {
+			errStatus = http.StatusInternalServerError
+		}
+		writeJSON(w, errStatus, map[string]any{"success": false, "error": "server_error",
+			"msg": "error 500/1201: internal error while starting the instance", "new_contract": in.ID})
+	case lowBid:
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_price",
+			"msg":          fmt.Sprintf("Your bid of $%.4f/h is below the minimum bid $%.4f/h; the instance was created stopped.", *b.Price, o.MinBid),
+			"new_contract": in.ID})
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"success": true, "new_contract": in.ID, "instance_api_key": in.APIKey})
+	}
+}
+
+// createLocked makes the instance. Called with s.mu held.
+func (s *Server) createLocked(o *offer, b createBody, disk float64) *instance {
+	now := s.clock.Now()
+	s.nextID += 1 + int64(len(s.order)%3)
+	in := &instance{
+		ID: s.nextID, Offer: o, Image: b.Image, Disk: disk, Args: b.Args, Created: now, billedTo: now,
+		Intended: "running", Cur: "running", Next: "running", APIKey: randomHex(32),
+		loadFor: s.cfg.LoadDuration, readLag: s.faults.readLag,
+	}
+	if b.Label != nil {
+		in.Label = *b.Label
+	}
+	if b.Onstart != nil {
+		in.Onstart = *b.Onstart
+	}
+	in.Runtype = "ssh_direc ssh_proxy"
+	if b.Runtype != nil && *b.Runtype != "" {
+		in.Runtype = *b.Runtype
+	}
+	in.Env = parseEnv(b.Env)
+	if b.Price != nil {
+		in.IsBid, in.Bid = true, *b.Price
+	}
+	fs := &s.faults
+	if fs.slowLoading > 0 {
+		in.loadFor = fs.slowLoading
+	}
+	switch {
+	case fs.pullFailNext > 0:
+		fs.pullFailNext--
+		in.pullFails = true
+	case fs.pullFailMachines[o.MachineID], fs.pullFailImages[b.Image]:
+		in.pullFails = true
+	}
+	if fs.sshRefuseNewFor > 0 {
+		in.sshRefuseUntil = now.Add(fs.sshRefuseNewFor)
+	}
+	in.sshRefuseConns = fs.sshRefuseNewConns
+	in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "loading"
+	if in.IsBid && in.Bid < o.MinBid { // below market: created stopped
+		in.Actual, in.Intended, in.Cur, in.Next = "stopped", "stopped", "stopped", "stopped"
+		in.nextAt = time.Time{}
+	}
+	in.logf(now, "contract %d created from offer %d (machine %d)", in.ID, o.ID, o.MachineID)
+	o.RentedBy = in.ID
+	s.instances[in.ID] = in
+	s.order = append(s.order, in.ID)
+	s.addKey(&apiKey{Name: fmt.Sprintf("instance-%d", in.ID), Key: in.APIKey, Instance: in.ID})
+	if err := in.makeSandbox(s.dir); err != nil {
+		s.log.Error("make sandbox", "instance", in.ID, "err", err)
+	}
+	return in
+}
+
+// parseEnv accepts the object form {"KEY": "value", "-p 8000:8000": "1"}
+// that clients send, and the docker-flags string the OpenAPI file documents.
+func parseEnv(raw json.RawMessage) [][2]string {
+	var m map[string]any
+	if json.Unmarshal(raw, &m) == nil {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out := make([][2]string, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, [2]string{k, fmt.Sprint(m[k])})
+		}
+		return out
+	}
+	var str string
+	if json.Unmarshal(raw, &str) != nil {
+		return nil
+	}
+	var out [][2]string
+	f := strings.Fields(str)
+	for i := 0; i < len(f); i++ {
+		if f[i] == "-e" && i+1 < len(f) {
+			kv := strings.SplitN(f[i+1], "=", 2)
+			if len(kv) == 2 {
+				out = append(out, [2]string{kv[0], kv[1]})
+			}
+			i++
+		} else if strings.HasPrefix(f[i], "-") && i+1 < len(f) {
+			out = append(out, [2]string{f[i] + " " + f[i+1], "1"})
+			i++
+		}
+	}
+	return out
+}
+
+// visible advances an instance and reports whether reads may see it,
+// consuming one read of any read-after-create lag. Called with s.mu held.
+func (s *Server) visible(in *instance) bool {
+	if in == nil || in.Destroyed {
+		return false
+	}
+	in.advance(s.clock.Now())
+	if in.readLag > 0 {
+		in.readLag--
+		return false
+	}
+	return true
+}
+
+func (s *Server) handleShow(w http.ResponseWriter, r *http.Request, id int64) {
+	if _, ok := s.authorize(w, r, "instance_read"); !ok {
+		return
+	}
+	s.mu.Lock()
+	in := s.instances[id]
+	if !s.visible(in) {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"instances": nil})
+		return
+	}
+	row := s.instanceRow(in)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"instances": row})
+}
+
+// instanceRow renders an instance as the wire object. Called with s.mu held.
+func (s *Server) instanceRow(in *instance) map[string]any {
+	o := in.Offer
+	var actual any = in.Actual
+	if in.Actual == "" {
+		actual = nil
+	}
+	var statusMsg any = in.StatusMsg
+	if in.StatusMsg == "" {
+		statusMsg = nil
+	}
+	var label any = in.Label
+	if in.Label == "" {
+		label = nil
+	}
+	in.sshMu.Lock()
+	port := in.sshPort
+	in.sshMu.Unlock()
+	ports := map[string]any{}
+	var uptime any
+	gpuNow := 0.0
+	if in.Actual == "running" {
+		if port > 0 {
+			ports["22/tcp"] = []map[string]string{{"HostIp": "0.0.0.0", "HostPort": strconv.Itoa(port)}}
+		}
+		uptime = round(in.RunSeconds/60, 2)
+		gpuNow = in.gpuDPH()
+	}
+	env := make([][]string, 0, len(in.Env))
+	for _, kv := range in.Env {
+		env = append(env, []string{kv[0], kv[1]})
+	}
+	st := round(in.storageDPH(), 7)
+	searchPrice := map[string]any{"gpuCostPerHour": in.gpuDPH(), "diskHour": st, "totalHour": round(in.gpuDPH()+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(in.gpuDPH()+st, 7)}
+	nowPrice := map[string]any{"gpuCostPerHour": gpuNow, "diskHour": st, "totalHour": round(gpuNow+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(gpuNow+st, 7)}
+	var sshHost, sshPort any
+	if port > 0 {
+		sshHost, sshPort = "127.0.0.1", port
+	}
+	return map[string]any{
+		"id": in.ID, "machine_id": o.MachineID, "host_id": o.HostID, "bundle_id": o.ID * 31,
+		"actual_status": actual, "intended_status": in.Intended, "cur_state": in.Cur, "next_state": in.Next,
+		"status_msg": statusMsg, "label": label, "template_id": nil, "template_hash_id": nil, "template_name": nil,
+		"image_uuid": in.Image, "image_args": nonNil(in.Args), "image_runtype": in.Runtype, "extra_env": env,
+		"onstart": in.Onstart, "jupyter_token": fmt.Sprintf("%032x", in.ID*7919),
+		"ssh_host": sshHost, "ssh_idx": "1", "ssh_port": sshPort, "machine_dir_ssh_port": nil,
+		"public_ipaddr": "127.0.0.1", "local_ipaddrs": "10.4.0.12 172.17.0.1 \n", "ports": ports,
+		"direct_port_start": 41200, "direct_port_end": 41299, "direct_port_count": o.DirectPorts,
+		"start_date": unix(in.Created), "end_date": o.EndDate, "uptime_mins": uptime,
+		"duration": round(s.clock.Now().Sub(in.Created).Seconds(), 1),
+		"num_gpus": o.NumGPUs, "gpu_name": o.Model.name, "gpu_arch": o.Model.gpuArch,
+		"gpu_ram": o.Model.vramMB, "gpu_totalram": o.Model.vramMB * float64(o.NumGPUs),
+		"gpu_util": nil, "gpu_temp": nil, "gpu_frac": o.GPUFrac, "compute_cap": o.Model.compCap,
+		"cpu_name": o.CPUName, "cpu_cores": o.CPUCores, "cpu_cores_effective": o.CPUEffective, "cpu_ram": o.CPURAM, "cpu_util": 0.0,
+		"disk_space": in.Disk, "disk_util": -1, "disk_usage": -1,
+		"cuda_max_good": o.CUDA, "driver_version": o.Driver, "os_version": "22.04",
+		"dph_base": o.DPHBase, "dph_total": round(in.gpuDPH()+st, 7), "storage_cost": o.StorageCost, "storage_total_cost": st,
+		"inet_up_cost": o.InetCost, "inet_down_cost": o.InetCost, "is_bid": in.IsBid, "min_bid": o.MinBid,
+		"reliability2": o.Reliability, "verification": o.Verification, "geolocation": o.Geolocation,
+		"hosting_type": o.HostingType, "search": searchPrice, "instance": nowPrice, "volume_info": []any{},
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// v1 listing: filterable stored columns, as the real API allows.
+var listFilterable = map[string]bool{
+	"id": true, "label": true, "actual_status": true, "intended_status": true, "gpu_name": true,
+	"verification": true, "machine_id": true, "host_id": true, "image_uuid": true, "cur_state": true,
+}
+
+func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "instance_read"); !ok {
+		return
+	}
+	qp := r.URL.Query()
+	limit := 25
+	if v := qp.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", "Error in query parameters: limit must be an integer")
+			return
+		}
+		switch {
+		case n <= 0:
+			limit = 5
+		case n < 25:
+			limit = n
+		}
+	}
+	var filters map[string]map[string]any
+	if v := qp.Get("select_filters"); v != "" {
+		if err := json.Unmarshal([]byte(v), &filters); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", "Error in query parameters: select_filters is not valid JSON")
+			return
+		}
+		for col := range filters {
+			if !listFilterable[col] {
+				writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("Error in query parameters: %s is not a valid search key", col))
+				return
+			}
+		}
+	}
+	desc := false
+	if v := qp.Get("order_by"); v != "" {
+		var ob []map[string]string
+		if err := json.Unmarshal([]byte(v), &ob); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", "Error in query parameters: order_by is not valid JSON")
+			return
+		}
+		if len(ob) > 0 && ob[0]["col"] == "id" && strings.EqualFold(ob[0]["dir"], "desc") {
+			desc = true
+		}
+	}
+	after := int64(-1)
+	if tok := qp.Get("after_token"); tok != "" {
+		b, err := base64.RawURLEncoding.DecodeString(tok)
+		n, err2 := strconv.ParseInt(strings.TrimPrefix(string(b), "id:"), 10, 64)
+		if err != nil || err2 != nil {
+			writeError(w, http.StatusBadRequest, "invalid_token", "Invalid after_token")
+			return
+		}
+		after = n
+	}
+
+	s.mu.Lock()
+	var rows []map[string]any
+	labelCounts := map[string]int{}
+	ids := append([]int64(nil), s.order...)
+	sort.Slice(ids, func(i, j int) bool { return (ids[i] < ids[j]) != desc })
+	for _, id := range ids {
+		in := s.instances[id]
+		if !s.visible(in) {
+			continue
+		}
+		labelCounts[in.Label]++
+		row := s.instanceRow(in)
+		if !rowMatches(row, filters) {
+			continue
+		}
+		rows = append(rows, row)
+	}
+	s.mu.Unlock()
+
+	total := len(rows)
+	start := 0
+	if after >= 0 {
+		for start < len(rows) {
+			id := rows[start]["id"].(int64)
+			if (!desc && id > after) || (desc && id < after) {
+				break
+			}
+			start++
+		}
+	}
+	end := min(start+limit, len(rows))
+	page := rows[start:end]
+	var next any
+	if end < len(rows) {
+		next = base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("id:%d", page[len(page)-1]["id"].(int64))))
+	}
+	if page == nil {
+		page = []map[string]any{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"success": true, "instances_found": len(page), "total_instances": total,
+		"label_counts": labelCounts, "next_token": next, "instances": page,
+	})
+}
+
+func rowMatches(row map[string]any, filters map[string]map[string]any) bool {
+	for col, ops := range filters {
+		for op, want := range ops {
+			have := row[col]
+			if col == "label" && have == nil {
+				have = nil
+			}
+			ok, err := evalOp(col, have, op, want)
+			if err != nil || !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *Server) handleListV0(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "instance_read"); !ok {
+		return
+	}
+	s.mu.Lock()
+	status := s.faults.v0ListStatus
+	if status != http.StatusOK {
+		s.mu.Unlock()
+		writeError(w, http.StatusGone, "deprecated_endpoint", "/api/v0/instances/ is deprecated. Use /api/v1/instances/ instead.")
+		return
+	}
+	rows := []map[string]any{}
+	for _, id := range s.order {
+		if in := s.instances[id]; s.visible(in) {
+			rows = append(rows, s.instanceRow(in))
+		}
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"instances_found": len(rows), "instances": rows})
+}
+
+// containerKeyAllowed: a CONTAINER_API_KEY may only start, stop or destroy
+// its own instance.
+func containerKeyAllowed(k *apiKey, id int64) bool { return k.Instance > 0 && k.Instance == id }
+
+func (s *Server) handleManage(w http.ResponseWriter, r *http.Request, id int64) {
+	k, ok := s.authenticate(w, r, false)
+	if !ok {
+		return
+	}
+	var b struct {
+		State *string `json:"state"`
+		Label *string `json:"label"`
+	}
+	if err := readBody(r, &b); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
+		return
+	}
+	if k.Instance > 0 {
+		if !containerKeyAllowed(k, id) || b.Label != nil || b.State == nil {
+			writeError(w, http.StatusUnauthorized, "not_authorized", "This key can only start, stop or destroy its own instance.")
+			return
+		}
+	} else if !k.permits("instance_write") {
+		writeError(w, http.StatusUnauthorized, "not_authorized", "This API key lacks the instance_write permission.")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.instances[id]
+	if in == nil || in.Destroyed {
+		writeError(w, http.StatusNotFound, "no_such_instance", fmt.Sprintf("Instance %d not found.", id))
+		return
+	}
+	now := s.clock.Now()
+	if b.Label != nil {
+		if len(*b.Label) > 1024 {
+			writeError(w, http.StatusBadRequest, "invalid_args", "label longer than 1024 characters")
+			return
+		}
+		in.advance(now)
+		in.Label = *b.Label
+	}
+	if b.State != nil {
+		switch *b.State {
+		case "stopped":
+			in.setState(now, "stopped", "stopped", "stopped", "stopped", "")
+			s.killSessions(in)
+		case "running":
+			if in.Actual != "running" {
+				in.setState(now, "loading", "running", "running", "running", "restarting container")
+				in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "running"
+			}
+		default:
+			writeError(w, http.StatusBadRequest, "invalid_args", fmt.Sprintf("invalid state %q: use running or stopped", *b.State))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true})
+}
+
+func (s *Server) handleDestroy(w http.ResponseWriter, r *http.Request, id int64) {
+	k, ok := s.authenticate(w, r, false)
+	if !ok {
+		return
+	}
+	if k.Instance > 0 && !containerKeyAllowed(k, id) {
+		writeError(w, http.StatusUnauthorized, "not_authorized", "This key can only start, stop or destroy its own instance.")
+		return
+	}
+	if k.Instance == 0 && !k.permits("instance_write") {
+		writeError(w, http.StatusUnauthorized, "not_authorized", "This API key lacks the instance_write permission.")
+		return
+	}
+	s.mu.Lock()
+	in := s.instances[id]
+	if in == nil || in.Destroyed {
+		s.mu.Unlock()
+		writeError(w, http.StatusNotFound, "no_such_instance", fmt.Sprintf("Instance %d not found.", id))
+		return
+	}
+	if n := s.faults.destroyNoop; n != 0 {
+		if n > 0 {
+			s.faults.destroyNoop--
+		}
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"success": true})
+		return
+	}
+	s.destroyLocked(in)
+	s.mu.Unlock()
+	in.stopSSH()
+	writeJSON(w, http.StatusOK, map[string]any{"success": true})
+}
+
+// destroyLocked ends the contract: billing stops, the offer is free again.
+func (s *Server) destroyLocked(in *instance) {
+	now := s.clock.Now()
+	in.advance(now)
+	in.Destroyed = true
+	in.logf(now, "contract destroyed")
+	in.Offer.RentedBy = 0
+	s.killSessions(in)
+	for _, k := range s.keys {
+		if k.Instance == in.ID {
+			k.Deleted = true
+		}
+	}
+}
+
+func (s *Server) handleAttachSSH(w http.ResponseWriter, r *http.Request, id int64) {
+	if _, ok := s.authorize(w, r, "instance_write"); !ok {
+		return
+	}
+	var b struct {
+		SSHKey string `json:"ssh_key"`
+	}
+	if err := readBody(r, &b); err != nil || strings.TrimSpace(b.SSHKey) == "" {
+		writeError(w, http.StatusBadRequest, "no_ssh_key", "No ssh key provided")
+		return
+	}
+	if _, err := parseAuthorizedKey(b.SSHKey); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_args", "Invalid ssh key: "+err.Error())
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.instances[id]
+	if in == nil || in.Destroyed {
+		writeError(w, http.StatusNotFound, "no_such_instance", fmt.Sprintf("Instance %d not found.", id))
+		return
+	}
+	in.AttachedKeys = append(in.AttachedKeys, strings.TrimSpace(b.SSHKey))
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "msg": "SSH key attached successfully"})
+}
+
+func (s *Server) handleInstanceSSHKeys(w http.ResponseWriter, r *http.Request, id int64) {
+	if _, ok := s.authorize(w, r, "instance_read"); !ok {
+		return
+	}
+	s.mu.Lock()
+	in := s.instances[id]
+	if in == nil || in.Destroyed {
+		s.mu.Unlock()
+		writeError(w, http.StatusNotFound, "no_such_instance", fmt.Sprintf("Instance %d not found.", id))
+		return
+	}
+	var keys []map[string]any
+	for i, k := range in.AttachedKeys {
+		keys = append(keys, map[string]any{"id": i + 1, "name": fmt.Sprintf("key-%d", i+1), "public_key": k})
+	}
+	s.mu.Unlock()
+	enc, _ := json.Marshal(keys)
+	// The real API returns this list as a JSON-encoded string.
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "ssh_keys": string(enc)})
+}
+
+type logResult struct {
+	text  string
+	polls int // non-200 answers left before the text is "uploaded"
+}
+
+func (s *Server) handleRequestLogs(w http.ResponseWriter, r *http.Request, id int64) {
+	if _, ok := s.authorize(w, r, "instance_read"); !ok {
+		return
+	}
+	var b struct {
+		Tail   string `json:"tail"`
+		Filter string `json:"filter"`
+	}
+	if err := readBody(r, &b); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
+		return
+	}
+	s.mu.Lock()
+	in := s.instances[id]
+	if in == nil || in.Destroyed {
+		s.mu.Unlock()
+		writeError(w, http.StatusNotFound, "invalid_id", "Invalid instance id.")
+		return
+	}
+	in.advance(s.clock.Now())
+	lines := append([]string(nil), in.logLines...)
+	if b.Filter != "" {
+		kept := lines[:0]
+		for _, l := range lines {
+			if strings.Contains(l, b.Filter) {
+				kept = append(kept, l)
+			}
+		}
+		lines = kept
+	}
+	if n, err := strconv.Atoi(b.Tail); err == nil && n >= 0 && n < len(lines) {
+		lines = lines[len(lines)-n:]
+	}
+	token := randomHex(16)
+	s.results[token] = &logResult{text: strings.Join(lines, "\n") + "\n", polls: 1}
+	s.mu.Unlock()
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "result_url": fmt.Sprintf("%s://%s/_sim/results/%s.log", scheme, r.Host, token), "msg": "Logs request submitted."})
+}

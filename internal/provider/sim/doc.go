@@ -1,0 +1,29 @@
+// Package sim is a wire-faithful Vast.ai marketplace simulator: an
+// http.Handler speaking the same API as console.vast.ai, plus an SSH server
+// per running instance with a fake nvidia-smi, per-second billing, and fault
+// knobs. It shares no code with the real client (package vast): it is
+// written from the wire notes, so a client bug is not mirrored here and any
+// client written from Vast's documentation works against it unchanged.
+//
+// # Time
+//
+// All behaviour hangs off an injected clock.Clock: the state machine is
+// evaluated lazily whenever the API or SSH server looks at an instance, so a
+// test with a clock.Fake controls every transition, and `vastrun sim serve`
+// runs a clock.Scaled to make a minute of boot take seconds.
+//
+// # Contract
+//
+//   - Paths, methods and both auth forms (Authorization: Bearer and
+//     ?api_key=) as the real API; 403 auth_error without a key, 404
+//     auth_error for an unknown one; responses are exactly application/json.
+//   - One offer backs one instance. Instances go null → loading → running;
+//     destroy makes them gone ({"instances": null}, absent from listings).
+//   - GET /api/v0/instances/ answers 410 deprecated_endpoint (switchable).
+//   - Billing: running bills dph_total, every other existing state except
+//     offline bills storage; charges and balance are readable over the API.
+//   - CONTAINER_API_KEY (instance_api_key) may only start, stop or destroy
+//     its own instance.
+//   - Control endpoints live under /_sim/ (never under /api/), so a real
+//     client can never reach them by accident.
+package sim

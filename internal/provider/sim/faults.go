@@ -1,0 +1,243 @@
+package sim
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Fault kinds accepted by Inject and POST /_sim/faults.
+const (
+	// FaultFail answers the next Count calls of Endpoint with Status/Body
+	// (default 503 and a JSON envelope).
+	FaultFail = "fail"
+	// FaultRateLimit answers the next Count calls of Endpoint ("*" = every
+	// endpoint) with 429, alternating the JSON {"detail"} and plain-text bodies.
+	FaultRateLimit = "rate_limit"
+	// FaultCreateErrorWithContract makes the next Count creates rent the
+	// offer but answer an error (Status, default 500) that carries new_contract.
+	FaultCreateErrorWithContract = "create_error_with_contract"
+	// FaultCreateLostResponse makes the next Count creates commit the rental
+	// and then drop the connection without an answer.
+	FaultCreateLostResponse = "create_lost_response"
+	// FaultReadLag makes each instance created from now on invisible to the
+	// next Count show/list reads (Count 0 turns it off).
+	FaultReadLag = "read_lag"
+	// FaultDestroyNoop makes the next Count destroys answer success and do
+	// nothing (Count -1: forever, until cleared).
+	FaultDestroyNoop = "destroy_noop"
+	// FaultPreempt pauses Instance as an outbid interruptible is paused:
+	// actual, intended, cur and next state all "stopped"; storage keeps billing.
+	FaultPreempt = "preempt"
+	// FaultOffline takes Instance's host offline (actual_status "offline").
+	FaultOffline = "offline"
+	// FaultExit makes Instance's container exit (actual_status "exited").
+	FaultExit = "exit"
+	// FaultImagePull makes image pulls fail: the next Count creates, or every
+	// create on Machine, or every create of Image. The instance stays
+	// "created" with the docker error in status_msg and never runs.
+	FaultImagePull = "image_pull_failure"
+	// FaultSSHRefuse makes Instance (0: every instance created from now on)
+	// refuse SSH connections for Seconds of simulated time, or for the next
+	// Count connections.
+	FaultSSHRefuse = "ssh_refuse"
+	// FaultSlowLoading sets the loading duration to Seconds for Instance, or
+	// for every create from now on when Instance is 0.
+	FaultSlowLoading = "slow_loading"
+	// FaultV0List sets the status of the deprecated GET /api/v0/instances/:
+	// 410 (default) or 200.
+	FaultV0List = "v0_list"
+	// FaultClear removes every pending fault.
+	FaultClear = "clear"
+)
+
+// Fault is one knob setting. Which fields matter depends on Kind.
+type Fault struct {
+	Kind     string  `json:"kind"`
+	Endpoint string  `json:"endpoint,omitempty"`
+	Count    int     `json:"count,omitempty"`
+	Status   int     `json:"status,omitempty"`
+	Body     string  `json:"body,omitempty"`
+	Instance int64   `json:"instance,omitempty"`
+	Machine  int64   `json:"machine,omitempty"`
+	Image    string  `json:"image,omitempty"`
+	Seconds  float64 `json:"seconds,omitempty"`
+}
+
+// Endpoint names used by FaultFail and FaultRateLimit.
+var endpointNames = []string{
+	"search", "create", "show", "list", "list_v0", "manage", "destroy", "attach_ssh",
+	"instance_ssh_keys", "logs", "user", "charges", "invoices", "apikeys", "ssh_keys",
+}
+
+type failSpec struct {
+	status int
+	body   string
+	left   int
+}
+
+type faults struct {
+	fail              map[string]*failSpec
+	rateLimit         map[string]int
+	rateLimitFlip     bool
+	createErrContract int
+	createErrStatus   int
+	createLost        int
+	readLag           int
+	destroyNoop       int
+	pullFailNext      int
+	pullFailMachines  map[int64]bool
+	pullFailImages    map[string]bool
+	sshRefuseNewFor   time.Duration
+	sshRefuseNewConns int
+	slowLoading       time.Duration
+	v0ListStatus      int
+}
+
+// Inject sets a fault. It is safe to call while requests are in flight.
+func (s *Server) Inject(f Fault) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	fs := &s.faults
+	switch f.Kind {
+	case FaultFail, FaultRateLimit:
+		if f.Endpoint == "" {
+			return fmt.Errorf("fault %s needs an endpoint (one of %v, or *)", f.Kind, endpointNames)
+		}
+		if f.Endpoint != "*" && !knownEndpoint(f.Endpoint) {
+			return fmt.Errorf("unknown endpoint %q (want one of %v, or *)", f.Endpoint, endpointNames)
+		}
+		if f.Count <= 0 {
+			f.Count = 1
+		}
+		if f.Kind == FaultRateLimit {
+			if fs.rateLimit == nil {
+				fs.rateLimit = map[string]int{}
+			}
+			fs.rateLimit[f.Endpoint] = f.Count
+			return nil
+		}
+		if f.Status == 0 {
+			f.Status = http.StatusServiceUnavailable
+		}
+		if fs.fail == nil {
+			fs.fail = map[string]*failSpec{}
+		}
+		fs.fail[f.Endpoint] = &failSpec{status: f.Status, body: f.Body, left: f.Count}
+	case FaultCreateErrorWithContract:
+		fs.createErrContract = max(f.Count, 1)
+		fs.createErrStatus = f.Status
+	case FaultCreateLostResponse:
+		fs.createLost = max(f.Count, 1)
+	case FaultReadLag:
+		fs.readLag = f.Count
+	case FaultDestroyNoop:
+		if f.Count == 0 {
+			f.Count = 1
+		}
+		fs.destroyNoop = f.Count
+	case FaultPreempt, FaultOffline, FaultExit:
+		in := s.instances[f.Instance]
+		if in == nil || in.Destroyed {
+			return fmt.Errorf("fault %s: no live instance %d", f.Kind, f.Instance)
+		}
+		switch f.Kind {
+		case FaultPreempt:
+			in.setState(now, "stopped", "stopped", "stopped", "stopped", "")
+			in.IsBid = true
+		case FaultOffline:
+			in.setState(now, "offline", in.Intended, in.Cur, in.Next, "host offline: no heartbeat")
+		case FaultExit:
+			in.setState(now, "exited", "running", "running", "running", "container exited with code 1")
+		}
+		s.killSessions(in)
+	case FaultImagePull:
+		switch {
+		case f.Machine != 0:
+			if fs.pullFailMachines == nil {
+				fs.pullFailMachines = map[int64]bool{}
+			}
+			fs.pullFailMachines[f.Machine] = true
+		case f.Image != "":
+			if fs.pullFailImages == nil {
+				fs.pullFailImages = map[string]bool{}
+			}
+			fs.pullFailImages[f.Image] = true
+		default:
+			fs.pullFailNext = max(f.Count, 1)
+		}
+	case FaultSSHRefuse:
+		d := time.Duration(f.Seconds * float64(time.Second))
+		if f.Instance == 0 {
+			fs.sshRefuseNewFor, fs.sshRefuseNewConns = d, f.Count
+			return nil
+		}
+		in := s.instances[f.Instance]
+		if in == nil {
+			return fmt.Errorf("fault %s: no instance %d", f.Kind, f.Instance)
+		}
+		if d > 0 {
+			in.sshRefuseUntil = now.Add(d)
+		}
+		in.sshRefuseConns = f.Count
+	case FaultSlowLoading:
+		d := time.Duration(f.Seconds * float64(time.Second))
+		if f.Instance == 0 {
+			fs.slowLoading = d
+			return nil
+		}
+		in := s.instances[f.Instance]
+		if in == nil {
+			return fmt.Errorf("fault %s: no instance %d", f.Kind, f.Instance)
+		}
+		in.loadFor = d
+		if in.Actual == "loading" && in.nextState == "running" {
+			in.nextAt = now.Add(d)
+		}
+	case FaultV0List:
+		if f.Status != http.StatusOK && f.Status != http.StatusGone {
+			return fmt.Errorf("fault %s: status must be 200 or 410", f.Kind)
+		}
+		fs.v0ListStatus = f.Status
+	case FaultClear:
+		*fs = faults{v0ListStatus: http.StatusGone}
+	default:
+		return fmt.Errorf("unknown fault kind %q", f.Kind)
+	}
+	return nil
+}
+
+func knownEndpoint(e string) bool {
+	for _, n := range endpointNames {
+		if n == e {
+			return true
+		}
+	}
+	return false
+}
+
+// takeFailure consumes a pending fail/rate-limit fault for endpoint, if any.
+// Called with s.mu held.
+func (s *Server) takeFailure(endpoint string) (status int, body string, contentType string, ok bool) {
+	fs := &s.faults
+	for _, key := range []string{endpoint, "*"} {
+		if n := fs.rateLimit[key]; n > 0 {
+			fs.rateLimit[key] = n - 1
+			fs.rateLimitFlip = !fs.rateLimitFlip
+			if fs.rateLimitFlip {
+				return http.StatusTooManyRequests, `{"detail": "API requests too frequent endpoint threshold=2.0"}`, "application/json", true
+			}
+			return http.StatusTooManyRequests, "API requests too frequent", "text/plain; charset=utf-8", true
+		}
+	}
+	if f := fs.fail[endpoint]; f != nil && f.left != 0 {
+		f.left--
+		body := f.body
+		if body == "" {
+			body = fmt.Sprintf(`{"success": false, "error": "service_unavailable", "msg": "simulated failure (HTTP %d)"}`, f.status)
+		}
+		return f.status, body, "application/json", true
+	}
+	return 0, "", "", false
+}

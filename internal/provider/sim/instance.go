@@ -1,0 +1,166 @@
+package sim
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// instance is one rented contract and its simulated container.
+type instance struct {
+	ID      int64
+	Offer   *offer
+	Label   string
+	Image   string
+	Disk    float64
+	Env     [][2]string
+	Onstart string
+	Runtype string
+	Args    []string
+	IsBid   bool
+	Bid     float64
+	APIKey  string
+	Created time.Time
+
+	Actual, Intended, Cur, Next string
+	StatusMsg                   string
+	nextAt                      time.Time // next automatic transition; zero = none
+	nextState                   string
+	loadFor                     time.Duration
+	pullFails                   bool
+	Destroyed                   bool
+
+	// Billing, accrued lazily up to billedTo.
+	billedTo   time.Time
+	GPUCost    float64
+	DiskCost   float64
+	RunSeconds float64
+
+	AttachedKeys []string
+	logLines     []string
+	readLag      int // show/list reads for which the instance is still invisible
+
+	sshRefuseUntil time.Time
+	sshRefuseConns int
+
+	sandbox  string
+	sshMu    sync.Mutex
+	sshPort  int
+	ln       net.Listener
+	closeFn  func()
+	sessions *sshState
+}
+
+// storageDPH and totalDPH are the instance's prices in $/h.
+func (in *instance) storageDPH() float64 { return in.Offer.storageDPH(in.Disk) }
+
+func (in *instance) gpuDPH() float64 {
+	if in.IsBid {
+		return in.Bid
+	}
+	return in.Offer.DPHBase
+}
+
+// rates returns the $/h billed in the current state: GPU only while
+// running; storage whenever the instance exists and the host is not offline.
+func (in *instance) rates() (gpu, disk float64) {
+	switch in.Actual {
+	case "offline":
+		return 0, 0
+	case "running":
+		return in.gpuDPH(), in.storageDPH()
+	default:
+		return 0, in.storageDPH()
+	}
+}
+
+func (in *instance) accrue(to time.Time) {
+	if !to.After(in.billedTo) {
+		return
+	}
+	secs := to.Sub(in.billedTo).Seconds()
+	gpu, disk := in.rates()
+	in.GPUCost += gpu * secs / 3600
+	in.DiskCost += disk * secs / 3600
+	if in.Actual == "running" {
+		in.RunSeconds += secs
+	}
+	in.billedTo = to
+}
+
+// advance runs due transitions, billing each interval at its own rate.
+func (in *instance) advance(now time.Time) {
+	if in.Destroyed {
+		return
+	}
+	for !in.nextAt.IsZero() && !in.nextAt.After(now) {
+		at := in.nextAt
+		in.accrue(at)
+		in.nextAt = time.Time{}
+		in.enter(in.nextState, at)
+	}
+	in.accrue(now)
+}
+
+func (in *instance) logf(at time.Time, format string, args ...any) {
+	in.logLines = append(in.logLines, at.UTC().Format(time.RFC3339)+" "+fmt.Sprintf(format, args...))
+}
+
+// enter performs the automatic transitions of the boot sequence.
+func (in *instance) enter(state string, at time.Time) {
+	switch state {
+	case "loading":
+		if in.pullFails {
+			in.Actual = "created"
+			in.StatusMsg = fmt.Sprintf("Error response from daemon: manifest for %s not found: manifest unknown: manifest unknown", in.Image)
+			in.logf(at, "%s", in.StatusMsg)
+			return
+		}
+		in.Actual = "loading"
+		in.StatusMsg = "a1b2c3d4e5f6: Pulling fs layer"
+		in.logf(at, "Pulling image %s", in.Image)
+		in.nextAt, in.nextState = at.Add(in.loadFor), "running"
+	case "running":
+		in.Actual = "running"
+		in.StatusMsg = fmt.Sprintf("success, running %s/ssh", strings.ReplaceAll(in.Image, ":", "_"))
+		in.logf(at, "Status: Downloaded newer image for %s", in.Image)
+		in.logf(at, "container started; sshd listening")
+	}
+}
+
+// setState applies a user or fault state change at time now.
+func (in *instance) setState(now time.Time, actual, intended, cur, next, msg string) {
+	in.advance(now)
+	in.nextAt = time.Time{}
+	in.Actual, in.Intended, in.Cur, in.Next, in.StatusMsg = actual, intended, cur, next, msg
+	in.logf(now, "state: actual=%s intended=%s", actual, intended)
+}
+
+func (in *instance) running() bool { return !in.Destroyed && in.Actual == "running" }
+
+// makeSandbox lays out the instance's private directories.
+func (in *instance) makeSandbox(root string) error {
+	in.sandbox = filepath.Join(root, fmt.Sprintf("instance-%d", in.ID))
+	for _, d := range []string{"workspace", "root", ".sim/bin"} {
+		if err := os.MkdirAll(filepath.Join(in.sandbox, d), 0o700); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(in.sandbox, ".sim/bin/nvidia-smi"), []byte(nvidiaSMIScript(in)), 0o755)
+}
+
+func (in *instance) workspace() string { return filepath.Join(in.sandbox, "workspace") }
+
+func (in *instance) stopSSH() {
+	in.sshMu.Lock()
+	fn := in.closeFn
+	in.closeFn = nil
+	in.sshMu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}

@@ -1,0 +1,228 @@
+package sim
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/clock"
+)
+
+// Config sets up a simulator. Zero values pick the defaults noted.
+type Config struct {
+	Clock clock.Clock // default the wall clock
+	Seed  uint64      // catalog seed (default 1)
+	// Offers is the catalog size (default 200).
+	Offers int
+	// APIKey is the account's full-access key (default: random 64 hex).
+	APIKey string
+	// Credit is the starting account credit in $ (default 500).
+	Credit float64
+	// Dir holds per-instance sandboxes (default: a temporary directory,
+	// removed by Close).
+	Dir string
+	// ScheduleDelay is created → loading (default 2s); LoadDuration is
+	// loading → running (default 8s). Both in simulated time.
+	ScheduleDelay, LoadDuration time.Duration
+	// DisableSSH skips the per-instance SSH servers (pure API tests).
+	DisableSSH bool
+	Logger     *slog.Logger
+}
+
+// Server is the simulator. Use it as an http.Handler; call Close when done.
+type Server struct {
+	cfg     Config
+	clock   clock.Clock
+	log     *slog.Logger
+	dir     string
+	ownsDir bool
+
+	mu          sync.Mutex
+	offers      []*offer
+	instances   map[int64]*instance
+	order       []int64 // creation order, for listings
+	nextID      int64
+	keys        map[string]*apiKey
+	nextKeyID   int64
+	acctSSHKeys []*acctSSHKey
+	nextSSHKey  int64
+	faults      faults
+	results     map[string]*logResult
+	spentGone   float64 // accrued $ of destroyed instances
+	startCredit float64
+}
+
+type apiKey struct {
+	ID    int64
+	Name  string
+	Key   string
+	Perms map[string]any // nil = full access
+	// Instance > 0 marks a CONTAINER_API_KEY scoped to that instance.
+	Instance int64
+	Deleted  bool
+}
+
+type acctSSHKey struct {
+	ID        int64
+	PublicKey string
+	Created   time.Time
+}
+
+// New builds a simulator.
+func New(cfg Config) (*Server, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = 1
+	}
+	if cfg.Offers <= 0 {
+		cfg.Offers = 200
+	}
+	if cfg.Credit == 0 {
+		cfg.Credit = 500
+	}
+	if cfg.ScheduleDelay <= 0 {
+		cfg.ScheduleDelay = 2 * time.Second
+	}
+	if cfg.LoadDuration <= 0 {
+		cfg.LoadDuration = 8 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg: cfg, clock: cfg.Clock, log: cfg.Logger,
+		instances: map[int64]*instance{}, nextID: 30_511_000, keys: map[string]*apiKey{},
+		nextKeyID: 998_800, nextSSHKey: 5_000, results: map[string]*logResult{},
+		startCredit: cfg.Credit,
+	}
+	s.faults.v0ListStatus = http.StatusGone
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "vastrun-sim-")
+		if err != nil {
+			return nil, fmt.Errorf("simulator sandbox: %w", err)
+		}
+		s.dir, s.ownsDir = d, true
+	} else {
+		if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("simulator sandbox: %w", err)
+		}
+		s.dir = cfg.Dir
+	}
+	key := cfg.APIKey
+	if key == "" {
+		key = randomHex(32)
+	}
+	s.addKey(&apiKey{Name: "default", Key: key})
+	s.offers = generateCatalog(cfg.Seed, cfg.Offers, unix(s.clock.Now()))
+	return s, nil
+}
+
+// APIKey returns the account's full-access key.
+func (s *Server) APIKey() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.keys {
+		if k.Name == "default" {
+			return k.Key
+		}
+	}
+	return ""
+}
+
+// NewRestrictedKey adds an API key limited to the given permission
+// categories (e.g. {"instance_read": {}}) and returns it.
+func (s *Server) NewRestrictedKey(name string, perms map[string]any) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := &apiKey{Name: name, Key: randomHex(32), Perms: perms}
+	s.addKey(k)
+	return k.Key
+}
+
+func (s *Server) addKey(k *apiKey) {
+	s.nextKeyID++
+	k.ID = s.nextKeyID
+	s.keys[k.Key] = k
+}
+
+// Close destroys every SSH server and removes sandboxes the simulator made.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	insts := make([]*instance, 0, len(s.instances))
+	for _, in := range s.instances {
+		insts = append(insts, in)
+	}
+	s.mu.Unlock()
+	for _, in := range insts {
+		in.stopSSH()
+	}
+	if s.ownsDir {
+		return os.RemoveAll(s.dir)
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// authResult is who is calling.
+type authResult struct {
+	key *apiKey
+}
+
+// authenticate reads the key from the Bearer header or ?api_key=, as the
+// real API does, and answers the real API's failures itself.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, optional bool) (*apiKey, bool) {
+	raw := ""
+	if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		raw = strings.TrimSpace(strings.TrimPrefix(h, "Bearer "))
+	}
+	if raw == "" {
+		raw = r.URL.Query().Get("api_key")
+	}
+	if raw == "" {
+		if optional {
+			return nil, true
+		}
+		writeError(w, http.StatusForbidden, "auth_error", "This action requires login.")
+		return nil, false
+	}
+	s.mu.Lock()
+	k := s.keys[raw]
+	s.mu.Unlock()
+	if k == nil || k.Deleted {
+		writeError(w, http.StatusNotFound, "auth_error", "Invalid user key")
+		return nil, false
+	}
+	return k, true
+}
+
+// permits reports whether key k may use category (instance_read, ...).
+func (k *apiKey) permits(category string) bool {
+	if k == nil {
+		return false
+	}
+	if k.Instance > 0 {
+		return false // container keys are checked per route
+	}
+	if k.Perms == nil {
+		return true
+	}
+	_, ok := k.Perms[category]
+	return ok
+}

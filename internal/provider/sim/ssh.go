@@ -1,0 +1,287 @@
+package sim
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gliderlabs/ssh"
+	"github.com/pkg/sftp"
+	gossh "golang.org/x/crypto/ssh"
+)
+
+func parseAuthorizedKey(text string) (ssh.PublicKey, error) {
+	k, _, _, _, err := ssh.ParseAuthorizedKey([]byte(strings.TrimSpace(text)))
+	return k, err
+}
+
+// sshState tracks an instance's live connections and processes so that
+// stop, preemption and destroy can cut them off as a real host would.
+type sshState struct {
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+	pgids map[int]bool
+}
+
+func stateOf(in *instance) *sshState {
+	in.sshMu.Lock()
+	defer in.sshMu.Unlock()
+	if in.sessions == nil {
+		in.sessions = &sshState{conns: map[net.Conn]bool{}, pgids: map[int]bool{}}
+	}
+	return in.sessions
+}
+
+// killSessions kills the instance's processes and drops its connections.
+// It never takes s.mu, so callers may hold it.
+func (s *Server) killSessions(in *instance) {
+	st := stateOf(in)
+	st.mu.Lock()
+	var conns []net.Conn
+	for c := range st.conns {
+		conns = append(conns, c)
+	}
+	for pgid := range st.pgids {
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	st.mu.Unlock()
+	for _, c := range conns { // Close takes st.mu itself
+		c.Close()
+	}
+}
+
+// sshAllowed decides, per connection, whether the instance answers SSH.
+func (s *Server) sshAllowed(in *instance) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	in.advance(now)
+	if !in.running() {
+		return false
+	}
+	if now.Before(in.sshRefuseUntil) {
+		return false
+	}
+	if in.sshRefuseConns > 0 {
+		in.sshRefuseConns--
+		return false
+	}
+	return true
+}
+
+// gatedListener closes connections the instance would refuse, before any
+// SSH bytes are exchanged: the client sees the connection dropped.
+type gatedListener struct {
+	net.Listener
+	allow func() bool
+	st    *sshState
+}
+
+func (l *gatedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if !l.allow() {
+			c.Close()
+			continue
+		}
+		tc := &trackedConn{Conn: c, st: l.st}
+		l.st.mu.Lock()
+		l.st.conns[tc] = true
+		l.st.mu.Unlock()
+		return tc, nil
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	st   *sshState
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.st.mu.Lock()
+		delete(c.st.conns, c)
+		c.st.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// startSSH opens the instance's SSH port on 127.0.0.1. It serves only while
+// the instance is running.
+func (s *Server) startSSH(in *instance) error {
+	if s.cfg.DisableSSH {
+		return nil
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	signer, err := gossh.NewSignerFromKey(priv)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listen for instance %d SSH: %w", in.ID, err)
+	}
+	st := stateOf(in)
+	srv := &ssh.Server{
+		Handler:          s.sessionHandler(in),
+		PublicKeyHandler: func(ctx ssh.Context, key ssh.PublicKey) bool { return s.keyAuthorized(in, key) },
+		SubsystemHandlers: map[string]ssh.SubsystemHandler{
+			"sftp": func(sess ssh.Session) {
+				srv, err := sftp.NewServer(sess, sftp.WithServerWorkingDirectory(in.workspace()))
+				if err != nil {
+					return
+				}
+				if err := srv.Serve(); err == io.EOF {
+					srv.Close()
+				}
+			},
+		},
+	}
+	srv.AddHostKey(signer)
+	in.sshMu.Lock()
+	in.sshPort = ln.Addr().(*net.TCPAddr).Port
+	in.ln = ln
+	in.closeFn = func() {
+		srv.Close()
+		ln.Close()
+		s.killSessions(in)
+	}
+	in.sshMu.Unlock()
+	go srv.Serve(&gatedListener{Listener: ln, allow: func() bool { return s.sshAllowed(in) }, st: st})
+	return nil
+}
+
+// keyAuthorized accepts keys attached to this instance or registered on the
+// account.
+func (s *Server) keyAuthorized(in *instance, key ssh.PublicKey) bool {
+	s.mu.Lock()
+	texts := append([]string(nil), in.AttachedKeys...)
+	for _, k := range s.acctSSHKeys {
+		texts = append(texts, k.PublicKey)
+	}
+	s.mu.Unlock()
+	for _, t := range texts {
+		if k, err := parseAuthorizedKey(t); err == nil && ssh.KeysEqual(k, key) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) sessionEnv(in *instance, fromClient []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in.sshMu.Lock()
+	port := in.sshPort
+	in.sshMu.Unlock()
+	env := []string{
+		"PATH=" + in.sandbox + "/.sim/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=" + in.sandbox + "/root",
+		"USER=root", "LOGNAME=root", "SHELL=/bin/sh", "LANG=C.UTF-8",
+		"CONTAINER_ID=" + strconv.FormatInt(in.ID, 10),
+		"CONTAINER_API_KEY=" + in.APIKey,
+		"VAST_CONTAINERLABEL=C." + strconv.FormatInt(in.ID, 10),
+		"PUBLIC_IPADDR=127.0.0.1",
+		"VAST_TCP_PORT_22=" + strconv.Itoa(port),
+	}
+	for _, kv := range in.Env {
+		if !strings.HasPrefix(kv[0], "-") {
+			env = append(env, kv[0]+"="+kv[1])
+		}
+	}
+	return append(env, fromClient...)
+}
+
+var sshSignals = map[ssh.Signal]syscall.Signal{
+	ssh.SIGINT: syscall.SIGINT, ssh.SIGTERM: syscall.SIGTERM, ssh.SIGKILL: syscall.SIGKILL,
+	ssh.SIGHUP: syscall.SIGHUP, ssh.SIGQUIT: syscall.SIGQUIT, ssh.SIGUSR1: syscall.SIGUSR1, ssh.SIGUSR2: syscall.SIGUSR2,
+}
+
+// sessionHandler runs the client's command with sh -c in the instance's
+// workspace, in its own process group so that signals reach the whole tree.
+func (s *Server) sessionHandler(in *instance) ssh.Handler {
+	return func(sess ssh.Session) {
+		var cmd *exec.Cmd
+		if raw := sess.RawCommand(); raw != "" {
+			cmd = exec.Command("/bin/sh", "-c", raw)
+		} else {
+			cmd = exec.Command("/bin/sh")
+		}
+		cmd.Dir = in.workspace()
+		cmd.Env = s.sessionEnv(in, sess.Environ())
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Stdout = sess
+		cmd.Stderr = sess.Stderr()
+		cmd.WaitDelay = 2 * time.Second // a background child must not hold the session open forever
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			sess.Exit(255)
+			return
+		}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintf(sess.Stderr(), "sh: %v\n", err)
+			sess.Exit(127)
+			return
+		}
+		go func() { io.Copy(stdin, sess); stdin.Close() }()
+		pgid := cmd.Process.Pid
+		st := stateOf(in)
+		st.mu.Lock()
+		st.pgids[pgid] = true
+		st.mu.Unlock()
+
+		sigs := make(chan ssh.Signal, 8)
+		done := make(chan struct{})
+		sess.Signals(sigs)
+		go func() {
+			for {
+				select {
+				case sig := <-sigs:
+					if ss, ok := sshSignals[sig]; ok {
+						syscall.Kill(-pgid, ss)
+					}
+				case <-done:
+					return
+				}
+			}
+		}()
+		err = cmd.Wait()
+		sess.Signals(nil)
+		close(done)
+		st.mu.Lock()
+		delete(st.pgids, pgid)
+		st.mu.Unlock()
+
+		code := 0
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			} else {
+				code = ee.ExitCode()
+			}
+		case err != nil && cmd.ProcessState != nil:
+			code = cmd.ProcessState.ExitCode()
+		case err != nil:
+			code = 255
+		}
+		sess.Exit(code)
+	}
+}
