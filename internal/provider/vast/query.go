@@ -302,7 +302,11 @@ func addComparison(q provider.Query, field, op, raw string) error {
 		field = a
 	}
 	if !isKnownField(field) {
-		return &QueryError{Token: token, Reason: fmt.Sprintf("unknown field %q", field), Hint: "allowed: " + strings.Join(AllowedQueryFields(), ", ")}
+		hint := "allowed: " + strings.Join(AllowedQueryFields(), ", ")
+		if near := nearestField(field); near != "" {
+			hint = fmt.Sprintf("did you mean %s? %s", near, hint)
+		}
+		return &QueryError{Token: token, Reason: fmt.Sprintf("unknown field %q", field), Hint: hint}
 	}
 	v := strings.Trim(raw, ",[]")
 	if op == "eq" && (v == "?" || v == "*" || v == "any") {
@@ -373,4 +377,36 @@ func convertValue(field, v, token string) (any, error) {
 		return nil, nil
 	}
 	return strings.ReplaceAll(v, "_", " "), nil
+}
+
+// nearestField suggests the known field closest to a misspelling, if any is
+// within two edits.
+func nearestField(f string) string {
+	best, bestD := "", 3
+	for _, k := range AllowedQueryFields() {
+		if d := editDistance(f, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -64,7 +64,7 @@ func TestParseQueryErrorsNameTheToken(t *testing.T) {
 	cases := []struct {
 		text, wantToken, wantInMsg string
 	}{
-		{"gpu_nme=RTX_4090", "gpu_nme", "allowed:"},
+		{"gpu_nme=RTX_4090", "gpu_nme", "did you mean gpu_name?"},
 		{"num_gpus=>2", "num_gpus=>", "operators:"},
 		{"num_gpus", "num_gpus", "operators:"},
 		{"num_gpus bogus 2", "num_gpus bogus", "operators:"},

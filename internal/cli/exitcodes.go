@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"context"
+	"errors"
+
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/vast"
+)
+
+// Exit codes are an API: CI scripts branch on them. docs/exit-codes.md
+// lists them; keep both in step.
+const (
+	ExitOK          = 0
+	ExitError       = 1   // anything not classified below
+	ExitUsage       = 2   // bad flags, arguments, query or config
+	ExitTestFailed  = 3   // the workload ran and failed (ci, exec)
+	ExitAuth        = 4   // the API key is missing, unknown or lacks permission
+	ExitNoOffer     = 5   // no offer matched the policy
+	ExitNeedsYes    = 6   // spending money needs --yes or an interactive yes
+	ExitUnconfirmed = 7   // cleanup could not be confirmed: an instance may still bill
+	ExitUnavailable = 8   // the marketplace API could not be reached or kept failing
+	ExitInterrupted = 130 // SIGINT/SIGTERM
+)
+
+// UsageError is a mistake in how vastrun was called.
+type UsageError struct {
+	Err  error
+	Hint string
+}
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// NoOfferError means the search or policy left nothing to rent.
+type NoOfferError struct{ Msg string }
+
+func (e *NoOfferError) Error() string { return e.Msg }
+
+func exitCode(err error) int {
+	var usage *UsageError
+	var qe *vast.QueryError
+	var noOffer *NoOfferError
+	var apiErr *provider.APIError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, context.Canceled):
+		return ExitInterrupted
+	case errors.As(err, &usage), errors.As(err, &qe):
+		return ExitUsage
+	case errors.Is(err, vast.ErrNoAPIKey), errors.Is(err, provider.ErrAuth):
+		return ExitAuth
+	case errors.As(err, &noOffer):
+		return ExitNoOffer
+	case errors.As(err, &apiErr) && (apiErr.Temporary() || apiErr.Status >= 500):
+		return ExitUnavailable
+	case isTransport(err):
+		return ExitUnavailable
+	}
+	return ExitError
+}
+
+// hints returns the lines that tell a person how to fix err.
+func hints(err error) []string {
+	var usage *UsageError
+	var qe *vast.QueryError
+	var out []string
+	switch {
+	case errors.As(err, &usage) && usage.Hint != "":
+		out = append(out, usage.Hint)
+	case errors.As(err, &qe):
+		out = append(out, "write queries as the official vast CLI does, e.g. 'gpu_name=RTX_4090 num_gpus>=1 dph<0.5'")
+	case errors.Is(err, vast.ErrNoAPIKey):
+		out = append(out, "or try everything offline first with --sim (an embedded simulator; no money moves)")
+	case errors.Is(err, provider.ErrAuth):
+		out = append(out, "check VAST_API_KEY (or ~/.config/vastai/vast_api_key); Vast answers an unknown key with 404 auth_error", "'vastrun doctor' shows what the key may do")
+	case isTransport(err):
+		out = append(out, "check the network and VAST_URL; vastrun already retried with backoff")
+	}
+	return out
+}

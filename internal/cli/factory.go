@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/sim"
+	"github.com/vastrun/vastrun/internal/provider/vast"
+)
+
+// SimSpeed is how much faster than the wall clock the embedded simulator
+// runs: a 10-second simulated boot takes a third of a second.
+const SimSpeed = 30
+
+// Factory builds what commands need, lazily, from the global flags. Tests
+// fill it with their own streams and environment.
+type Factory struct {
+	IO      *IOStreams
+	Getenv  func(string) string
+	HomeDir string
+	// Clock paces API retries; nil means the wall clock.
+	Clock clock.Clock
+
+	// Global flags.
+	JSON   bool
+	Debug  bool
+	Sim    bool
+	URL    string
+	APIKey string
+
+	logger  *slog.Logger
+	market  provider.Marketplace
+	simSrv  *sim.Server
+	simHTTP *http.Server
+}
+
+// Logger is the developer log: silent unless --debug.
+func (f *Factory) Logger() *slog.Logger {
+	if f.logger == nil {
+		if f.Debug {
+			f.logger = slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		} else {
+			f.logger = slog.New(slog.DiscardHandler)
+		}
+	}
+	return f.logger
+}
+
+// Simulated reports whether commands run against the embedded simulator.
+func (f *Factory) Simulated() bool { return f.Sim }
+
+// Marketplace returns the real Vast client, or with --sim a real client
+// talking HTTP to an embedded simulator on 127.0.0.1.
+func (f *Factory) Marketplace(ctx context.Context) (provider.Marketplace, error) {
+	if f.market != nil {
+		return f.market, nil
+	}
+	if f.Sim {
+		url, key, err := f.startSim()
+		if err != nil {
+			return nil, err
+		}
+		c, err := vast.New(vast.Options{BaseURL: url, APIKey: key, Logger: f.Logger(), UserAgent: "vastrun/" + Version, Clock: f.Clock})
+		if err != nil {
+			return nil, err
+		}
+		f.market = c
+		return c, nil
+	}
+	if f.APIKey != "" {
+		f.IO.Hintf("--api-key is visible to other users in the process list; prefer VAST_API_KEY or ~/.config/vastai/vast_api_key")
+	}
+	key, src, err := vast.ResolveAPIKey(f.APIKey, f.Getenv, f.HomeDir)
+	if err != nil {
+		return nil, err
+	}
+	f.Logger().Debug("using Vast API key", "source", string(src))
+	base := f.URL
+	if base == "" {
+		base = f.Getenv("VAST_URL")
+	}
+	c, err := vast.New(vast.Options{BaseURL: base, APIKey: key, Logger: f.Logger(), UserAgent: "vastrun/" + Version, Clock: f.Clock})
+	if err != nil {
+		return nil, &UsageError{Err: err, Hint: "set --url or VAST_URL to an http(s) URL such as https://console.vast.ai"}
+	}
+	f.market = c
+	return c, nil
+}
+
+func (f *Factory) startSim() (url, key string, err error) {
+	s, err := sim.New(sim.Config{Clock: clock.NewScaled(time.Now(), SimSpeed), Logger: f.Logger()})
+	if err != nil {
+		return "", "", err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.Close()
+		return "", "", fmt.Errorf("start embedded simulator: %w", err)
+	}
+	f.simSrv = s
+	f.simHTTP = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := f.simHTTP.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			f.Logger().Error("embedded simulator stopped", "err", err)
+		}
+	}()
+	url = "http://" + ln.Addr().String()
+	f.IO.Infof("using the embedded simulator at %s: nothing is rented or billed for real", url)
+	return url, s.APIKey(), nil
+}
+
+// SimServer is the embedded simulator, when --sim started one.
+func (f *Factory) SimServer() *sim.Server { return f.simSrv }
+
+// Close stops anything the factory started.
+func (f *Factory) Close() {
+	if f.simHTTP != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		f.simHTTP.Shutdown(ctx)
+	}
+	if f.simSrv != nil {
+		f.simSrv.Close()
+	}
+}

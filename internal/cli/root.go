@@ -1,0 +1,98 @@
+// Package cli is vastrun's command line: the only package that imports
+// cobra. Each command is an Options struct, a NewCmdX that fills it from
+// flags, and a runX(ctx, opts) that does the work through the Factory.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Main runs vastrun with the process's signals wired to cancellation and
+// returns the exit code.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	home, _ := os.UserHomeDir()
+	f := &Factory{IO: NewIOStreams(stdin, stdout, stderr), Getenv: os.Getenv, HomeDir: home}
+	return Run(ctx, f, args)
+}
+
+// Run executes one command line with the given factory. Tests call it
+// directly; it never calls os.Exit.
+func Run(ctx context.Context, f *Factory, args []string) int {
+	defer f.Close()
+	root := NewRootCmd(f)
+	root.SetArgs(args)
+	root.SetIn(f.IO.In)
+	root.SetOut(f.IO.Out)
+	root.SetErr(f.IO.ErrOut)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+		err = fmt.Errorf("%w: %w", context.Canceled, err)
+	}
+	f.IO.Infof("%s", err)
+	for _, h := range hints(err) {
+		f.IO.Hintf("%s", h)
+	}
+	return exitCode(err)
+}
+
+// NewRootCmd builds the command tree.
+func NewRootCmd(f *Factory) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "vastrun",
+		Short: "Disposable GPU rentals on Vast.ai that are always found, destroyed and evidenced",
+		Long: `vastrun rents disposable GPU machines on the Vast.ai marketplace and guarantees,
+for every rental, that it is found again, destroyed with the destruction
+confirmed, and that it leaves evidence.
+
+Authentication: VAST_API_KEY, or the official CLI's key file
+(~/.config/vastai/vast_api_key, legacy ~/.vast_api_key). With --sim, vastrun
+runs against an embedded simulator instead: nothing is rented or billed.
+
+Exit codes are documented in docs/exit-codes.md.`,
+		Example: `  # Browse offers offline, against the embedded simulator
+  vastrun offers --sim 'gpu_name=RTX_4090 num_gpus=1'
+
+  # The same search against the real marketplace, cheapest first, as JSON
+  VAST_API_KEY=... vastrun offers 'gpu_name=RTX_4090 num_gpus=1' -o dph_total --json
+
+  # Run the simulator as a server for other tools (the official CLI included)
+  vastrun sim serve --listen 127.0.0.1:8080`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.BoolVar(&f.JSON, "json", false, "print machine-readable JSON on stdout (a versioned contract)")
+	pf.BoolVar(&f.Debug, "debug", false, "log API calls and decisions to stderr (for developers)")
+	pf.BoolVar(&f.Sim, "sim", false, "run against an embedded marketplace simulator (nothing real is rented)")
+	pf.StringVar(&f.URL, "url", "", "Vast API base URL (default $VAST_URL or https://console.vast.ai)")
+	pf.StringVar(&f.APIKey, "api-key", "", "Vast API key (prefer $VAST_API_KEY: flags are visible in the process list)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &UsageError{Err: err, Hint: fmt.Sprintf("see '%s --help'", c.CommandPath())}
+	})
+
+	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f))
+	return root
+}
+
+// usageArgs wraps cobra's argument validators so that errors are UsageErrors.
+func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := v(cmd, args); err != nil {
+			return &UsageError{Err: err, Hint: fmt.Sprintf("see '%s --help'", cmd.CommandPath())}
+		}
+		return nil
+	}
+}

@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/provider/sim"
+)
+
+// NewCmdSim builds `vastrun sim`.
+func NewCmdSim(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Run the Vast marketplace simulator",
+		Args:  usageArgs(cobra.NoArgs),
+	}
+	cmd.AddCommand(NewCmdSimServe(f, nil))
+	return cmd
+}
+
+// SimServeOptions are the inputs of `vastrun sim serve`.
+type SimServeOptions struct {
+	IO        *IOStreams
+	JSON      bool
+	Listen    string
+	Offers    int
+	Seed      uint64
+	Speed     float64
+	APIKey    string
+	ReadyFile string
+	Dir       string
+}
+
+// NewCmdSimServe builds `vastrun sim serve`; runF replaces the run in tests.
+func NewCmdSimServe(f *Factory, runF func(context.Context, *SimServeOptions) error) *cobra.Command {
+	opts := &SimServeOptions{IO: f.IO}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the simulator's HTTP API (and per-instance SSH) on loopback",
+		Long: `Serve a wire-faithful Vast API on 127.0.0.1 until interrupted. Any Vast
+client works against it: set VAST_URL and VAST_API_KEY to what it prints.
+Running instances answer SSH on their own 127.0.0.1 ports with a fake
+nvidia-smi. Faults are set through POST /_sim/faults; GET /_sim/state lists
+live instances.`,
+		Example: `  vastrun sim serve --listen 127.0.0.1:8080 --speed 10
+  curl -H "Authorization: Bearer $VAST_API_KEY" $VAST_URL/api/v0/users/current/
+  curl -X POST $VAST_URL/_sim/faults -d '{"kind":"rate_limit","endpoint":"*","count":5}'`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.JSON = f.JSON
+			if opts.Speed <= 0 {
+				return &UsageError{Err: fmt.Errorf("--speed must be positive, got %v", opts.Speed)}
+			}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runSimServe(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:0", "loopback address to listen on (port 0 picks a free one)")
+	fl.IntVar(&opts.Offers, "offers", 200, "number of offers in the catalog")
+	fl.Uint64Var(&opts.Seed, "seed", 1, "catalog seed (the same seed gives the same offers)")
+	fl.Float64Var(&opts.Speed, "speed", 1, "simulated seconds per real second (10 makes a 10 s boot take 1 s)")
+	fl.StringVar(&opts.APIKey, "sim-key", "", "the account key to accept (default: random, printed)")
+	fl.StringVar(&opts.ReadyFile, "ready-file", "", "write {url, api_key} as JSON to this file once listening")
+	fl.StringVar(&opts.Dir, "dir", "", "directory for instance sandboxes (default: a temporary one)")
+	return cmd
+}
+
+type simServeJSON struct {
+	Schema string `json:"schema"`
+	URL    string `json:"url"`
+	APIKey string `json:"api_key"`
+}
+
+func runSimServe(ctx context.Context, opts *SimServeOptions) error {
+	host, _, err := net.SplitHostPort(opts.Listen)
+	if err != nil {
+		return &UsageError{Err: fmt.Errorf("--listen %q: %w", opts.Listen, err), Hint: "use HOST:PORT, e.g. 127.0.0.1:8080"}
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return &UsageError{Err: fmt.Errorf("--listen %q is not a loopback address", opts.Listen), Hint: "the simulator serves loopback only: use 127.0.0.1:PORT"}
+	}
+	s, err := sim.New(sim.Config{Clock: clock.NewScaled(time.Now(), opts.Speed), Seed: opts.Seed, Offers: opts.Offers, APIKey: opts.APIKey, Dir: opts.Dir})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		return fmt.Errorf("simulator listen on %s: %w", opts.Listen, err)
+	}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	info := simServeJSON{Schema: "vastrun.sim/v1", URL: "http://" + ln.Addr().String(), APIKey: s.APIKey()}
+	if opts.JSON {
+		json.NewEncoder(opts.IO.Out).Encode(info)
+	} else {
+		fmt.Fprintf(opts.IO.Out, "export VAST_URL=%s\nexport VAST_API_KEY=%s\n", info.URL, info.APIKey)
+		opts.IO.Infof("simulator listening on %s (%d offers, seed %d, speed %gx); Ctrl-C stops it", info.URL, opts.Offers, opts.Seed, opts.Speed)
+	}
+	if opts.ReadyFile != "" {
+		b, _ := json.Marshal(info)
+		tmp := opts.ReadyFile + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			return fmt.Errorf("write ready file: %w", err)
+		}
+		if err := os.Rename(tmp, opts.ReadyFile); err != nil {
+			return fmt.Errorf("write ready file: %w", err)
+		}
+	}
+	select {
+	case <-ctx.Done():
+		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+		defer cancel()
+		srv.Shutdown(shut)
+		opts.IO.Infof("simulator stopped; %d instances were still live", len(s.Snapshot().Live))
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("simulator: %w", err)
+	}
+}
