@@ -3,7 +3,6 @@ package provider
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // Sentinel error classes. See the package documentation.
@@ -18,6 +17,18 @@ var (
 	ErrIncompleteListing = errors.New("listing incomplete")
 )
 
+// HTTP statuses the classification needs; spelled out so that this
+// package stays free of net/http.
+const (
+	statusUnauthorized       = 401
+	statusForbidden          = 403
+	statusNotFound           = 404
+	statusTooManyRequests    = 429
+	statusBadGateway         = 502
+	statusServiceUnavailable = 503
+	statusGatewayTimeout     = 504
+)
+
 // APIError is a failure answered by the marketplace API.
 type APIError struct {
 	Op     string // what we were doing, e.g. "show instance 123"
@@ -27,14 +38,14 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
-	detail := e.Msg
-	if detail == "" {
-		detail = http.StatusText(e.Status)
-	}
+	s := fmt.Sprintf("%s: HTTP %d", e.Op, e.Status)
 	if e.Code != "" {
-		return fmt.Sprintf("%s: HTTP %d %s: %s", e.Op, e.Status, e.Code, detail)
+		s += " " + e.Code
 	}
-	return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Status, detail)
+	if e.Msg != "" {
+		s += ": " + e.Msg
+	}
+	return s
 }
 
 // Is classifies the error by status and slug so that callers can write
@@ -43,17 +54,17 @@ func (e *APIError) Is(target error) bool {
 	switch target {
 	case ErrAuth:
 		return e.Code == "auth_error" || e.Code == "not_authorized" ||
-			e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
+			e.Status == statusUnauthorized || e.Status == statusForbidden
 	case ErrNotFound:
 		if e.Code == "auth_error" || e.Code == "no_such_ask" {
 			return false
 		}
 		return e.Code == "no_such_instance" || e.Code == "not_found" ||
-			e.Code == "invalid_id" || e.Status == http.StatusNotFound
+			e.Code == "invalid_id" || e.Status == statusNotFound
 	case ErrOfferGone:
 		return e.Code == "no_such_ask"
 	case ErrRateLimited:
-		return e.Status == http.StatusTooManyRequests || e.Code == "rate_limit_exceeded"
+		return e.Status == statusTooManyRequests || e.Code == "rate_limit_exceeded"
 	}
 	return false
 }
@@ -61,8 +72,8 @@ func (e *APIError) Is(target error) bool {
 // Temporary reports whether the same request may succeed if sent again.
 func (e *APIError) Temporary() bool {
 	switch e.Status {
-	case http.StatusTooManyRequests, http.StatusBadGateway,
-		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case statusTooManyRequests, statusBadGateway,
+		statusServiceUnavailable, statusGatewayTimeout:
 		return true
 	}
 	return false
