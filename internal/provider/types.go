@@ -224,3 +224,14 @@ type LogRequest struct {
 	Filter string
 	Daemon bool
 }
+
+// Invoice is a payment-side record: a credit top-up, a payout, a prepay.
+// Amount is negative for credits, as Vast reports it.
+type Invoice struct {
+	Type        string
+	Source      string
+	Service     string
+	Description string
+	Amount      float64
+	When        time.Time
+}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pkg/sftp"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/providertest"
@@ -267,6 +268,10 @@ func TestStateMachineAndBilling(t *testing.T) {
 	charges, err := e.client.Charges(ctx, provider.ChargeQuery{From: epoch.Add(-time.Hour), To: epoch.Add(10 * time.Hour)})
 	if err != nil || len(charges) != 1 || math.Abs(charges[0].Amount-spent) > 1e-5 {
 		t.Fatalf("charges %+v (spent %v): %v", charges, spent, err)
+	}
+	invoices, err := e.client.Invoices(ctx, provider.ChargeQuery{From: epoch.Add(-time.Hour), To: epoch.Add(10 * time.Hour)})
+	if err != nil || len(invoices) != 1 || invoices[0].Amount != -500 || invoices[0].Type != "credit" {
+		t.Fatalf("invoices %+v: %v", invoices, err)
 	}
 	e.assertNoLeaks(t)
 }
@@ -624,5 +629,100 @@ func TestSSHRefusalWindow(t *testing.T) {
 	if _, err := dialSSH(inst, signer); err == nil {
 		t.Fatal("SSH answered after destroy")
 	}
+	e.assertNoLeaks(t)
+}
+
+func TestSSHSFTPEnvAndSignals(t *testing.T) {
+	e := newEnv(t, sim.Config{})
+	ctx := context.Background()
+	_, id := rent(t, e, "sftp")
+	signer, pub := newKeyPair(t)
+	e.client.AttachSSHKey(ctx, id, pub)
+	e.clk.Advance(time.Minute)
+	inst, _ := e.client.ShowInstance(ctx, id)
+	c, err := dialSSH(inst, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	// SFTP: relative paths land in the instance's workspace.
+	sc, err := sftp.NewClient(c)
+	if err != nil {
+		t.Fatalf("sftp subsystem: %v", err)
+	}
+	f, err := sc.Create("uploaded.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := strings.Repeat("vastrun", 10000)
+	io.WriteString(f, payload)
+	f.Close()
+	sc.Close()
+	out, _ := run(t, c, "wc -c < uploaded.bin")
+	if strings.TrimSpace(out) != fmt.Sprint(len(payload)) {
+		t.Fatalf("uploaded size %q, want %d", out, len(payload))
+	}
+
+	// Session environment reaches the command.
+	sess, _ := c.NewSession()
+	if err := sess.Setenv("RUN_ID", "r-42"); err != nil {
+		t.Fatalf("setenv: %v", err)
+	}
+	got, _ := sess.Output("echo $RUN_ID")
+	sess.Close()
+	if strings.TrimSpace(string(got)) != "r-42" {
+		t.Fatalf("env: %q", got)
+	}
+
+	// A signal reaches the whole process group; the exit status says so.
+	sess, _ = c.NewSession()
+	stdout, _ := sess.StdoutPipe()
+	if err := sess.Start("trap 'echo got-term; exit 143' TERM; echo ready; while :; do sleep 0.05; done"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	io.ReadFull(stdout, buf)
+	if err := sess.Signal(gossh.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(stdout)
+	err = sess.Wait()
+	var ee *gossh.ExitError
+	if !errors.As(err, &ee) || ee.ExitStatus() != 143 || !strings.Contains(string(rest), "got-term") {
+		t.Fatalf("signal: %v %q", err, rest)
+	}
+	e.client.DestroyInstance(ctx, id)
+	e.assertNoLeaks(t)
+}
+
+func TestExitAndSlowLoadingFaults(t *testing.T) {
+	e := newEnv(t, sim.Config{DisableSSH: true})
+	ctx := context.Background()
+	e.sim.Inject(sim.Fault{Kind: sim.FaultSlowLoading, Seconds: 600})
+	_, id := rent(t, e, "slow")
+	e.clk.Advance(5 * time.Minute)
+	if inst, _ := e.client.ShowInstance(ctx, id); inst.ActualStatus != "loading" {
+		t.Fatalf("slow loading should still be loading after 5m: %+v", inst)
+	}
+	e.clk.Advance(6 * time.Minute)
+	if inst, _ := e.client.ShowInstance(ctx, id); inst.ActualStatus != "running" {
+		t.Fatalf("slow loading never finished: %+v", inst)
+	}
+	e.sim.Inject(sim.Fault{Kind: sim.FaultExit, Instance: int64(id)})
+	if inst, _ := e.client.ShowInstance(ctx, id); inst.ActualStatus != "exited" || inst.StatusMsg == "" {
+		t.Fatalf("exit fault: %+v", inst)
+	}
+	// Stop then start goes back through loading to running.
+	e.client.StopInstance(ctx, id)
+	if inst, _ := e.client.ShowInstance(ctx, id); inst.ActualStatus != "stopped" || inst.IntendedStatus != "stopped" {
+		t.Fatalf("stop: %+v", inst)
+	}
+	e.client.StartInstance(ctx, id)
+	e.clk.Advance(time.Minute)
+	if inst, _ := e.client.ShowInstance(ctx, id); inst.ActualStatus != "running" {
+		t.Fatalf("start: %+v", inst)
+	}
+	e.client.DestroyInstance(ctx, id)
 	e.assertNoLeaks(t)
 }

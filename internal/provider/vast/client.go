@@ -730,3 +730,50 @@ func (c *Client) AddSSHKey(ctx context.Context, publicKey string) (provider.SSHK
 	}
 	return out.Key.domain(), nil
 }
+
+// Invoices reads payment records (GET /api/v1/invoices/) in [q.From, q.To],
+// all pages.
+func (c *Client) Invoices(ctx context.Context, iq provider.ChargeQuery) ([]provider.Invoice, error) {
+	op := "list invoices"
+	q := url.Values{
+		"select_filters": {jsonParam(map[string]any{"when": map[string]any{"gte": iq.From.Unix(), "lte": iq.To.Unix()}})},
+		"limit":          {"100"},
+	}
+	var all []provider.Invoice
+	seen := map[string]bool{}
+	for page := 0; page < maxListPages; page++ {
+		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/invoices/", query: q, idempotent: true})
+		if err != nil {
+			return nil, err
+		}
+		var out struct {
+			Results []struct {
+				Start       num `json:"start"`
+				Type        str `json:"type"`
+				Source      str `json:"source"`
+				Description str `json:"description"`
+				Amount      num `json:"amount"`
+				Metadata    struct {
+					Service str `json:"service"`
+				} `json:"metadata"`
+			} `json:"results"`
+			NextToken *str `json:"next_token"`
+		}
+		if err := decode(op, res.body, &out); err != nil {
+			return nil, err
+		}
+		for _, r := range out.Results {
+			all = append(all, provider.Invoice{Type: string(r.Type), Source: string(r.Source), Service: string(r.Metadata.Service),
+				Description: string(r.Description), Amount: float64(r.Amount), When: unixTime(r.Start)})
+		}
+		if out.NextToken == nil || *out.NextToken == "" {
+			return all, nil
+		}
+		if seen[string(*out.NextToken)] {
+			return nil, fmt.Errorf("%s: cursor repeated: %w", op, provider.ErrIncompleteListing)
+		}
+		seen[string(*out.NextToken)] = true
+		q.Set("after_token", string(*out.NextToken))
+	}
+	return nil, fmt.Errorf("%s: too many pages: %w", op, provider.ErrIncompleteListing)
+}
