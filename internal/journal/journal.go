@@ -1,0 +1,207 @@
+// Package journal is vastrun's append-only run log: one JSON object per
+// line, fsync'd before Append returns, guarded by an exclusive file lock so
+// that two vastrun processes never drive the same run at once.
+//
+// Contract: a caller writes an "intent" record before every side effect on
+// the marketplace and an outcome record after it. Replaying the records
+// rebuilds what happened, so a run can be resumed (or torn down) after any
+// crash. A torn last line (a crash mid-write) is ignored on read; any other
+// damage is an error, never silently skipped.
+package journal
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// FileName is the journal's name inside a run directory.
+const FileName = "journal.jsonl"
+
+// Version is the record format version.
+const Version = 1
+
+// ErrLocked means another process holds the run's journal.
+var ErrLocked = errors.New("journal is locked by another vastrun process")
+
+// Record is one line of the journal.
+type Record struct {
+	V    int             `json:"v"`
+	Seq  int             `json:"seq"`
+	Time time.Time       `json:"time"`
+	Type string          `json:"type"` // intent, done, failed, condition, event
+	Step string          `json:"step"`
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Decode unmarshals the record's data into v.
+func (r Record) Decode(v any) error {
+	if len(r.Data) == 0 {
+		return nil
+	}
+	return json.Unmarshal(r.Data, v)
+}
+
+// Journal is an open, locked journal.
+type Journal struct {
+	mu   sync.Mutex
+	f    *os.File
+	path string
+	seq  int
+	now  func() time.Time
+}
+
+// Open creates (0700) dir if needed, opens its journal for appending and
+// takes the lock. It fails with ErrLocked when another process holds it.
+func Open(dir string, now func() time.Time) (*Journal, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create run directory %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, FileName)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("open journal %s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("lock journal %s: %w", path, err)
+	}
+	if err := truncateTornTail(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("repair journal %s: %w", path, err)
+	}
+	recs, err := readFile(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read journal %s: %w", path, err)
+	}
+	j := &Journal{f: f, path: path, now: now}
+	if n := len(recs); n > 0 {
+		j.seq = recs[n-1].Seq
+	}
+	if j.now == nil {
+		j.now = time.Now
+	}
+	return j, nil
+}
+
+// Path is the journal file's path.
+func (j *Journal) Path() string { return j.path }
+
+// Append writes one record and fsyncs it. data may be nil.
+func (j *Journal) Append(typ, step string, data any) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return Record{}, errors.New("journal is closed")
+	}
+	rec := Record{V: Version, Seq: j.seq + 1, Time: j.now().UTC(), Type: typ, Step: step}
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return Record{}, fmt.Errorf("journal %s %s: encode: %w", typ, step, err)
+		}
+		rec.Data = b
+	}
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return Record{}, err
+	}
+	line = append(line, '\n')
+	if _, err := j.f.Write(line); err != nil {
+		return Record{}, fmt.Errorf("journal %s %s: write: %w", typ, step, err)
+	}
+	if err := j.f.Sync(); err != nil {
+		return Record{}, fmt.Errorf("journal %s %s: fsync: %w", typ, step, err)
+	}
+	j.seq = rec.Seq
+	return rec, nil
+}
+
+// Records re-reads every record from disk.
+func (j *Journal) Records() ([]Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return nil, errors.New("journal is closed")
+	}
+	return readFile(j.f)
+}
+
+// Close releases the lock.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return nil
+	}
+	err := j.f.Close()
+	j.f = nil
+	return err
+}
+
+// Read reads a journal without locking it (for status and reports).
+func Read(dir string) ([]Record, error) {
+	f, err := os.Open(filepath.Join(dir, FileName))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readFile(f)
+}
+
+func readFile(f *os.File) ([]Record, error) {
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		return nil, err
+	}
+	var recs []Record
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	line := 0
+	complete := len(b) == 0 || b[len(b)-1] == '\n'
+	for sc.Scan() {
+		line++
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		var r Record
+		if err := json.Unmarshal(text, &r); err != nil {
+			if !complete && !hasMoreLines(sc) {
+				break // a torn final write from a crash: the record never happened
+			}
+			return nil, fmt.Errorf("line %d is not a journal record: %w", line, err)
+		}
+		if r.V != Version {
+			return nil, fmt.Errorf("line %d has version %d; this vastrun reads version %d", line, r.V, Version)
+		}
+		if len(recs) > 0 && r.Seq != recs[len(recs)-1].Seq+1 {
+			return nil, fmt.Errorf("line %d: sequence %d follows %d: records are missing", line, r.Seq, recs[len(recs)-1].Seq)
+		}
+		recs = append(recs, r)
+	}
+	return recs, sc.Err()
+}
+
+// truncateTornTail cuts a partial last line left by a crash, so that the
+// next record starts on a line of its own.
+func truncateTornTail(f *os.File) error {
+	b, err := os.ReadFile(f.Name())
+	if err != nil || len(b) == 0 || b[len(b)-1] == '\n' {
+		return err
+	}
+	return f.Truncate(int64(bytes.LastIndexByte(b, '\n') + 1))
+}
+
+func hasMoreLines(sc *bufio.Scanner) bool { return sc.Scan() }

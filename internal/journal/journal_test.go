@@ -1,0 +1,99 @@
+package journal
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAppendReadAndResume(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	j, err := Open(dir, func() time.Time { return time.Unix(100, 0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Append("intent", "rent", map[string]any{"label": "L", "offer": 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Append("done", "rent", map[string]any{"instance": 42}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+		t.Fatalf("run dir mode %v", fi.Mode().Perm())
+	}
+	if fi, _ := os.Stat(j.Path()); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("journal mode %v", fi.Mode().Perm())
+	}
+	j.Close()
+
+	recs, err := Read(dir)
+	if err != nil || len(recs) != 2 || recs[1].Seq != 2 || recs[0].Type != "intent" {
+		t.Fatalf("read: %+v %v", recs, err)
+	}
+	var d struct{ Instance int }
+	if err := recs[1].Decode(&d); err != nil || d.Instance != 42 {
+		t.Fatalf("decode: %+v %v", d, err)
+	}
+	// Reopen continues the sequence.
+	j, err = Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := j.Append("event", "x", nil)
+	if r.Seq != 3 {
+		t.Fatalf("seq after reopen = %d", r.Seq)
+	}
+	j.Close()
+}
+
+func TestLockIsExclusive(t *testing.T) {
+	dir := t.TempDir()
+	j, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if _, err := Open(dir, nil); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: %v, want ErrLocked", err)
+	}
+}
+
+func TestTornLastLineIsIgnoredButDamageIsNot(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := Open(dir, nil)
+	j.Append("intent", "rent", nil)
+	j.Close()
+	f, _ := os.OpenFile(filepath.Join(dir, FileName), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"v":1,"seq":2,"type":"do`) // crash mid-write
+	f.Close()
+	recs, err := Read(dir)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("torn tail: %d %v", len(recs), err)
+	}
+	// Reopening must still work and continue after the last complete record.
+	j, err = Open(dir, nil)
+	if err != nil {
+		t.Fatalf("reopen with torn tail: %v", err)
+	}
+	if r, err := j.Append("done", "rent", nil); err != nil || r.Seq != 2 {
+		t.Fatalf("append after torn tail: %+v %v", r, err)
+	}
+	j.Close()
+	if recs, err := Read(dir); err != nil || len(recs) != 2 {
+		t.Fatalf("journal after repair: %d %v", len(recs), err)
+	}
+
+	bad := t.TempDir()
+	os.WriteFile(filepath.Join(bad, FileName), []byte("garbage\n{\"v\":1,\"seq\":1,\"type\":\"x\"}\n"), 0o600)
+	if _, err := Read(bad); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("damage in the middle must be an error naming the line: %v", err)
+	}
+	gap := t.TempDir()
+	os.WriteFile(filepath.Join(gap, FileName), []byte("{\"v\":1,\"seq\":1,\"type\":\"x\"}\n{\"v\":1,\"seq\":3,\"type\":\"x\"}\n"), 0o600)
+	if _, err := Read(gap); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("a sequence gap must be an error: %v", err)
+	}
+}
