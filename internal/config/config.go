@@ -1,0 +1,259 @@
+// Package config reads vastrun.yaml. Parsing is strict: an unknown key is
+// an error naming the key, its line and the keys allowed there, because a
+// misspelled price ceiling or timeout must never be silently ignored.
+// docs/config.md documents every key.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/vastrun/vastrun/internal/policy"
+)
+
+// Duration is a time.Duration written as "10m", "90s", "1h30m".
+type Duration time.Duration
+
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: want a duration such as 10m or 90s", n.Line)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: %q is not a duration (write 10m, 90s or 1h30m)", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+func (d Duration) String() string           { return time.Duration(d).String() }
+
+// Config is vastrun.yaml.
+type Config struct {
+	Version     int               `yaml:"version"`
+	Image       string            `yaml:"image"`
+	Test        string            `yaml:"test"`
+	Upload      []string          `yaml:"upload"`
+	Gate        []string          `yaml:"gate"`
+	Paths       []string          `yaml:"paths"`
+	GPU         GPU               `yaml:"gpu"`
+	Budget      Budget            `yaml:"budget"`
+	Timeouts    Timeouts          `yaml:"timeouts"`
+	Env         map[string]string `yaml:"env"`
+	Secrets     []string          `yaml:"secrets"`
+	EvidenceDir string            `yaml:"evidence_dir"`
+	StateDir    string            `yaml:"state_dir"`
+	LabelPrefix string            `yaml:"label_prefix"`
+	Alert       Alert             `yaml:"alert"`
+	Verify      Verify            `yaml:"verify"`
+}
+
+// GPU is the policy an offer must meet.
+type GPU struct {
+	Models          []string  `yaml:"models"`
+	Count           int       `yaml:"count"`
+	MinVRAMGB       float64   `yaml:"min_vram_gb"`
+	MinCUDA         float64   `yaml:"min_cuda"`
+	MinReliability  float64   `yaml:"min_reliability"`
+	Verified        *bool     `yaml:"verified"`
+	Datacenter      bool      `yaml:"datacenter"`
+	Countries       Countries `yaml:"countries"`
+	DiskGB          float64   `yaml:"disk_gb"`
+	MaxDPH          float64   `yaml:"max_dph"`
+	MinInetDownMbps float64   `yaml:"min_inet_down_mbps"`
+}
+
+// Countries allow or deny two-letter country codes.
+type Countries struct {
+	Allow []string `yaml:"allow"`
+	Deny  []string `yaml:"deny"`
+}
+
+// Budget bounds money.
+type Budget struct {
+	MaxSpend float64 `yaml:"max_spend"` // $ for the whole run, all attempts
+}
+
+// Timeouts bound time.
+type Timeouts struct {
+	Ready    Duration `yaml:"ready"`    // rented → running and reachable
+	Job      Duration `yaml:"job"`      // the test itself
+	Teardown Duration `yaml:"teardown"` // destroy + confirm, after anything
+}
+
+// Alert says where to report a cleanup that could not be confirmed.
+type Alert struct {
+	Webhook string `yaml:"webhook"`
+}
+
+// Verify tunes the checks made before the test.
+type Verify struct {
+	MinFreeDiskGB float64 `yaml:"min_free_disk_gb"`
+}
+
+// Defaults used when a key is absent.
+const (
+	DefaultReady    = 10 * time.Minute
+	DefaultJob      = 30 * time.Minute
+	DefaultTeardown = 4 * time.Minute // inside GitHub's 5-minute cancellation window
+)
+
+// Load reads and validates a config file.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes strictly and fills defaults.
+func Parse(b []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(b, &root); err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	if len(root.Content) == 0 {
+		return nil, errors.New("empty config: at least image and test are needed")
+	}
+	if err := checkKeys(root.Content[0], reflect.TypeOf(Config{}), ""); err != nil {
+		return nil, err
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, err
+	}
+	c.fillDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *Config) fillDefaults() {
+	if c.Version == 0 {
+		c.Version = 1
+	}
+	if c.GPU.Count == 0 {
+		c.GPU.Count = 1
+	}
+	if c.GPU.DiskGB == 0 {
+		c.GPU.DiskGB = 20
+	}
+	if c.GPU.Verified == nil {
+		t := true
+		c.GPU.Verified = &t
+	}
+	if c.Timeouts.Ready == 0 {
+		c.Timeouts.Ready = Duration(DefaultReady)
+	}
+	if c.Timeouts.Job == 0 {
+		c.Timeouts.Job = Duration(DefaultJob)
+	}
+	if c.Timeouts.Teardown == 0 {
+		c.Timeouts.Teardown = Duration(DefaultTeardown)
+	}
+	if c.StateDir == "" {
+		c.StateDir = ".vastrun"
+	}
+}
+
+// Validate reports everything wrong at once.
+func (c *Config) Validate() error {
+	var errs []string
+	if c.Version != 1 {
+		errs = append(errs, fmt.Sprintf("version %d is not supported (use 1)", c.Version))
+	}
+	if strings.TrimSpace(c.Image) == "" {
+		errs = append(errs, "image is required (pin it by digest: repo@sha256:...)")
+	}
+	if strings.TrimSpace(c.Test) == "" {
+		errs = append(errs, "test is required: the command to run on the GPU instance")
+	}
+	if c.Budget.MaxSpend <= 0 {
+		errs = append(errs, "budget.max_spend is required: the most this run may cost, in $")
+	}
+	if err := c.Policy().Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	for _, s := range c.Secrets {
+		if s == "" || strings.ContainsAny(s, "= ") {
+			errs = append(errs, fmt.Sprintf("secrets entry %q must be an environment variable name", s))
+		}
+	}
+	for k := range c.Env {
+		if k == "" || strings.ContainsAny(k, "= ") || strings.HasPrefix(k, "-") {
+			errs = append(errs, fmt.Sprintf("env key %q is not a variable name", k))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Policy is the GPU section as a selection policy.
+func (c *Config) Policy() policy.Policy {
+	verified := c.GPU.Verified == nil || *c.GPU.Verified
+	return policy.Policy{
+		Models: c.GPU.Models, Count: c.GPU.Count, MinVRAMGB: c.GPU.MinVRAMGB, MinCUDA: c.GPU.MinCUDA,
+		MinReliability: c.GPU.MinReliability, Verified: verified, Datacenter: c.GPU.Datacenter,
+		AllowCountries: c.GPU.Countries.Allow, DenyCountries: c.GPU.Countries.Deny, DiskGB: c.GPU.DiskGB,
+		MaxDPH: c.GPU.MaxDPH, MinInetDownMbps: c.GPU.MinInetDownMbps,
+	}.Normalized()
+}
+
+// checkKeys walks a mapping node against a struct's yaml tags.
+func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		tag := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+		if tag != "" && tag != "-" {
+			fields[tag] = t.Field(i).Type
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ft, ok := fields[k.Value]
+		if !ok {
+			names := make([]string, 0, len(fields))
+			for f := range fields {
+				names = append(names, f)
+			}
+			sort.Strings(names)
+			where := "at the top level"
+			if path != "" {
+				where = "in " + path
+			}
+			return fmt.Errorf("line %d: unknown key %q %s (allowed: %s)", k.Line, k.Value, where, strings.Join(names, ", "))
+		}
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(Duration(0)) {
+			if err := checkKeys(v, ft, strings.TrimPrefix(path+"."+k.Value, ".")); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

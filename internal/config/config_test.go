@@ -1,0 +1,86 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const good = `
+version: 1
+image: ghcr.io/acme/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+test: ./gpu-test.sh
+upload: [gpu-test.sh]
+gate: ["go vet ./..."]
+paths: ["gpu/**"]
+gpu:
+  models: [RTX_4090, RTX_3090]
+  min_vram_gb: 20
+  min_cuda: 12.1
+  min_reliability: 0.98
+  countries: {allow: [US, CA]}
+  disk_gb: 30
+  max_dph: 0.6
+budget:
+  max_spend: 1.5
+timeouts:
+  ready: 5m
+  job: 20m
+env: {MODE: fast}
+secrets: [HF_TOKEN]
+`
+
+func TestParseGood(t *testing.T) {
+	c, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GPU.Count != 1 || !*c.GPU.Verified || c.Timeouts.Ready != Duration(5*time.Minute) || c.Timeouts.Teardown != Duration(DefaultTeardown) || c.StateDir != ".vastrun" {
+		t.Fatalf("defaults: %+v", c)
+	}
+	p := c.Policy()
+	if p.Models[0] != "RTX 4090" || p.DiskGB != 30 || p.MaxDPH != 0.6 || !p.Verified || p.AllowCountries[1] != "CA" {
+		t.Fatalf("policy: %+v", p)
+	}
+}
+
+func TestUnknownKeysAreNamed(t *testing.T) {
+	cases := []struct{ yaml, want string }{
+		{strings.Replace(good, "max_dph", "max_dhp", 1), `line 15: unknown key "max_dhp" in gpu (allowed: count, countries, datacenter, disk_gb, max_dph,`},
+		{good + "timeoutz: {}\n", `unknown key "timeoutz" at the top level`},
+		{strings.Replace(good, "allow:", "alow:", 1), `unknown key "alow" in gpu.countries (allowed: allow, deny)`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("err = %v\nwant it to contain %s", err, c.want)
+		}
+	}
+}
+
+func TestValidationListsEveryProblem(t *testing.T) {
+	_, err := Parse([]byte("version: 2\ngpu: {min_reliability: 2}\nsecrets: ['A=B']\n"))
+	for _, want := range []string{"version 2", "image is required", "test is required", "max_spend", "min_reliability", `"A=B"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want %q", err, want)
+		}
+	}
+	if _, err := Parse([]byte(strings.Replace(good, "ready: 5m", "ready: soon", 1))); err == nil || !strings.Contains(err.Error(), `"soon" is not a duration`) {
+		t.Errorf("bad duration: %v", err)
+	}
+	if _, err := Parse([]byte("")); err == nil {
+		t.Error("empty config accepted")
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(good))
+	f.Add([]byte("gpu: {models: [x]}\n"))
+	f.Add([]byte("- a\n- b\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Parse(b)
+		if err == nil && (c.Image == "" || c.Test == "" || c.Budget.MaxSpend <= 0) {
+			t.Fatalf("accepted an invalid config: %+v", c)
+		}
+	})
+}
