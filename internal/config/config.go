@@ -36,7 +36,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 }
 
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
-func (d Duration) String() string           { return time.Duration(d).String() }
+func (d Duration) String() string            { return time.Duration(d).String() }
 
 // Config is vastrun.yaml.
 type Config struct {
