@@ -1,0 +1,60 @@
+package redact
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestMasksValuesAndShapes(t *testing.T) {
+	r := New("sup3rsecret", "ab")
+	in := strings.Join([]string{
+		"key=sup3rsecret!",
+		"gh token ghp_" + strings.Repeat("a", 36),
+		"hf_" + strings.Repeat("B", 34),
+		"aws AKIAABCDEFGHIJKLMNOP",
+		"vast " + strings.Repeat("0f", 32),
+		"Authorization: Bearer abcdefghijklmnopqrstuvwxyz123",
+		"jwt eyJhbGciOiJI.eyJzdWIiOiIx.SflKxwRJSMeKKF2QT4",
+		"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----",
+		"keep abc and commit 0123456789abcdef0123456789abcdef01234567",
+	}, "\n")
+	out := r.String(in)
+	for _, leaked := range []string{"sup3rsecret", "ghp_aaaa", "hf_BBB", "AKIAABCD", "0f0f0f0f", "abcdefghijklmnop", "SflKxw", "b3BlbnNzaC1rZXk"} {
+		if strings.Contains(out, leaked) {
+			t.Errorf("leaked %q in:\n%s", leaked, out)
+		}
+	}
+	// Short values are not masked, and a 40-hex git commit is not a secret.
+	if !strings.Contains(out, "keep abc") || !strings.Contains(out, "0123456789abcdef0123456789abcdef01234567") {
+		t.Errorf("over-masked:\n%s", out)
+	}
+}
+
+func TestWriterCatchesSecretsSplitAcrossWrites(t *testing.T) {
+	var buf bytes.Buffer
+	w := New("split-secret-value").Writer(&buf)
+	for _, part := range []string{"a split-sec", "ret-val", "ue here\nsecond line split-", "secret-value"} {
+		w.Write([]byte(part))
+	}
+	w.Close()
+	if strings.Contains(buf.String(), "secret-value") || buf.String() != "a *** here\nsecond line ***" {
+		t.Fatalf("got %q", buf.String())
+	}
+}
+
+func TestWriterLongLine(t *testing.T) {
+	// Place the secret at every offset around the internal cut points.
+	for shift := 0; shift < 1200; shift += 7 {
+		var buf bytes.Buffer
+		w := New("needle-secret").Writer(&buf)
+		long := strings.Repeat("x", maxLine-4096+shift) + "needle-secret" + strings.Repeat("y", maxLine)
+		for i := 0; i < len(long); i += 1000 {
+			w.Write([]byte(long[i:min(i+1000, len(long))]))
+		}
+		w.Close()
+		if strings.Contains(buf.String(), "needle") || buf.Len() != len(long)-len("needle-secret")+len(Mask) {
+			t.Fatalf("shift %d: leaked or lost bytes (len %d)", shift, buf.Len())
+		}
+	}
+}
