@@ -147,6 +147,20 @@ func (p Policy) Query(limit int) provider.Query {
 	return q
 }
 
+// LooseQuery searches only by model, count and availability, leaving
+// every other criterion to Select, so that the rejected offers come back
+// too and each can be explained.
+func (p Policy) LooseQuery(limit int) provider.Query {
+	strict := p.Query(limit)
+	q := provider.Query{}
+	for _, k := range []string{"rentable", "rented", "external", "num_gpus", "order", "type", "allocated_storage", "limit", "gpu_name"} {
+		if v, ok := strict[k]; ok {
+			q[k] = v
+		}
+	}
+	return q
+}
+
 // Decision is the verdict on one offer.
 type Decision struct {
 	Offer    provider.Offer

@@ -1,0 +1,5 @@
+package run_test
+
+import "fmt"
+
+var fmtSprintf = fmt.Sprintf

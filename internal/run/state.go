@@ -1,0 +1,288 @@
+package run
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/journal"
+	"github.com/vastrun/vastrun/internal/provider"
+)
+
+// Journal record steps.
+const (
+	stepStart    = "start"
+	stepGate     = "gate"
+	stepFreeze   = "freeze"
+	stepSelect   = "select"
+	stepApprove  = "approve"
+	stepRent     = "rent"
+	stepAdopt    = "adopt"
+	stepReady    = "ready"
+	stepVerify   = "verify"
+	stepWork     = "work"
+	stepDestroy  = "destroy"
+	stepConfirm  = "confirm"
+	stepOutcome  = "outcome"
+	stepAlert    = "alert"
+	stepFailover = "failover"
+)
+
+// Attempt is one rental of the run.
+type Attempt struct {
+	OfferID     provider.OfferID    `json:"offer_id"`
+	MachineID   int64               `json:"machine_id"`
+	InstanceID  provider.InstanceID `json:"instance_id,omitempty"`
+	GPUName     string              `json:"gpu_name"`
+	NumGPUs     int                 `json:"num_gpus"`
+	DPHTotal    float64             `json:"dph_total"`
+	DPHBase     float64             `json:"dph_base"`
+	StorageDPH  float64             `json:"storage_dph"`
+	Failure     string              `json:"failure,omitempty"`
+	Destroyed   bool                `json:"destroyed"`
+	Confirmed   bool                `json:"destroy_confirmed"`
+	ConfirmedBy []string            `json:"confirmed_by,omitempty"`
+	Charged     *float64            `json:"charged_usd,omitempty"`
+
+	IntentAt      time.Time `json:"rent_intent_at"`
+	RentedAt      time.Time `json:"rented_at,omitempty"`
+	RunningAt     time.Time `json:"running_at,omitempty"`
+	DestroySentAt time.Time `json:"destroy_sent_at,omitempty"`
+	ConfirmedAt   time.Time `json:"confirmed_at,omitempty"`
+}
+
+// State is what the journal says about a run.
+type State struct {
+	RunID        string
+	Label        string
+	Workflow     string
+	ManifestHash string
+	Attempts     []*Attempt
+	// Extras are instances found carrying the label that the run did not
+	// rent itself (lost create responses, duplicates); they are destroyed.
+	Extras   []provider.InstanceID
+	Outcome  string
+	Approved bool
+	Started  time.Time
+}
+
+// Instances lists every instance the run knows of, its own and extras.
+func (s *State) Instances() []provider.InstanceID {
+	seen := map[provider.InstanceID]bool{}
+	var out []provider.InstanceID
+	for _, a := range s.Attempts {
+		if a.InstanceID != 0 && !seen[a.InstanceID] {
+			seen[a.InstanceID] = true
+			out = append(out, a.InstanceID)
+		}
+	}
+	for _, id := range s.Extras {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Current is the latest attempt, or nil.
+func (s *State) Current() *Attempt {
+	if len(s.Attempts) == 0 {
+		return nil
+	}
+	return s.Attempts[len(s.Attempts)-1]
+}
+
+func (s *State) attemptFor(id provider.InstanceID) *Attempt {
+	for _, a := range s.Attempts {
+		if a.InstanceID == id {
+			return a
+		}
+	}
+	return nil
+}
+
+// Unconfirmed lists instances whose destruction is not confirmed.
+func (s *State) Unconfirmed() []provider.InstanceID {
+	confirmed := map[provider.InstanceID]bool{}
+	for _, a := range s.Attempts {
+		if a.Confirmed {
+			confirmed[a.InstanceID] = true
+		}
+	}
+	var out []provider.InstanceID
+	for _, id := range s.Instances() {
+		if !confirmed[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+type startData struct {
+	RunID    string `json:"run_id"`
+	Label    string `json:"label"`
+	Workflow string `json:"workflow"`
+}
+
+type rentIntent struct {
+	Label string           `json:"label"`
+	Offer provider.OfferID `json:"offer_id"`
+	Attempt
+}
+
+type instanceData struct {
+	Instance provider.InstanceID `json:"instance_id"`
+	Reason   string              `json:"reason,omitempty"`
+	Via      []string            `json:"via,omitempty"`
+}
+
+// Replay rebuilds State from journal records.
+func Replay(recs []journal.Record) (*State, error) {
+	s := &State{}
+	for _, r := range recs {
+		switch {
+		case r.Step == stepStart:
+			var d startData
+			if err := r.Decode(&d); err != nil {
+				return nil, fmt.Errorf("journal record %d: %w", r.Seq, err)
+			}
+			s.RunID, s.Label, s.Workflow, s.Started = d.RunID, d.Label, d.Workflow, r.Time
+		case r.Step == stepFreeze && r.Type == "done":
+			var d struct {
+				Hash string `json:"manifest_sha256"`
+			}
+			r.Decode(&d)
+			s.ManifestHash = d.Hash
+		case r.Step == stepApprove && r.Type == "done":
+			s.Approved = true
+		case r.Step == stepRent && r.Type == "intent":
+			var d rentIntent
+			if err := r.Decode(&d); err != nil {
+				return nil, fmt.Errorf("journal record %d: %w", r.Seq, err)
+			}
+			a := d.Attempt
+			a.OfferID, a.IntentAt = d.Offer, r.Time
+			s.Attempts = append(s.Attempts, &a)
+		case r.Step == stepRent && r.Type == "done", r.Step == stepAdopt && r.Type == "done":
+			var d instanceData
+			r.Decode(&d)
+			if a := s.Current(); a != nil && a.InstanceID == 0 {
+				a.InstanceID, a.RentedAt = d.Instance, r.Time
+			}
+		case r.Step == stepRent && r.Type == "failed":
+			var d instanceData
+			r.Decode(&d)
+			if a := s.Current(); a != nil && a.InstanceID == 0 {
+				a.Failure = d.Reason
+			}
+		case r.Step == stepAdopt && r.Type == "event": // an extra found by label
+			var d instanceData
+			r.Decode(&d)
+			if s.attemptFor(d.Instance) == nil {
+				s.Extras = append(s.Extras, d.Instance)
+			}
+		case r.Step == stepReady && r.Type == "done":
+			var d instanceData
+			r.Decode(&d)
+			if a := s.attemptFor(d.Instance); a != nil {
+				a.RunningAt = r.Time
+			}
+		case r.Step == stepFailover:
+			var d instanceData
+			r.Decode(&d)
+			if a := s.attemptFor(d.Instance); a != nil {
+				a.Failure = d.Reason
+			}
+		case r.Step == stepDestroy && r.Type == "intent":
+			var d instanceData
+			r.Decode(&d)
+			if a := s.attemptFor(d.Instance); a != nil && a.DestroySentAt.IsZero() {
+				a.DestroySentAt = r.Time
+			}
+		case r.Step == stepDestroy && r.Type == "done":
+			var d instanceData
+			r.Decode(&d)
+			if a := s.attemptFor(d.Instance); a != nil {
+				a.Destroyed = true
+			}
+		case r.Step == stepConfirm && r.Type == "done":
+			var d instanceData
+			r.Decode(&d)
+			a := s.attemptFor(d.Instance)
+			if a == nil { // an extra: track its confirmation as a pseudo-attempt
+				a = &Attempt{InstanceID: d.Instance, Failure: "extra instance carrying the run label"}
+				s.Attempts = append(s.Attempts, a)
+				a.IntentAt = r.Time
+			}
+			a.Destroyed, a.Confirmed, a.ConfirmedBy, a.ConfirmedAt = true, true, d.Via, r.Time
+		case r.Step == stepOutcome:
+			var d struct {
+				Outcome string `json:"outcome"`
+			}
+			r.Decode(&d)
+			s.Outcome = d.Outcome
+		}
+	}
+	if s.RunID == "" && len(recs) > 0 {
+		return nil, errors.New("journal does not start with a run record")
+	}
+	return s, nil
+}
+
+// LoadState reads a run directory's journal without locking it.
+func LoadState(runDir string) (*State, error) {
+	recs, err := journal.Read(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("read run %s: %w", runDir, err)
+	}
+	return Replay(recs)
+}
+
+// stateFile is a small summary beside the journal for scripts and the
+// GitHub Action's post step; the journal stays the source of truth.
+type stateFile struct {
+	Schema      string                `json:"schema"`
+	RunID       string                `json:"run_id"`
+	Label       string                `json:"label"`
+	Instances   []provider.InstanceID `json:"instance_ids"`
+	Unconfirmed []provider.InstanceID `json:"unconfirmed_instance_ids"`
+	Outcome     string                `json:"outcome,omitempty"`
+	EvidenceDir string                `json:"evidence_dir,omitempty"`
+}
+
+func writeStateFile(runDir string, s *State, evidence string) error {
+	ids := s.Instances()
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	b, _ := json.MarshalIndent(stateFile{Schema: "vastrun.state/v1", RunID: s.RunID, Label: s.Label, Instances: ids,
+		Unconfirmed: s.Unconfirmed(), Outcome: s.Outcome, EvidenceDir: evidence}, "", "  ")
+	return writeFileAtomic(filepath.Join(runDir, "state.json"), append(b, '\n'), 0o600)
+}
+
+func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

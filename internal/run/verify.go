@@ -1,0 +1,160 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/remote"
+)
+
+// GPUInfo is one GPU as nvidia-smi reports it.
+type GPUInfo struct {
+	Name      string `json:"name"`
+	MemoryMiB int    `json:"memory_mib"`
+	Driver    string `json:"driver_version"`
+}
+
+// Check is one verification and its verdict.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+type verifyReport struct {
+	ImageUUID  string    `json:"image_uuid"`
+	GPUs       []GPUInfo `json:"gpus"`
+	CUDA       float64   `json:"cuda_version"`
+	FreeDiskGB float64   `json:"free_disk_gb"`
+	Checks     []Check   `json:"checks"`
+}
+
+func (r *verifyReport) add(name string, ok bool, format string, args ...any) {
+	r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+}
+
+var cudaRE = regexp.MustCompile(`CUDA Version:\s*([0-9]+(?:\.[0-9]+)?)`)
+
+// modelToken is the part of a Vast GPU name that nvidia-smi also prints:
+// the first word with a digit ("4090", "A100", "T4", "A6000", "L40S").
+func modelToken(vastName string) string {
+	for _, f := range strings.Fields(strings.ToUpper(vastName)) {
+		if strings.ContainsAny(f, "0123456789") {
+			return f
+		}
+	}
+	return strings.ToUpper(strings.TrimSpace(vastName))
+}
+
+func smiHasModel(smiName, vastName string) bool {
+	tok := modelToken(vastName)
+	for _, f := range strings.FieldsFunc(strings.ToUpper(smiName), func(r rune) bool { return r == ' ' || r == '-' || r == '_' }) {
+		if f == tok {
+			return true
+		}
+	}
+	return false
+}
+
+// verify checks, before the test, that the instance is what was paid for:
+// the exact image, the GPU model, count and VRAM, CUDA, and disk headroom.
+func (e *Engine) verify(ctx context.Context, c *remote.Client, inst provider.Instance) error {
+	r := &verifyReport{ImageUUID: inst.ImageUUID}
+	e.verifyRep = r
+	defer e.writeVerify()
+	p := e.Config.Policy()
+
+	r.add("image", inst.ImageUUID == e.Config.Image, "instance runs %q; manifest pins %q", inst.ImageUUID, e.Config.Image)
+	out, err := c.Output(ctx, `echo "==csv"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits; echo "==smi"; nvidia-smi; echo "==df"; df -Pk . | tail -n 1`)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	sections := splitSections(out)
+	for _, line := range strings.Split(strings.TrimSpace(sections["csv"]), "\n") {
+		parts := strings.Split(line, ",")
+		if len(parts) < 3 {
+			continue
+		}
+		mem, _ := strconv.Atoi(strings.TrimSpace(parts[1]))
+		r.GPUs = append(r.GPUs, GPUInfo{Name: strings.TrimSpace(parts[0]), MemoryMiB: mem, Driver: strings.TrimSpace(parts[2])})
+	}
+	if len(r.GPUs) == 0 {
+		r.add("gpu visible", false, "nvidia-smi listed no GPU (%v)", err)
+	} else {
+		r.add("gpu count", len(r.GPUs) == p.Count, "nvidia-smi lists %d GPUs; policy wants %d", len(r.GPUs), p.Count)
+		for i, g := range r.GPUs {
+			r.add(fmt.Sprintf("gpu %d model", i), smiHasModel(g.Name, inst.GPUName), "nvidia-smi %q vs rented %q", g.Name, inst.GPUName)
+			if p.MinVRAMGB > 0 {
+				r.add(fmt.Sprintf("gpu %d vram", i), float64(g.MemoryMiB) >= p.MinVRAMGB*1000, "%d MiB; policy wants %g GB", g.MemoryMiB, p.MinVRAMGB)
+			}
+		}
+	}
+	if m := cudaRE.FindStringSubmatch(sections["smi"]); m != nil {
+		r.CUDA, _ = strconv.ParseFloat(m[1], 64)
+		r.add("cuda", r.CUDA+1e-9 >= p.MinCUDA, "driver supports CUDA %.1f; policy wants >= %.1f", r.CUDA, p.MinCUDA)
+	} else {
+		r.add("cuda", false, "nvidia-smi printed no CUDA version")
+	}
+	if f := strings.Fields(sections["df"]); len(f) >= 4 {
+		kb, _ := strconv.ParseFloat(f[3], 64)
+		r.FreeDiskGB = kb / 1e6
+	}
+	minFree := e.Config.Verify.MinFreeDiskGB
+	if minFree <= 0 {
+		minFree = 1
+	}
+	r.add("disk headroom", r.FreeDiskGB >= minFree, "%.1f GB free; need %g GB", r.FreeDiskGB, minFree)
+
+	var failed []string
+	for _, ch := range r.Checks {
+		if !ch.OK {
+			failed = append(failed, ch.Name+": "+ch.Detail)
+		}
+	}
+	if len(failed) > 0 {
+		e.record("failed", stepVerify, map[string]any{"instance_id": inst.ID, "checks": failed})
+		outcome := OutcomeVerifyFailed
+		if r.Checks[0].Name == "image" && !r.Checks[0].OK {
+			outcome = OutcomeRemoteDiffers
+		}
+		return &StepError{Step: stepVerify, Instance: inst.ID, Outcome: outcome, Err: errors.New(strings.Join(failed, "; "))}
+	}
+	e.infof("verified instance %d: %s x%d, CUDA %.1f, %.0f GB free, image %s", inst.ID, r.GPUs[0].Name, len(r.GPUs), r.CUDA, r.FreeDiskGB, shortImage(inst.ImageUUID))
+	return e.record("done", stepVerify, map[string]any{"instance_id": inst.ID})
+}
+
+func shortImage(s string) string {
+	if i := strings.Index(s, "@sha256:"); i >= 0 && len(s) > i+20 {
+		return s[:i+20] + "…"
+	}
+	return s
+}
+
+func splitSections(out string) map[string]string {
+	m := map[string]string{}
+	cur := ""
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "==") {
+			cur = strings.TrimPrefix(line, "==")
+			continue
+		}
+		m[cur] += line + "\n"
+	}
+	return m
+}
+
+func (e *Engine) writeVerify() {
+	if e.verifyRep == nil {
+		return
+	}
+	b, _ := json.MarshalIndent(e.verifyRep, "", "  ")
+	os.WriteFile(filepath.Join(e.EvidenceDir, "verify.json"), append(e.Redactor.Bytes(b), '\n'), 0o644)
+}

@@ -1,0 +1,127 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/remote"
+)
+
+// ResultPath is where, relative to the login directory, a test may write
+// its JSON result; $VASTRUN_RESULT holds the absolute path.
+const ResultPath = ".vastrun/result.json"
+
+type testResult struct {
+	ExitCode  int            `json:"exit_code"`
+	Signal    string         `json:"signal,omitempty"`
+	Result    map[string]any `json:"result,omitempty"`
+	ResultErr string         `json:"result_error,omitempty"`
+	Log       string         `json:"log"`
+	TimedOut  bool           `json:"timed_out,omitempty"`
+}
+
+// testEnv is the environment the test gets: config env, declared secrets
+// (read from vastrun's own environment), and run facts.
+func (e *Engine) testEnv() (map[string]string, error) {
+	env := map[string]string{}
+	for k, v := range e.Config.Env {
+		env[k] = v
+	}
+	var missing []string
+	for _, name := range e.Config.Secrets {
+		v := e.Getenv(name)
+		if v == "" {
+			missing = append(missing, name)
+			continue
+		}
+		env[name] = v
+		e.Redactor.Add(v)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("secrets %v are declared in the config but not set in the environment", missing)
+	}
+	env["VASTRUN_RUN_ID"] = e.state.RunID
+	env["VASTRUN_LABEL"] = e.state.Label
+	return env, nil
+}
+
+// upload copies the config's upload paths to the same relative paths.
+func (e *Engine) upload(c *remote.Client) error {
+	for _, u := range e.Config.Upload {
+		local := filepath.Join(e.RepoDir, u)
+		if _, err := os.Stat(local); err != nil {
+			return fmt.Errorf("upload %s: %w", u, err)
+		}
+		if err := c.Upload(local, filepath.ToSlash(filepath.Clean(u))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// work runs the test under the job timeout, streaming redacted output to
+// the terminal and to test.log, then fetches its JSON result, if any.
+func (e *Engine) work(ctx context.Context, c *remote.Client, script string, env map[string]string) (*testResult, error) {
+	logPath := filepath.Join(e.EvidenceDir, "test.log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var sinks io.Writer = f
+	if e.Stream != nil {
+		sinks = io.MultiWriter(f, e.Stream)
+	}
+	out := e.Redactor.Writer(sinks)
+	defer out.Close()
+
+	jctx, cancel := context.WithTimeout(ctx, time.Duration(e.Config.Timeouts.Job))
+	defer cancel()
+	e.record("intent", stepWork, map[string]any{"command": script})
+	full := `VASTRUN_RESULT="$PWD/` + ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; rm -f "$VASTRUN_RESULT"; ` + script
+	err = c.Run(jctx, remote.Command{Script: full, Env: env, Stdout: out, Stderr: out})
+	out.Flush()
+	res := &testResult{Log: "test.log"}
+	var ee *remote.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.ExitCode, res.Signal = ee.Code, ee.Signal
+	case ctx.Err() != nil:
+		return res, ctx.Err()
+	case jctx.Err() != nil:
+		res.TimedOut, res.ExitCode = true, -1
+		e.record("failed", stepWork, map[string]any{"timeout": e.Config.Timeouts.Job.String()})
+		return res, &StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the test ran past the job timeout %s", e.Config.Timeouts.Job)}
+	default:
+		return res, &StepError{Step: stepWork, Err: err}
+	}
+	e.fetchResult(c, res)
+	e.record("done", stepWork, map[string]any{"exit_code": res.ExitCode})
+	return res, nil
+}
+
+func (e *Engine) fetchResult(c *remote.Client, res *testResult) {
+	tmp := filepath.Join(e.runDir, "result.json.download")
+	defer os.Remove(tmp)
+	err := c.Download(ResultPath, tmp, 1<<20)
+	if errors.Is(err, remote.ErrRemoteMissing) {
+		return
+	}
+	if err != nil {
+		res.ResultErr = err.Error()
+		return
+	}
+	b, _ := os.ReadFile(tmp)
+	b = e.Redactor.Bytes(b)
+	os.WriteFile(filepath.Join(e.EvidenceDir, "result.json"), b, 0o644)
+	if err := json.Unmarshal(b, &res.Result); err != nil {
+		res.ResultErr = "result file is not a JSON object: " + err.Error()
+	}
+}

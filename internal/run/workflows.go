@@ -1,0 +1,263 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/remote"
+)
+
+// gate runs the config's CPU commands locally; any failure means no rental.
+func (e *Engine) gate(ctx context.Context) error {
+	if len(e.Config.Gate) == 0 {
+		return nil
+	}
+	t0 := e.now()
+	defer func() { e.timings.add("gate", e.now().Sub(t0)) }()
+	f, err := os.OpenFile(filepath.Join(e.EvidenceDir, "gate.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var sink io.Writer = f
+	if e.Stream != nil {
+		sink = io.MultiWriter(f, e.Stream)
+	}
+	out := e.Redactor.Writer(sink)
+	defer out.Close()
+	for _, command := range e.Config.Gate {
+		e.infof("gate: %s", command)
+		fmt.Fprintf(out, "$ %s\n", command)
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
+		cmd.Dir, cmd.Stdout, cmd.Stderr = e.RepoDir, out, out
+		if err := cmd.Run(); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			e.record("failed", stepGate, map[string]any{"command": command, "error": err.Error()})
+			return &StepError{Step: stepGate, Outcome: OutcomeGated, Err: fmt.Errorf("%w: %q: %v", ErrGated, command, err)}
+		}
+	}
+	return e.record("done", stepGate, map[string]any{"commands": len(e.Config.Gate)})
+}
+
+// ErrSkipped means the change touches none of the config's paths.
+var ErrSkipped = errors.New("the change touches none of the configured paths: GPU step skipped")
+
+// pathsTouched applies the config's paths: filter to the change.
+func (e *Engine) pathsTouched(ctx context.Context) error {
+	if len(e.Config.Paths) == 0 {
+		return nil
+	}
+	base := e.Base
+	if base == "" {
+		switch {
+		case e.Getenv("GITHUB_BASE_REF") != "":
+			base = "origin/" + e.Getenv("GITHUB_BASE_REF")
+		case e.Getenv("CI_MERGE_REQUEST_DIFF_BASE_SHA") != "":
+			base = e.Getenv("CI_MERGE_REQUEST_DIFF_BASE_SHA")
+		}
+	}
+	if base == "" {
+		e.infof("paths: no base to diff against (pass --base); running the GPU step")
+		return nil
+	}
+	files, err := changedFiles(ctx, e.RepoDir, base)
+	if err != nil {
+		e.infof("paths: %v; running the GPU step", err)
+		return nil
+	}
+	for _, f := range files {
+		for _, p := range e.Config.Paths {
+			if MatchGlob(p, f) {
+				e.infof("paths: %s matches %s", f, p)
+				return nil
+			}
+		}
+	}
+	e.record("event", stepGate, map[string]any{"skipped": true, "changed_files": len(files)})
+	return &StepError{Step: "paths", Outcome: OutcomeSkipped, Err: ErrSkipped}
+}
+
+// Outcome classifies a run's error.
+func Outcome(err error) string {
+	var se *StepError
+	var tf *TestFailedError
+	switch {
+	case err == nil:
+		return OutcomePassed
+	case errors.As(err, &tf):
+		return OutcomeFailed
+	case errors.Is(err, context.Canceled):
+		return OutcomeInterrupted
+	case errors.As(err, &se) && se.Outcome != "":
+		return se.Outcome
+	}
+	return OutcomeError
+}
+
+// prepare runs the local steps: gate, paths, freeze, secrets present.
+func (e *Engine) prepare(ctx context.Context) error {
+	if err := os.MkdirAll(e.EvidenceDir, 0o755); err != nil {
+		return fmt.Errorf("create evidence directory: %w", err)
+	}
+	if err := CheckImagePinned(e.Config.Image); err != nil {
+		return &StepError{Step: stepFreeze, Err: err}
+	}
+	if err := e.gate(ctx); err != nil {
+		return err
+	}
+	if err := e.pathsTouched(ctx); err != nil {
+		return err
+	}
+	if _, err := e.testEnv(); err != nil {
+		return &StepError{Step: stepFreeze, Err: err}
+	}
+	return e.freeze(ctx)
+}
+
+// RunCI runs the whole acceptance step: prepare, rent exactly one instance,
+// verify it, run the test, and tear down on every path. It always returns
+// a receipt once the run has begun.
+func (e *Engine) RunCI(ctx context.Context) (receipt *Receipt, err error) {
+	if err := e.Begin("ci"); err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	var client *remote.Client
+	defer func() {
+		if p := recover(); p != nil {
+			e.Log.Error("panic", "value", p, "stack", string(debug.Stack()))
+			err = fmt.Errorf("internal error (panic): %v", p)
+		}
+		if client != nil {
+			client.Close()
+		}
+		outcome := Outcome(err)
+		if e.rentAttempted() {
+			if terr := e.Teardown(ctx); terr != nil {
+				err = errors.Join(err, terr)
+			}
+		}
+		receipt = e.finish(ctx, outcome, err)
+	}()
+	if err := e.prepare(ctx); err != nil {
+		return nil, err
+	}
+	client, inst, err := e.provision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return nil, e.verifyAndTest(ctx, client, inst)
+}
+
+func (e *Engine) rentAttempted() bool { return e.state != nil && len(e.state.Attempts) > 0 }
+
+func (e *Engine) verifyAndTest(ctx context.Context, client *remote.Client, inst provider.Instance) error {
+	t0 := e.now()
+	if err := e.verify(ctx, client, inst); err != nil {
+		return err
+	}
+	if err := e.upload(client); err != nil {
+		return &StepError{Step: "upload", Instance: inst.ID, Err: err}
+	}
+	e.timings.add("verify", e.now().Sub(t0))
+	env, err := e.testEnv()
+	if err != nil {
+		return err
+	}
+	e.infof("running the test on instance %d: %s", inst.ID, e.Config.Test)
+	e.mark("test_start")
+	t0 = e.now()
+	res, err := e.work(ctx, client, e.Config.Test, env)
+	e.mark("test_end")
+	e.timings.add("test", e.now().Sub(t0))
+	e.test = res
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return &TestFailedError{Code: res.ExitCode}
+	}
+	e.infof("the test passed")
+	return nil
+}
+
+// Up prepares and provisions, leaving a verified instance running for
+// later `exec` and `down` calls. A failure tears down what it rented.
+func (e *Engine) Up(ctx context.Context) (receipt *Receipt, err error) {
+	if err := e.Begin("up"); err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	var client *remote.Client
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("internal error (panic): %v", p)
+		}
+		if client != nil {
+			client.Close()
+		}
+		outcome := OutcomeUp
+		if err != nil {
+			outcome = Outcome(err)
+			if e.rentAttempted() {
+				if terr := e.Teardown(ctx); terr != nil {
+					err = errors.Join(err, terr)
+				}
+			}
+		}
+		receipt = e.finish(ctx, outcome, err)
+	}()
+	if err := e.prepare(ctx); err != nil {
+		return nil, err
+	}
+	client, inst, err := e.provision(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.verify(ctx, client, inst); err != nil {
+		return nil, err
+	}
+	if err := e.upload(client); err != nil {
+		return nil, &StepError{Step: "upload", Instance: inst.ID, Err: err}
+	}
+	return nil, nil
+}
+
+// Exec runs script on the run's current instance (opened with Open).
+func (e *Engine) Exec(ctx context.Context, script string) (*testResult, error) {
+	a := e.state.Current()
+	if a == nil || a.InstanceID == 0 || a.Confirmed {
+		return nil, fmt.Errorf("run %s has no live instance", e.state.RunID)
+	}
+	inst, err := e.Market.ShowInstance(ctx, a.InstanceID)
+	if err != nil {
+		return nil, fmt.Errorf("exec on instance %d: %w", a.InstanceID, err)
+	}
+	client, err := e.connect(ctx, a.InstanceID, inst, e.now().Add(2*time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	env, err := e.testEnv()
+	if err != nil {
+		return nil, err
+	}
+	os.MkdirAll(e.EvidenceDir, 0o755)
+	return e.work(ctx, client, script, env)
+}
+
+// Down tears the run down and records the outcome.
+func (e *Engine) Down(ctx context.Context) (*Receipt, error) {
+	err := e.Teardown(ctx)
+	return e.finish(ctx, OutcomeDown, err), err
+}
