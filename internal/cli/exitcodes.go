@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/vast"
+	"github.com/vastrun/vastrun/internal/run"
 )
 
 // Exit codes are an API: CI scripts branch on them. docs/exit-codes.md
@@ -20,6 +22,8 @@ const (
 	ExitNeedsYes    = 6   // spending money needs --yes or an interactive yes
 	ExitUnconfirmed = 7   // cleanup could not be confirmed: an instance may still bill
 	ExitUnavailable = 8   // the marketplace API could not be reached or kept failing
+	ExitBudget      = 9   // the run would exceed, or exceeded, budget.max_spend
+	ExitProvision   = 10  // the rental never became a verified, reachable instance (it was destroyed)
 	ExitInterrupted = 130 // SIGINT/SIGTERM
 )
 
@@ -42,14 +46,29 @@ func exitCode(err error) int {
 	var qe *vast.QueryError
 	var noOffer *NoOfferError
 	var apiErr *provider.APIError
+	var cleanup *run.CleanupError
+	var testFailed *run.TestFailedError
+	var step *run.StepError
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &cleanup): // first: an instance may still be billing
+		return ExitUnconfirmed
+	case errors.As(err, &testFailed), errors.Is(err, run.ErrGated):
+		return ExitTestFailed
+	case errors.Is(err, run.ErrNeedsApproval):
+		return ExitNeedsYes
+	case errors.Is(err, run.ErrNoOffer):
+		return ExitNoOffer
+	case errors.As(err, &step) && step.Outcome == run.OutcomeBudget:
+		return ExitBudget
+	case errors.As(err, &step) && (step.Outcome == run.OutcomeReadyFailed || step.Outcome == run.OutcomeVerifyFailed || step.Outcome == run.OutcomeRemoteDiffers):
+		return ExitProvision
 	case errors.Is(err, context.Canceled):
 		return ExitInterrupted
 	case errors.As(err, &usage), errors.As(err, &qe):
 		return ExitUsage
-	case errors.Is(err, vast.ErrNoAPIKey), errors.Is(err, provider.ErrAuth):
+	case errors.Is(err, vast.ErrNoAPIKey), errors.Is(err, provider.ErrAuth), errors.As(err, new(*ScopeError)):
 		return ExitAuth
 	case errors.As(err, &noOffer):
 		return ExitNoOffer
@@ -73,6 +92,16 @@ func hints(err error) []string {
 		out = append(out, "write queries as the official vast CLI does, e.g. 'gpu_name=RTX_4090 num_gpus>=1 dph<0.5'")
 	case errors.Is(err, vast.ErrNoAPIKey):
 		out = append(out, "or try everything offline first with --sim (an embedded simulator; no money moves)")
+	case errors.As(err, new(*run.CleanupError)):
+		var ce *run.CleanupError
+		errors.As(err, &ce)
+		out = append(out, fmt.Sprintf("destroy them as soon as the API answers: vastrun down --label %s --yes", ce.Label))
+	case errors.Is(err, run.ErrNeedsApproval):
+		out = append(out, "read the plan above, then re-run with --yes")
+	case errors.Is(err, run.ErrNoOffer):
+		out = append(out, "see why each offer was rejected: vastrun offers --policy vastrun.yaml --explain")
+	case errors.Is(err, run.ErrMutableImage):
+		out = append(out, "find the digest with: docker buildx imagetools inspect IMAGE (or crane digest IMAGE)")
 	case errors.Is(err, provider.ErrAuth):
 		out = append(out, "check VAST_API_KEY (or ~/.config/vastai/vast_api_key); Vast answers an unknown key with 404 auth_error", "'vastrun doctor' shows what the key may do")
 	case isTransport(err):

@@ -37,6 +37,7 @@ type Factory struct {
 
 	logger  *slog.Logger
 	market  provider.Marketplace
+	keyUsed string // for masking only; never printed
 	simSrv  *sim.Server
 	simHTTP *http.Server
 }
@@ -51,6 +52,13 @@ func (f *Factory) Logger() *slog.Logger {
 		}
 	}
 	return f.logger
+}
+
+func (f *Factory) clock() clock.Clock {
+	if f.Clock != nil {
+		return f.Clock
+	}
+	return clock.Real{}
 }
 
 // Simulated reports whether commands run against the embedded simulator.
@@ -71,7 +79,7 @@ func (f *Factory) Marketplace(ctx context.Context) (provider.Marketplace, error)
 		if err != nil {
 			return nil, err
 		}
-		f.market = c
+		f.market, f.keyUsed = c, key
 		return c, nil
 	}
 	if f.APIKey != "" {
@@ -90,12 +98,18 @@ func (f *Factory) Marketplace(ctx context.Context) (provider.Marketplace, error)
 	if err != nil {
 		return nil, &UsageError{Err: err, Hint: "set --url or VAST_URL to an http(s) URL such as https://console.vast.ai"}
 	}
-	f.market = c
+	f.market, f.keyUsed = c, key
 	return c, nil
 }
 
 func (f *Factory) startSim() (url, key string, err error) {
-	s, err := sim.New(sim.Config{Clock: clock.NewScaled(time.Now(), SimSpeed), Logger: f.Logger()})
+	// Under --sim everything runs on the simulator's clock, so deadlines,
+	// timings and cost estimates agree with what the simulator bills.
+	simClock := clock.NewScaled(time.Now(), SimSpeed)
+	if f.Clock == nil {
+		f.Clock = simClock
+	}
+	s, err := sim.New(sim.Config{Clock: f.Clock, Logger: f.Logger()})
 	if err != nil {
 		return "", "", err
 	}
@@ -115,6 +129,10 @@ func (f *Factory) startSim() (url, key string, err error) {
 	f.IO.Infof("using the embedded simulator at %s: nothing is rented or billed for real", url)
 	return url, s.APIKey(), nil
 }
+
+// KeyForMasking is the API key in use (after Marketplace), so that output
+// can be masked. It must never be printed.
+func (f *Factory) KeyForMasking() string { return f.keyUsed }
 
 // SimServer is the embedded simulator, when --sim started one.
 func (f *Factory) SimServer() *sim.Server { return f.simSrv }

@@ -25,6 +25,8 @@ type OffersOptions struct {
 	Type       string
 	DiskGB     float64
 	NoDefaults bool
+	PolicyFile string
+	Explain    bool
 }
 
 // NewCmdOffers builds `vastrun offers`; runF replaces the run in tests.
@@ -44,7 +46,8 @@ searched; write verified=any to drop one of those defaults.
 Prices ($/HR) include storage for --disk GB, as Vast bills it.`,
 		Example: `  vastrun offers --sim 'gpu_name=RTX_4090 num_gpus=1'
   vastrun offers 'num_gpus>=2 gpu_ram>=40 reliability>0.98 geolocation in [US,CA]' -o dph_total
-  vastrun offers 'gpu_name in [A100_SXM4,H100_SXM] dph<3' --limit 5 --json`,
+  vastrun offers 'gpu_name in [A100_SXM4,H100_SXM] dph<3' --limit 5 --json
+  vastrun offers --policy vastrun.yaml --explain`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.JSON = f.JSON
 			opts.Query = strings.Join(args, " ")
@@ -57,6 +60,15 @@ Prices ($/HR) include storage for --disk GB, as Vast bills it.`,
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
+			if opts.PolicyFile != "" {
+				if opts.Query != "" {
+					return &UsageError{Err: fmt.Errorf("give either a query or --policy, not both")}
+				}
+				return explainPolicy(cmd.Context(), f, opts.PolicyFile, 500)
+			}
+			if opts.Explain {
+				return &UsageError{Err: fmt.Errorf("--explain needs --policy FILE")}
+			}
 			return runOffers(cmd.Context(), opts)
 		},
 	}
@@ -65,6 +77,8 @@ Prices ($/HR) include storage for --disk GB, as Vast bills it.`,
 	fl.IntVar(&opts.Limit, "limit", 20, "maximum number of offers")
 	fl.StringVar(&opts.Type, "type", "on-demand", "on-demand, interruptible (bid) or reserved")
 	fl.Float64Var(&opts.DiskGB, "disk", 10, "disk GB to price storage for")
+	fl.StringVar(&opts.PolicyFile, "policy", "", "judge offers against the gpu: policy in this vastrun.yaml")
+	fl.BoolVar(&opts.Explain, "explain", false, "with --policy: show why every offer is chosen or rejected")
 	fl.BoolVar(&opts.NoDefaults, "no-default", false, "do not add the default filters (verified, rentable, unrented, not external)")
 	return cmd
 }

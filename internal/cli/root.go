@@ -83,7 +83,8 @@ Exit codes are documented in docs/exit-codes.md.`,
 		return &UsageError{Err: err, Hint: fmt.Sprintf("see '%s --help'", c.CommandPath())}
 	})
 
-	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f))
+	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f),
+		NewCmdCI(f), NewCmdUp(f), NewCmdExec(f), NewCmdDown(f), NewCmdStatus(f), NewCmdReap(f), NewCmdDoctor(f))
 	return root
 }
 

@@ -108,6 +108,15 @@ const (
 	DefaultTeardown = 4 * time.Minute // inside GitHub's 5-minute cancellation window
 )
 
+// Defaults is a config with every default filled, for commands that can
+// work without a vastrun.yaml (exec, down, status, reap). It is not valid
+// for renting.
+func Defaults() *Config {
+	c := &Config{}
+	c.fillDefaults()
+	return c
+}
+
 // Load reads and validates a config file.
 func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)

@@ -171,7 +171,9 @@ type ListOptions struct {
 
 // User is the account behind a key.
 type User struct {
-	ID       int64
+	ID int64
+	// KeyID identifies the API key that made the call.
+	KeyID    int64
 	Username string
 	Email    string
 	Balance  float64

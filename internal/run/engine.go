@@ -88,13 +88,14 @@ type Engine struct {
 	Annotations io.Writer
 	Jitter      func() float64
 
-	Config      *config.Config
-	RepoDir     string // where gate commands and git run
-	StateRoot   string // holds runs/<id>/
-	EvidenceDir string // default <StateRoot>/../vastrun-evidence/<run>
-	Base        string // git base for paths; "" means detect
-	Simulated   bool
-	Workflow    string
+	Config       *config.Config
+	RepoDir      string // where gate commands and git run
+	StateRoot    string // holds runs/<id>/
+	EvidenceDir  string // exact evidence directory; default <EvidenceRoot>/<run>
+	EvidenceRoot string // default vastrun-evidence
+	Base         string // git base for paths; "" means detect
+	Simulated    bool
+	Workflow     string
 
 	// Filled as the run proceeds.
 	runDir     string
@@ -102,7 +103,7 @@ type Engine struct {
 	state      *State
 	manifest   Manifest
 	timings    timings
-	test       *testResult
+	test       *TestOutcome
 	verifyRep  *verifyReport
 	selected   []policy.Decision
 	cost       costReport
@@ -222,9 +223,7 @@ func (e *Engine) Begin(workflow string) error {
 	}
 	e.Workflow = workflow
 	e.runDir = filepath.Join(e.StateRoot, "runs", runID)
-	if e.EvidenceDir == "" {
-		e.EvidenceDir = filepath.Join("vastrun-evidence", runID)
-	}
+	e.defaultEvidence(runID)
 	j, err := journal.Open(e.runDir, e.now)
 	if err != nil {
 		return err
@@ -259,10 +258,19 @@ func (e *Engine) Open(runDir string) error {
 		return fmt.Errorf("run directory %s holds no run", runDir)
 	}
 	e.j, e.state, e.runDir = j, st, runDir
-	if e.EvidenceDir == "" {
-		e.EvidenceDir = filepath.Join("vastrun-evidence", st.RunID)
-	}
+	e.defaultEvidence(st.RunID)
 	return nil
+}
+
+func (e *Engine) defaultEvidence(runID string) {
+	if e.EvidenceDir != "" {
+		return
+	}
+	root := e.EvidenceRoot
+	if root == "" {
+		root = "vastrun-evidence"
+	}
+	e.EvidenceDir = filepath.Join(root, runID)
 }
 
 // Close releases the journal.

@@ -51,7 +51,7 @@ type Receipt struct {
 	Image          string             `json:"image"`
 	ManifestSHA256 string             `json:"manifest_sha256"`
 	Attempts       []*Attempt         `json:"attempts"`
-	Test           *testResult        `json:"test,omitempty"`
+	Test           *TestOutcome       `json:"test,omitempty"`
 	Verify         *verifyReport      `json:"verify,omitempty"`
 	Timings        map[string]float64 `json:"timings_s"`
 	Cost           costReport         `json:"cost"`

@@ -17,7 +17,8 @@ import (
 // its JSON result; $VASTRUN_RESULT holds the absolute path.
 const ResultPath = ".vastrun/result.json"
 
-type testResult struct {
+// TestOutcome is how a command on the instance ended.
+type TestOutcome struct {
 	ExitCode  int            `json:"exit_code"`
 	Signal    string         `json:"signal,omitempty"`
 	Result    map[string]any `json:"result,omitempty"`
@@ -67,7 +68,7 @@ func (e *Engine) upload(c *remote.Client) error {
 
 // work runs the test under the job timeout, streaming redacted output to
 // the terminal and to test.log, then fetches its JSON result, if any.
-func (e *Engine) work(ctx context.Context, c *remote.Client, script string, env map[string]string) (*testResult, error) {
+func (e *Engine) work(ctx context.Context, c *remote.Client, script string, env map[string]string) (*TestOutcome, error) {
 	logPath := filepath.Join(e.EvidenceDir, "test.log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -87,7 +88,7 @@ func (e *Engine) work(ctx context.Context, c *remote.Client, script string, env 
 	full := `VASTRUN_RESULT="$PWD/` + ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; rm -f "$VASTRUN_RESULT"; ` + script
 	err = c.Run(jctx, remote.Command{Script: full, Env: env, Stdout: out, Stderr: out})
 	out.Flush()
-	res := &testResult{Log: "test.log"}
+	res := &TestOutcome{Log: "test.log"}
 	var ee *remote.ExitError
 	switch {
 	case err == nil:
@@ -107,7 +108,7 @@ func (e *Engine) work(ctx context.Context, c *remote.Client, script string, env 
 	return res, nil
 }
 
-func (e *Engine) fetchResult(c *remote.Client, res *testResult) {
+func (e *Engine) fetchResult(c *remote.Client, res *TestOutcome) {
 	tmp := filepath.Join(e.runDir, "result.json.download")
 	defer os.Remove(tmp)
 	err := c.Download(ResultPath, tmp, 1<<20)

@@ -234,7 +234,7 @@ func (e *Engine) Up(ctx context.Context) (receipt *Receipt, err error) {
 }
 
 // Exec runs script on the run's current instance (opened with Open).
-func (e *Engine) Exec(ctx context.Context, script string) (*testResult, error) {
+func (e *Engine) Exec(ctx context.Context, script string) (*TestOutcome, error) {
 	a := e.state.Current()
 	if a == nil || a.InstanceID == 0 || a.Confirmed {
 		return nil, fmt.Errorf("run %s has no live instance", e.state.RunID)
@@ -244,6 +244,28 @@ func (e *Engine) Exec(ctx context.Context, script string) (*testResult, error) {
 		return nil, fmt.Errorf("exec on instance %d: %w", a.InstanceID, err)
 	}
 	client, err := e.connect(ctx, a.InstanceID, inst, e.now().Add(2*time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	env, err := e.testEnv()
+	if err != nil {
+		return nil, err
+	}
+	os.MkdirAll(e.EvidenceDir, 0o755)
+	return e.work(ctx, client, script, env)
+}
+
+// ExecInstance runs script on an instance this run did not rent (a split
+// CI job): it attaches the run's own fresh key through the API. Begin must
+// have been called. The instance is not adopted: destroying it is `down`'s
+// job.
+func (e *Engine) ExecInstance(ctx context.Context, id provider.InstanceID, script string) (*TestOutcome, error) {
+	inst, err := e.Market.ShowInstance(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("exec on instance %d: %w", id, err)
+	}
+	client, err := e.connect(ctx, id, inst, e.now().Add(2*time.Minute))
 	if err != nil {
 		return nil, err
 	}

@@ -534,6 +534,7 @@ func (c *Client) CurrentUser(ctx context.Context) (provider.User, error) {
 	}
 	var w struct {
 		ID       num `json:"id"`
+		KeyID    num `json:"key_id"`
 		Username str `json:"username"`
 		Email    str `json:"email"`
 		Balance  num `json:"balance"`
@@ -542,7 +543,7 @@ func (c *Client) CurrentUser(ctx context.Context) (provider.User, error) {
 	if err := decode(op, res.body, &w); err != nil {
 		return provider.User{}, err
 	}
-	return provider.User{ID: int64(w.ID), Username: string(w.Username), Email: string(w.Email), Balance: float64(w.Balance), Credit: float64(w.Credit)}, nil
+	return provider.User{ID: int64(w.ID), KeyID: int64(w.KeyID), Username: string(w.Username), Email: string(w.Email), Balance: float64(w.Balance), Credit: float64(w.Credit)}, nil
 }
 
 // Charges reads per-contract charges (GET /api/v0/charges/), all pages.

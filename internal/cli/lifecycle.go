@@ -1,0 +1,291 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/redact"
+	"github.com/vastrun/vastrun/internal/run"
+)
+
+// WorkflowOptions are the flags shared by ci, up, exec and down.
+type WorkflowOptions struct {
+	ConfigPath          string
+	Yes                 bool
+	EvidenceDir         string
+	StateDir            string
+	Base                string
+	AllowPRTarget       bool
+	RunID               string
+	allowMissingConfigs bool
+}
+
+func (o *WorkflowOptions) addFlags(cmd *cobra.Command, withConfig bool) {
+	fl := cmd.Flags()
+	if withConfig {
+		fl.StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file (docs/config.md)")
+		fl.StringVar(&o.Base, "base", "", "git base to diff against for paths: (default: the PR/MR base from CI)")
+		fl.BoolVar(&o.AllowPRTarget, "allow-pull-request-target", false, "run for pull_request_target events (they carry secrets into PR code)")
+	}
+	fl.BoolVarP(&o.Yes, "yes", "y", false, "approve renting/destroying without a prompt")
+	fl.StringVar(&o.EvidenceDir, "evidence-dir", "", "where to write evidence (default ./vastrun-evidence/RUN)")
+	fl.StringVar(&o.StateDir, "state-dir", "", "where run journals live (default: state_dir in the config, else .vastrun)")
+}
+
+func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
+	c, err := config.Load(o.ConfigPath)
+	if err != nil {
+		if o.allowMissingConfigs && errors.Is(err, os.ErrNotExist) {
+			c = config.Defaults()
+		} else {
+			return nil, &UsageError{Err: err, Hint: "write a vastrun.yaml (see docs/config.md and examples/ci.yaml), or pass -f FILE"}
+		}
+	}
+	if o.StateDir != "" {
+		c.StateDir = o.StateDir
+	}
+	return c, nil
+}
+
+// approver prints the plan and asks, unless --yes. Without a terminal and
+// without --yes it refuses, so that nothing is rented by accident.
+func approver(io *IOStreams, yes bool) func(run.Plan) (bool, error) {
+	return func(p run.Plan) (bool, error) {
+		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
+			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
+		io.Infof("plan: worst case $%.4f if every deadline is used; budget $%.2f; label %s", p.WorstCase, p.MaxSpendUSD, p.Label)
+		if yes {
+			return true, nil
+		}
+		if !io.InTTY {
+			return false, nil
+		}
+		fmt.Fprint(io.ErrOut, "vastrun: rent it? [y/N] ")
+		line, _ := bufio.NewReader(io.In).ReadString('\n')
+		return strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes"), nil
+	}
+}
+
+// newEngine wires an engine from the factory and flags.
+func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, env ci.Env) (*run.Engine, error) {
+	m, err := f.Marketplace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	repo, _ := os.Getwd()
+	e := &run.Engine{
+		Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, CI: env, Getenv: f.Getenv,
+		Redactor: redact.New(f.KeyForMasking()), Approve: approver(f.IO, o.Yes), Annotations: f.IO.ErrOut,
+		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
+		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
+	}
+	return e, nil
+}
+
+// checkTrust stops untrusted events before any key is read.
+func checkTrust(f *Factory, o *WorkflowOptions, env ci.Env) (bool, error) {
+	t := env.CheckTrust(os.ReadFile, o.AllowPRTarget)
+	if t.Trusted {
+		return true, nil
+	}
+	f.IO.Infof("skipping the GPU step: %s", t.Reason)
+	env.AppendSummary("## vastrun: skipped\n\n" + t.Reason + "\n")
+	if f.JSON {
+		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": run.ReceiptSchema, "outcome": run.OutcomeUntrusted, "reason": t.Reason})
+	}
+	return false, nil
+}
+
+func printReceipt(f *Factory, r *run.Receipt) error {
+	if r == nil {
+		return nil
+	}
+	if f.JSON {
+		enc := json.NewEncoder(f.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprint(f.IO.Out, run.Summary(r))
+	f.IO.Infof("evidence in %s", r.EvidenceDir)
+	return nil
+}
+
+// NewCmdCI builds `vastrun ci`.
+func NewCmdCI(f *Factory) *cobra.Command {
+	o := &WorkflowOptions{}
+	cmd := &cobra.Command{
+		Use:   "ci",
+		Short: "Run the GPU acceptance step: gate, rent one instance, test, destroy, evidence",
+		Long: `Run a GPU acceptance step end to end:
+
+  1. skip untrusted events (fork PRs, pull_request_target) before the key is read
+  2. run the gate: commands locally; a failure rents nothing
+  3. skip when the change touches none of paths:
+  4. freeze a manifest (commit, image digest, test, policy, limits, label)
+  5. choose the cheapest offer meeting the GPU policy, show the plan, and rent
+     it only with --yes (or a yes at a terminal)
+  6. wait for it (bounded), verify image, GPU, CUDA and disk, run the test
+  7. destroy it and confirm, on success, failure, Ctrl-C, timeout or panic
+  8. write evidence: manifest, receipt, logs, summary
+
+Exit codes: 0 passed, 3 test or gate failed, 5 no offer, 6 needs --yes,
+7 cleanup NOT confirmed, 9 over budget, 10 never became ready (docs/exit-codes.md).`,
+		Example: `  vastrun ci --sim --yes -f examples/ci.yaml
+  VAST_API_KEY=... vastrun ci --yes -f vastrun.yaml --evidence-dir out/
+  vastrun ci --yes --json > receipt.json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cfg, err := o.loadConfig()
+			if err != nil {
+				return err
+			}
+			env := ci.Detect(f.Getenv)
+			if ok, err := checkTrust(f, o, env); !ok || err != nil {
+				return err
+			}
+			e, err := newEngine(ctx, f, o, cfg, env)
+			if err != nil {
+				return err
+			}
+			r, runErr := e.RunCI(ctx)
+			if perr := printReceipt(f, r); perr != nil && runErr == nil {
+				runErr = perr
+			}
+			return runErr
+		},
+	}
+	o.addFlags(cmd, true)
+	return cmd
+}
+
+// NewCmdUp builds `vastrun up`.
+func NewCmdUp(f *Factory) *cobra.Command {
+	o := &WorkflowOptions{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Gate, rent and verify one instance, and leave it running for exec/down",
+		Long: `Do the first half of 'vastrun ci': gate, rent, wait, verify. The instance
+stays up; its id, label and run id go to stdout, to .vastrun/ and to the CI's
+durable state (GITHUB_OUTPUT, GITHUB_STATE, the GitLab dotenv file), so that
+'vastrun exec' and 'vastrun down' in later steps or jobs can find it.
+A failure destroys what was rented.`,
+		Example: `  vastrun up --yes -f vastrun.yaml
+  vastrun exec -- nvidia-smi
+  vastrun down --yes`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cfg, err := o.loadConfig()
+			if err != nil {
+				return err
+			}
+			env := ci.Detect(f.Getenv)
+			if ok, err := checkTrust(f, o, env); !ok || err != nil {
+				return err
+			}
+			e, err := newEngine(ctx, f, o, cfg, env)
+			if err != nil {
+				return err
+			}
+			r, runErr := e.Up(ctx)
+			if runErr != nil {
+				printReceipt(f, r)
+				return runErr
+			}
+			a := e.State().Current()
+			if f.JSON {
+				return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.up/v1", "run_id": r.RunID, "label": r.Label, "instance_id": a.InstanceID, "simulated": f.Sim})
+			}
+			fmt.Fprintf(f.IO.Out, "run_id=%s\nlabel=%s\ninstance_id=%d\n", r.RunID, r.Label, a.InstanceID)
+			f.IO.Infof("instance %d is up; run 'vastrun exec -- CMD', then 'vastrun down --yes'", a.InstanceID)
+			if f.Sim {
+				f.IO.Infof("note: the embedded simulator stops when this command exits, and its instances with it")
+			}
+			return nil
+		},
+	}
+	o.addFlags(cmd, true)
+	return cmd
+}
+
+// NewCmdExec builds `vastrun exec`.
+func NewCmdExec(f *Factory) *cobra.Command {
+	o := &WorkflowOptions{allowMissingConfigs: true}
+	var instance int64
+	cmd := &cobra.Command{
+		Use:   "exec [flags] -- COMMAND...",
+		Short: "Run a command on the run's instance (or on --instance ID)",
+		Long: `Run a command on the current run's instance over SSH, non-interactively,
+with the config's env and secrets, streaming redacted output. With --instance
+(for a CI job that did not run 'up' itself) a fresh key is attached through
+the API. The exit status is the command's (3 when it fails).`,
+		Example: `  vastrun exec -- python -m pytest tests/gpu
+  vastrun exec --instance 30511207 -- nvidia-smi`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cfg, err := o.loadConfig()
+			if err != nil {
+				return err
+			}
+			e, err := newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+			if err != nil {
+				return err
+			}
+			script := strings.Join(args, " ")
+			var res *run.TestOutcome
+			if instance > 0 {
+				if err := e.Begin("exec"); err != nil {
+					return err
+				}
+				defer e.Close()
+				res, err = e.ExecInstance(ctx, provider.InstanceID(instance), script)
+			} else {
+				dir, derr := runDir(cfg.StateDir, o.RunID)
+				if derr != nil {
+					return &UsageError{Err: derr, Hint: "run 'vastrun up' first, or pass --instance ID"}
+				}
+				if err := e.Open(dir); err != nil {
+					return err
+				}
+				defer e.Close()
+				res, err = e.Exec(ctx, script)
+			}
+			if err != nil {
+				return err
+			}
+			if res.ExitCode != 0 {
+				return &run.TestFailedError{Code: res.ExitCode}
+			}
+			return nil
+		},
+	}
+	o.addFlags(cmd, false)
+	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for env, secrets and the job timeout (optional)")
+	cmd.Flags().Int64Var(&instance, "instance", 0, "instance id to run on, instead of the current run's")
+	cmd.Flags().StringVar(&o.RunID, "run", "", "run id (default: the latest in the state dir)")
+	return cmd
+}
+
+func runDir(stateRoot, runID string) (string, error) {
+	if runID != "" {
+		d := filepath.Join(stateRoot, "runs", runID)
+		if _, err := os.Stat(d); err != nil {
+			return "", fmt.Errorf("run %s: %w", runID, err)
+		}
+		return d, nil
+	}
+	return run.CurrentRunDir(stateRoot)
+}
