@@ -264,7 +264,7 @@ func orDash(s string) string {
 
 // NewCmdReap builds `vastrun reap`.
 func NewCmdReap(f *Factory) *cobra.Command {
-	var prefix string
+	var prefix, at string
 	var yes bool
 	cmd := &cobra.Command{
 		Use:   "reap",
@@ -273,7 +273,7 @@ func NewCmdReap(f *Factory) *cobra.Command {
 vastrun label (self-checking, with an expiry) under --label-prefix, and
 destroy the expired ones. Needs no state: the label says everything. Without
 --yes it only reports.`,
-		Example: "  vastrun reap\n  vastrun reap --label-prefix vastrun-acme --yes --json",
+		Example: "  vastrun reap\n  vastrun reap --label-prefix vastrun-acme --yes --json\n  vastrun reap --at 2026-12-24T00:00:00Z",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -286,6 +286,13 @@ destroy the expired ones. Needs no state: the label says everything. Without
 				return fmt.Errorf("reap: %w", err)
 			}
 			now := f.clock().Now()
+			if at != "" {
+				t, err := time.Parse(time.RFC3339, at)
+				if err != nil {
+					return &UsageError{Err: fmt.Errorf("--at %q: %w", at, err), Hint: "use RFC 3339, e.g. 2026-12-01T00:00:00Z"}
+				}
+				now = t
+			}
 			type cand struct {
 				ID     provider.InstanceID `json:"instance_id"`
 				Label  string              `json:"label"`
@@ -334,6 +341,7 @@ destroy the expired ones. Needs no state: the label says everything. Without
 	}
 	cmd.Flags().StringVar(&prefix, "label-prefix", label.DefaultPrefix+"-", "only labels starting with this")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "destroy (default: only report)")
+	cmd.Flags().StringVar(&at, "at", "", "judge expiry as of this RFC 3339 time instead of now (to plan ahead)")
 	return cmd
 }
 

@@ -1,14 +1,21 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 )
 
@@ -28,47 +35,153 @@ func TestScripts(t *testing.T) {
 			e.Setenv("HOME", e.WorkDir)
 			e.Setenv("VAST_API_KEY", "")
 			e.Setenv("VAST_URL", "http://127.0.0.1:1")
+			e.Setenv("GITHUB_ACTIONS", "")
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook},
 	})
-}
-
-// cmdSim drives a simulator from a script:
-//
-//	sim start KEY    serve a simulator accepting KEY; sets VAST_URL
-//	sim live N       assert N live (not destroyed) instances
-func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) < 2 {
-		ts.Fatalf("usage: sim start KEY | sim live N")
-	}
-	switch args[0] {
-	case "start":
-		s, err := sim.New(sim.Config{APIKey: args[1], DisableSSH: true})
-		ts.Check(err)
-		srv := httptest.NewServer(s)
-		ts.Defer(func() { srv.Close(); s.Close() })
-		ts.Setenv("VAST_URL", srv.URL)
-		ts.Value(simKey{}).(*simHolder).s = s
-	case "live":
-		s := ts.Value(simKey{}).(*simHolder).s
-		if s == nil {
-			ts.Fatalf("sim live: no simulator started")
-		}
-		want, err := strconv.Atoi(args[1])
-		ts.Check(err)
-		got := len(s.Snapshot().Live)
-		if (got == want) == neg {
-			ts.Fatalf("live instances: got %d, want %s%d", got, map[bool]string{true: "not ", false: ""}[neg], want)
-		}
-		fmt.Fprintf(ts.Stdout(), "%d live\n", got)
-	default:
-		ts.Fatalf("unknown sim subcommand %q", args[0])
-	}
 }
 
 type simKey struct{}
 
 // simHolder carries a script's simulator between its commands.
 type simHolder struct{ s *sim.Server }
+
+func scriptSim(ts *testscript.TestScript) *sim.Server {
+	s := ts.Value(simKey{}).(*simHolder).s
+	if s == nil {
+		ts.Fatalf("no simulator started (use: sim start KEY)")
+	}
+	return s
+}
+
+// cmdSim drives a simulator from a script:
+//
+//	sim start KEY [SPEED]   serve a simulator accepting KEY; sets VAST_URL
+//	sim live N              assert N live (not destroyed) instances
+//	sim rented N            assert N instances were ever rented
+//	sim wait-live N         wait (up to 20 s) until N instances are live
+//	sim wait-file NAME      wait until a live instance's workspace has NAME
+//	sim fault JSON          inject a fault (see sim.Fault)
+//	sim label               set $LABEL to the newest instance's label
+func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 1 {
+		ts.Fatalf("usage: sim start|live|rented|wait-live|wait-file|fault|label ...")
+	}
+	switch args[0] {
+	case "start":
+		speed := 60.0
+		if len(args) > 2 {
+			speed, _ = strconv.ParseFloat(args[2], 64)
+		}
+		s, err := sim.New(sim.Config{APIKey: args[1], Clock: clock.NewScaled(time.Now(), speed)})
+		ts.Check(err)
+		srv := httptest.NewServer(s)
+		ts.Defer(func() { srv.Close(); s.Close() })
+		ts.Setenv("VAST_URL", srv.URL)
+		ts.Value(simKey{}).(*simHolder).s = s
+	case "live", "rented":
+		want, err := strconv.Atoi(args[1])
+		ts.Check(err)
+		st := scriptSim(ts).Snapshot()
+		got := len(st.Live)
+		if args[0] == "rented" {
+			got += len(st.Gone)
+		}
+		if (got == want) == neg {
+			ts.Fatalf("%s instances: got %d, want %s%d (live: %+v)", args[0], got, map[bool]string{true: "not ", false: ""}[neg], want, st.Live)
+		}
+	case "wait-live":
+		want, _ := strconv.Atoi(args[1])
+		waitFor(ts, func() bool { return len(scriptSim(ts).Snapshot().Live) == want }, "live instances to be "+args[1])
+	case "wait-file":
+		waitFor(ts, func() bool {
+			for _, in := range scriptSim(ts).Snapshot().Live {
+				if _, err := os.Stat(filepath.Join(in.Sandbox, "workspace", args[1])); err == nil {
+					return true
+				}
+			}
+			return false
+		}, "file "+args[1]+" on a live instance")
+	case "fault":
+		var f sim.Fault
+		ts.Check(json.Unmarshal([]byte(args[1]), &f))
+		ts.Check(scriptSim(ts).Inject(f))
+	case "label":
+		st := scriptSim(ts).Snapshot()
+		all := append(st.Gone, st.Live...)
+		if len(all) == 0 {
+			ts.Fatalf("sim label: nothing was rented")
+		}
+		newest := all[0]
+		for _, in := range all {
+			if in.ID > newest.ID {
+				newest = in
+			}
+		}
+		ts.Setenv("LABEL", newest.Label)
+	default:
+		ts.Fatalf("unknown sim subcommand %q", args[0])
+	}
+}
+
+// waitFor polls a real server in real time (the process under test runs
+// on its own); it gives up after 20 s.
+func waitFor(ts *testscript.TestScript, cond func() bool, what string) {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	ts.Fatalf("timed out waiting for %s", what)
+}
+
+type hookKey struct{}
+
+type hookRecorder struct {
+	mu     sync.Mutex
+	bodies []string
+}
+
+// cmdWebhook records alert webhooks:
+//
+//	webhook start        serve a receiver; sets VASTRUN_ALERT_WEBHOOK
+//	webhook received N   assert N alerts; prints them to stdout
+func cmdWebhook(ts *testscript.TestScript, neg bool, args []string) {
+	switch args[0] {
+	case "start":
+		rec := &hookRecorder{}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			rec.mu.Lock()
+			rec.bodies = append(rec.bodies, string(b))
+			rec.mu.Unlock()
+		}))
+		ts.Defer(srv.Close)
+		ts.Setenv("VASTRUN_ALERT_WEBHOOK", srv.URL)
+		ts.Setenv("WEBHOOK_ID", fmt.Sprint(len(hooks)))
+		hooksMu.Lock()
+		hooks = append(hooks, rec)
+		hooksMu.Unlock()
+	case "received":
+		id, _ := strconv.Atoi(ts.Getenv("WEBHOOK_ID"))
+		hooksMu.Lock()
+		rec := hooks[id]
+		hooksMu.Unlock()
+		want, _ := strconv.Atoi(args[1])
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.bodies) != want {
+			ts.Fatalf("webhook received %d alerts, want %d", len(rec.bodies), want)
+		}
+		for _, b := range rec.bodies {
+			fmt.Fprintln(ts.Stdout(), b)
+		}
+	}
+}
+
+var (
+	hooksMu sync.Mutex
+	hooks   []*hookRecorder
+)

@@ -114,7 +114,7 @@ func (s *State) Unconfirmed() []provider.InstanceID {
 			confirmed[a.InstanceID] = true
 		}
 	}
-	var out []provider.InstanceID
+	out := []provider.InstanceID{}
 	for _, id := range s.Instances() {
 		if !confirmed[id] {
 			out = append(out, id)
