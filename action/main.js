@@ -1,0 +1,40 @@
+'use strict';
+const lib = require('./lib');
+
+async function main() {
+  const command = lib.input('command', 'ci');
+  if (!['ci', 'up', 'down'].includes(command)) {
+    console.log(`::error title=vastrun::unknown command "${command}" (use ci, up or down)`);
+    process.exitCode = 2;
+    return;
+  }
+  lib.mask(lib.input('vast-api-key'));
+  const bin = lib.findVastrun();
+  lib.saveState('vastrun_bin', bin);
+  lib.saveState('command', command);
+  const args = [command, '--yes', '--json'];
+  if (command !== 'down') args.push('-f', lib.input('config', 'vastrun.yaml'));
+  if (lib.input('evidence-dir')) args.push('--evidence-dir', lib.input('evidence-dir'));
+  if (lib.input('sim') === 'true') args.push('--sim');
+  args.push(...lib.splitArgs(lib.input('args')));
+  lib.saveState('sim', lib.input('sim') === 'true' ? 'true' : 'false');
+
+  const res = await lib.run(bin, args);
+  let doc = {};
+  try { doc = JSON.parse(res.stdout); } catch (_) { /* not every exit prints JSON */ }
+  lib.setOutput('exit-code', String(res.code));
+  if (doc.outcome) lib.setOutput('outcome', doc.outcome);
+  if (doc.run_id) lib.setOutput('run-id', doc.run_id);
+  if (doc.label) lib.setOutput('label', doc.label);
+  const inst = doc.instance_id || (doc.attempts && doc.attempts.length ? doc.attempts[doc.attempts.length - 1].instance_id : '');
+  if (inst) lib.setOutput('instance-id', String(inst));
+  if (doc.evidence_dir) lib.setOutput('receipt', `${doc.evidence_dir}/receipt.json`);
+  // The post step cleans up only if main did not finish its own teardown.
+  lib.saveState('main_exit', String(res.code));
+  process.exitCode = res.code;
+}
+
+main().catch((err) => {
+  console.log(`::error title=vastrun::${err.message}`);
+  process.exitCode = 1;
+});
