@@ -31,6 +31,12 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	if err := e.record("intent", stepRent, rentIntent{Label: e.state.Label, Offer: o.ID, Attempt: a}); err != nil {
 		return 0, err
 	}
+	// The label is known before the rental exists: put it in the CI's
+	// durable state now, so a job killed between create and its answer can
+	// still be cleaned up by label (post step, after_script, down --label).
+	if err := e.CI.Persist(map[string]string{"label": e.state.Label, "run_id": e.state.RunID}); err != nil {
+		e.infof("warning: could not write CI state: %v", err)
+	}
 	e.infof("renting offer %d (%s x%d, $%.4f/h) as %s", o.ID, o.GPUName, o.NumGPUs, total, e.state.Label)
 	res, err := e.Market.CreateInstance(ctx, provider.CreateRequest{
 		OfferID: o.ID, Image: e.Config.Image, DiskGB: p.DiskGB, Label: e.state.Label,
@@ -63,7 +69,7 @@ func (e *Engine) rented(id provider.InstanceID, how string) error {
 	if err := e.record("done", step, instanceData{Instance: id, Reason: how}); err != nil {
 		return err
 	}
-	if err := e.CI.Persist(map[string]string{"instance_id": id.String(), "label": e.state.Label, "run_id": e.state.RunID}); err != nil {
+	if err := e.CI.Persist(map[string]string{"instance_id": id.String()}); err != nil {
 		e.infof("warning: could not write CI state: %v", err)
 	}
 	return nil
