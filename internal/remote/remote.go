@@ -266,7 +266,10 @@ func (c *Client) Run(ctx context.Context, cmd Command) error {
 		return exitError(err)
 	case <-ctx.Done():
 		sess.Signal(ssh.SIGTERM) // refused for root by OpenSSH; the pid file covers that
-		c.quiet(`p=$(cat ` + pidFile + ` 2>/dev/null) && [ -n "$p" ] && { pkill -TERM -P "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; sleep 1; pkill -KILL -P "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; }; rm -f ` + pidFile + `; true`)
+		// TERM now, synchronously (one short session); the KILL a second
+		// later runs detached on the instance, so a caller tearing down is
+		// not held up by it.
+		c.quiet(`p=$(cat ` + pidFile + ` 2>/dev/null); rm -f ` + pidFile + `; [ -n "$p" ] || exit 0; pkill -TERM -P "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; (sleep 1; pkill -KILL -P "$p"; kill -KILL "$p") >/dev/null 2>&1 </dev/null & true`)
 		sess.Close()
 		return ctx.Err()
 	}

@@ -243,7 +243,13 @@ func (e *Engine) waitReady(ctx context.Context, id provider.InstanceID, deadline
 		if err := e.sleep(ctx, max(wait, time.Millisecond)); err != nil {
 			return inst, err
 		}
-		interval = min(interval*3/2, 15*time.Second)
+		// "loading" comes right before "running": poll it closely, since
+		// every second between running and noticing is billed.
+		limit := 15 * time.Second
+		if inst.ActualStatus == "loading" {
+			limit = 5 * time.Second
+		}
+		interval = min(interval*3/2, limit)
 	}
 }
 

@@ -25,6 +25,9 @@ type InstanceState struct {
 	GPUCost      float64 `json:"gpu_cost"`
 	DiskCost     float64 `json:"disk_cost"`
 	Sandbox      string  `json:"sandbox"`
+	// RunningSince is when the container last started running (billing of
+	// the GPU starts then).
+	RunningSince time.Time `json:"running_since,omitempty"`
 	// APIKey is the instance's CONTAINER_API_KEY (a simulator-only view).
 	APIKey string `json:"container_api_key"`
 }
@@ -54,7 +57,7 @@ func (s *Server) Snapshot() State {
 		in.sshMu.Unlock()
 		is := InstanceState{ID: in.ID, Label: in.Label, OfferID: in.Offer.ID, MachineID: in.Offer.MachineID,
 			ActualStatus: in.Actual, Intended: in.Intended, Image: in.Image, Destroyed: in.Destroyed,
-			SSHPort: port, GPUCost: in.GPUCost, DiskCost: in.DiskCost, Sandbox: in.sandbox, APIKey: in.APIKey}
+			SSHPort: port, GPUCost: in.GPUCost, DiskCost: in.DiskCost, Sandbox: in.sandbox, APIKey: in.APIKey, RunningSince: in.RunningSince}
 		st.Spent += in.GPUCost + in.DiskCost
 		if in.Destroyed {
 			st.Gone = append(st.Gone, is)

@@ -28,6 +28,7 @@ type instance struct {
 
 	Actual, Intended, Cur, Next string
 	StatusMsg                   string
+	RunningSince                time.Time // when the container last started running
 	nextAt                      time.Time // next automatic transition; zero = none
 	nextState                   string
 	loadFor                     time.Duration
@@ -125,6 +126,7 @@ func (in *instance) enter(state string, at time.Time) {
 		in.logf(at, "Pulling image %s", in.Image)
 		in.nextAt, in.nextState = at.Add(in.loadFor), "running"
 	case "running":
+		in.RunningSince = at
 		in.Actual = "running"
 		in.StatusMsg = fmt.Sprintf("success, running %s/ssh", strings.ReplaceAll(in.Image, ":", "_"))
 		in.logf(at, "Status: Downloaded newer image for %s", in.Image)
