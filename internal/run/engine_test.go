@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -375,3 +376,82 @@ func TestCICancelWhileWaitingForReadiness(t *testing.T) {
 }
 
 func sprintf(format string, args ...any) string { return fmtSprintf(format, args...) }
+
+// panicUI panics when the engine reports the instance verified: a bug in
+// vastrun on the engine's goroutine, after the instance is rented.
+type panicUI struct{}
+
+func (panicUI) Infof(format string, args ...any) {
+	if strings.HasPrefix(format, "verified instance") {
+		panic("boom after renting")
+	}
+}
+
+func TestCIPanicStillTearsDown(t *testing.T) {
+	h := newHarness(t, baseConfig, true)
+	h.engine.UI = panicUI{}
+	r, err := h.engine.RunCI(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "panic") || r.Outcome != run.OutcomeError || !r.Cleanup.Confirmed {
+		t.Fatalf("%v %+v", err, r)
+	}
+	h.noLeaks()
+}
+
+func TestCIPathsSkipWhenUntouched(t *testing.T) {
+	h := newHarness(t, baseConfig+"paths: [\"gpu/**\"]\n", true)
+	git := func(args ...string) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = h.repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q", "-b", "main")
+	git("add", ".")
+	git("commit", "-qm", "base")
+	git("checkout", "-qb", "change")
+	os.WriteFile(filepath.Join(h.repo, "README.md"), []byte("docs only\n"), 0o644)
+	git("add", ".")
+	git("commit", "-qm", "docs")
+	h.engine.Base = "main"
+	r, err := h.engine.RunCI(context.Background())
+	if !errors.Is(err, run.ErrSkipped) || r.Outcome != run.OutcomeSkipped {
+		t.Fatalf("docs-only change: %v %+v", err, r)
+	}
+	if st := h.sim.Snapshot(); len(st.Live)+len(st.Gone) != 0 {
+		t.Fatal("rented for a change outside paths:")
+	}
+	// Touch gpu/: the step runs.
+	os.MkdirAll(filepath.Join(h.repo, "gpu"), 0o755)
+	os.WriteFile(filepath.Join(h.repo, "gpu", "kernel.cu"), []byte("//\n"), 0o644)
+	git("add", ".")
+	git("commit", "-qm", "gpu")
+	h2 := *h.engine
+	h2.EvidenceDir = filepath.Join(h.engine.EvidenceDir, "second")
+	r, err = h2.RunCI(context.Background())
+	if err != nil || r.Outcome != run.OutcomePassed || len(r.Commit) != 40 {
+		t.Fatalf("gpu change: %v %+v", err, r)
+	}
+	h.noLeaks()
+}
+
+func TestRunIsLockedAgainstASecondProcess(t *testing.T) {
+	h := newHarness(t, baseConfig, true)
+	if _, err := h.engine.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	first := *h.engine
+	if err := first.Open(h.engine.RunDir()); err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second := *h.engine
+	if err := second.Open(h.engine.RunDir()); !errors.Is(err, journal.ErrLocked) {
+		t.Fatalf("second driver of the same run: %v, want ErrLocked", err)
+	}
+	if _, err := first.Down(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.noLeaks()
+}
