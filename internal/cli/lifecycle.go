@@ -107,6 +107,21 @@ func checkTrust(f *Factory, o *WorkflowOptions, env ci.Env) (bool, error) {
 	return false, nil
 }
 
+// trustedEngine loads the config, skips untrusted events (before any key
+// is read) and builds the engine. A nil engine with a nil error means the
+// step was skipped.
+func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.Engine, error) {
+	cfg, err := o.loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	env := ci.Detect(f.Getenv)
+	if ok, err := checkTrust(f, o, env); !ok || err != nil {
+		return nil, err
+	}
+	return newEngine(ctx, f, o, cfg, env)
+}
+
 func printReceipt(f *Factory, r *run.Receipt) error {
 	if r == nil {
 		return nil
@@ -147,16 +162,8 @@ Exit codes: 0 passed, 3 test or gate failed, 5 no offer, 6 needs --yes,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
-			}
-			env := ci.Detect(f.Getenv)
-			if ok, err := checkTrust(f, o, env); !ok || err != nil {
-				return err
-			}
-			e, err := newEngine(ctx, f, o, cfg, env)
-			if err != nil {
+			e, err := trustedEngine(ctx, f, o)
+			if e == nil || err != nil {
 				return err
 			}
 			r, runErr := e.RunCI(ctx)
@@ -187,16 +194,8 @@ A failure destroys what was rented.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
-			}
-			env := ci.Detect(f.Getenv)
-			if ok, err := checkTrust(f, o, env); !ok || err != nil {
-				return err
-			}
-			e, err := newEngine(ctx, f, o, cfg, env)
-			if err != nil {
+			e, err := trustedEngine(ctx, f, o)
+			if e == nil || err != nil {
 				return err
 			}
 			r, runErr := e.Up(ctx)

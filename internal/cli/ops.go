@@ -443,20 +443,7 @@ func explainPolicy(ctx context.Context, f *Factory, path string, limit int) erro
 	}
 	chosen, ds := policy.Select(p, offers)
 	if f.JSON {
-		type row struct {
-			OfferID  provider.OfferID `json:"offer_id"`
-			GPU      string           `json:"gpu"`
-			NumGPUs  int              `json:"num_gpus"`
-			TotalDPH float64          `json:"total_dph"`
-			Chosen   bool             `json:"chosen"`
-			Eligible bool             `json:"eligible"`
-			Reasons  []string         `json:"reasons"`
-		}
-		rows := []row{}
-		for _, d := range ds {
-			rows = append(rows, row{d.Offer.ID, d.Offer.GPUName, d.Offer.NumGPUs, d.TotalDPH, d.Chosen, d.Eligible, d.Reasons})
-		}
-		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": rows})
+		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": run.DecisionRows(ds)})
 	}
 	run.WriteExplanation(f.IO.Out, ds)
 	if chosen == nil {

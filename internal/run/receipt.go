@@ -207,23 +207,31 @@ func Summary(r *Receipt) string {
 	return b.String()
 }
 
+// DecisionRow is one offer's verdict, as selection.json and
+// `offers --explain --json` show it.
+type DecisionRow struct {
+	OfferID   provider.OfferID `json:"offer_id"`
+	MachineID int64            `json:"machine_id"`
+	GPU       string           `json:"gpu"`
+	NumGPUs   int              `json:"num_gpus"`
+	TotalDPH  float64          `json:"total_dph"`
+	Chosen    bool             `json:"chosen"`
+	Eligible  bool             `json:"eligible"`
+	Reasons   []string         `json:"reasons"`
+}
+
+// DecisionRows turns policy decisions into rows.
+func DecisionRows(ds []policy.Decision) []DecisionRow {
+	rows := make([]DecisionRow, 0, len(ds))
+	for _, d := range ds {
+		rows = append(rows, DecisionRow{d.Offer.ID, d.Offer.MachineID, d.Offer.GPUName, d.Offer.NumGPUs, round6(d.TotalDPH), d.Chosen, d.Eligible, d.Reasons})
+	}
+	return rows
+}
+
 // writeSelection records why each offer was chosen or rejected.
 func writeSelection(dir string, ds []policy.Decision) {
-	type row struct {
-		OfferID   provider.OfferID `json:"offer_id"`
-		MachineID int64            `json:"machine_id"`
-		GPU       string           `json:"gpu"`
-		NumGPUs   int              `json:"num_gpus"`
-		TotalDPH  float64          `json:"total_dph"`
-		Chosen    bool             `json:"chosen"`
-		Eligible  bool             `json:"eligible"`
-		Reasons   []string         `json:"reasons"`
-	}
-	rows := make([]row, 0, len(ds))
-	for _, d := range ds {
-		rows = append(rows, row{d.Offer.ID, d.Offer.MachineID, d.Offer.GPUName, d.Offer.NumGPUs, round6(d.TotalDPH), d.Chosen, d.Eligible, d.Reasons})
-	}
-	b, _ := json.MarshalIndent(rows, "", "  ")
+	b, _ := json.MarshalIndent(DecisionRows(ds), "", "  ")
 	os.MkdirAll(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "selection.json"), append(b, '\n'), 0o644)
 }

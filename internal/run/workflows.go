@@ -127,8 +127,31 @@ func (e *Engine) prepare(ctx context.Context) error {
 // RunCI runs the whole acceptance step: prepare, rent exactly one instance,
 // verify it, run the test, and tear down on every path. It always returns
 // a receipt once the run has begun.
-func (e *Engine) RunCI(ctx context.Context) (receipt *Receipt, err error) {
-	if err := e.Begin("ci"); err != nil {
+func (e *Engine) RunCI(ctx context.Context) (*Receipt, error) {
+	return e.drive(ctx, "ci", false, func(client *remote.Client, inst provider.Instance) error {
+		return e.verifyAndTest(ctx, client, inst)
+	})
+}
+
+// Up prepares and provisions, leaving a verified instance running for
+// later `exec` and `down` calls. A failure tears down what it rented.
+func (e *Engine) Up(ctx context.Context) (*Receipt, error) {
+	return e.drive(ctx, "up", true, func(client *remote.Client, inst provider.Instance) error {
+		if err := e.verify(ctx, client, inst); err != nil {
+			return err
+		}
+		if err := e.upload(client); err != nil {
+			return &StepError{Step: "upload", Instance: inst.ID, Err: err}
+		}
+		return nil
+	})
+}
+
+// drive runs a workflow: begin, prepare, provision, then body on the
+// instance. Teardown runs on every path (including a panic on this
+// goroutine) unless keep is set and the workflow succeeded.
+func (e *Engine) drive(ctx context.Context, workflow string, keep bool, body func(*remote.Client, provider.Instance) error) (receipt *Receipt, err error) {
+	if err := e.Begin(workflow); err != nil {
 		return nil, err
 	}
 	defer e.Close()
@@ -142,7 +165,9 @@ func (e *Engine) RunCI(ctx context.Context) (receipt *Receipt, err error) {
 			client.Close()
 		}
 		outcome := Outcome(err)
-		if e.rentAttempted() {
+		if keep && err == nil {
+			outcome = OutcomeUp
+		} else if e.rentAttempted() {
 			if terr := e.Teardown(ctx); terr != nil {
 				err = errors.Join(err, terr)
 			}
@@ -152,11 +177,12 @@ func (e *Engine) RunCI(ctx context.Context) (receipt *Receipt, err error) {
 	if err := e.prepare(ctx); err != nil {
 		return nil, err
 	}
-	client, inst, err := e.provision(ctx)
+	var inst provider.Instance
+	client, inst, err = e.provision(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return nil, e.verifyAndTest(ctx, client, inst)
+	return nil, body(client, inst)
 }
 
 func (e *Engine) rentAttempted() bool { return e.state != nil && len(e.state.Attempts) > 0 }
@@ -189,48 +215,6 @@ func (e *Engine) verifyAndTest(ctx context.Context, client *remote.Client, inst 
 	}
 	e.infof("the test passed")
 	return nil
-}
-
-// Up prepares and provisions, leaving a verified instance running for
-// later `exec` and `down` calls. A failure tears down what it rented.
-func (e *Engine) Up(ctx context.Context) (receipt *Receipt, err error) {
-	if err := e.Begin("up"); err != nil {
-		return nil, err
-	}
-	defer e.Close()
-	var client *remote.Client
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("internal error (panic): %v", p)
-		}
-		if client != nil {
-			client.Close()
-		}
-		outcome := OutcomeUp
-		if err != nil {
-			outcome = Outcome(err)
-			if e.rentAttempted() {
-				if terr := e.Teardown(ctx); terr != nil {
-					err = errors.Join(err, terr)
-				}
-			}
-		}
-		receipt = e.finish(ctx, outcome, err)
-	}()
-	if err := e.prepare(ctx); err != nil {
-		return nil, err
-	}
-	client, inst, err := e.provision(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.verify(ctx, client, inst); err != nil {
-		return nil, err
-	}
-	if err := e.upload(client); err != nil {
-		return nil, &StepError{Step: "upload", Instance: inst.ID, Err: err}
-	}
-	return nil, nil
 }
 
 // Exec runs script on the run's current instance (opened with Open).

@@ -625,11 +625,7 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 func rowMatches(row map[string]any, filters map[string]map[string]any) bool {
 	for col, ops := range filters {
 		for op, want := range ops {
-			have := row[col]
-			if col == "label" && have == nil {
-				have = nil
-			}
-			ok, err := evalOp(col, have, op, want)
+			ok, err := evalOp(col, row[col], op, want)
 			if err != nil || !ok {
 				return false
 			}

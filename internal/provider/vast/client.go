@@ -565,17 +565,12 @@ func (c *Client) Charges(ctx context.Context, cq provider.ChargeQuery) ([]provid
 		Items       []wireItem
 	}
 	var all []provider.Charge
-	seen := map[string]bool{}
-	for page := 0; page < maxListPages; page++ {
-		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/charges/", query: q, idempotent: true})
-		if err != nil {
-			return nil, err
-		}
+	err := c.eachPage(ctx, op, "/api/v0/charges/", q, func(body []byte) (*str, error) {
 		var out struct {
 			Results   []wireItem `json:"results"`
 			NextToken *str       `json:"next_token"`
 		}
-		if err := decode(op, res.body, &out); err != nil {
+		if err := decode(op, body, &out); err != nil {
 			return nil, err
 		}
 		for _, r := range out.Results {
@@ -596,16 +591,40 @@ func (c *Client) Charges(ctx context.Context, cq provider.ChargeQuery) ([]provid
 			}
 			all = append(all, ch)
 		}
-		if out.NextToken == nil || *out.NextToken == "" {
-			return all, nil
-		}
-		if seen[string(*out.NextToken)] {
-			return nil, fmt.Errorf("%s: cursor repeated: %w", op, provider.ErrIncompleteListing)
-		}
-		seen[string(*out.NextToken)] = true
-		q.Set("after_token", string(*out.NextToken))
+		return out.NextToken, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%s: too many pages: %w", op, provider.ErrIncompleteListing)
+	return all, nil
+}
+
+// eachPage GETs path with q, passing each page's body to page, following
+// next_token until it is null. A repeated cursor is an incomplete listing.
+func (c *Client) eachPage(ctx context.Context, op, path string, q url.Values, page func([]byte) (next *str, err error)) error {
+	seen := map[string]bool{}
+	for n := 0; n < maxListPages; n++ {
+		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: path, query: q, idempotent: true})
+		if err != nil {
+			if n > 0 {
+				return fmt.Errorf("%s: page %d: %w (%w)", op, n+1, provider.ErrIncompleteListing, err)
+			}
+			return err
+		}
+		next, err := page(res.body)
+		if err != nil {
+			return err
+		}
+		if next == nil || *next == "" {
+			return nil
+		}
+		if seen[string(*next)] {
+			return fmt.Errorf("%s: cursor repeated: %w", op, provider.ErrIncompleteListing)
+		}
+		seen[string(*next)] = true
+		q.Set("after_token", string(*next))
+	}
+	return fmt.Errorf("%s: more than %d pages: %w", op, maxListPages, provider.ErrIncompleteListing)
 }
 
 func unixTime(n num) time.Time {
@@ -741,12 +760,7 @@ func (c *Client) Invoices(ctx context.Context, iq provider.ChargeQuery) ([]provi
 		"limit":          {"100"},
 	}
 	var all []provider.Invoice
-	seen := map[string]bool{}
-	for page := 0; page < maxListPages; page++ {
-		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/invoices/", query: q, idempotent: true})
-		if err != nil {
-			return nil, err
-		}
+	err := c.eachPage(ctx, op, "/api/v1/invoices/", q, func(body []byte) (*str, error) {
 		var out struct {
 			Results []struct {
 				Start       num `json:"start"`
@@ -760,21 +774,17 @@ func (c *Client) Invoices(ctx context.Context, iq provider.ChargeQuery) ([]provi
 			} `json:"results"`
 			NextToken *str `json:"next_token"`
 		}
-		if err := decode(op, res.body, &out); err != nil {
+		if err := decode(op, body, &out); err != nil {
 			return nil, err
 		}
 		for _, r := range out.Results {
 			all = append(all, provider.Invoice{Type: string(r.Type), Source: string(r.Source), Service: string(r.Metadata.Service),
 				Description: string(r.Description), Amount: float64(r.Amount), When: unixTime(r.Start)})
 		}
-		if out.NextToken == nil || *out.NextToken == "" {
-			return all, nil
-		}
-		if seen[string(*out.NextToken)] {
-			return nil, fmt.Errorf("%s: cursor repeated: %w", op, provider.ErrIncompleteListing)
-		}
-		seen[string(*out.NextToken)] = true
-		q.Set("after_token", string(*out.NextToken))
+		return out.NextToken, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%s: too many pages: %w", op, provider.ErrIncompleteListing)
+	return all, nil
 }
