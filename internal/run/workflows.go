@@ -223,27 +223,13 @@ func (e *Engine) Exec(ctx context.Context, script string) (*TestOutcome, error) 
 	if a == nil || a.InstanceID == 0 || a.Confirmed {
 		return nil, fmt.Errorf("run %s has no live instance", e.state.RunID)
 	}
-	inst, err := e.Market.ShowInstance(ctx, a.InstanceID)
-	if err != nil {
-		return nil, fmt.Errorf("exec on instance %d: %w", a.InstanceID, err)
-	}
-	client, err := e.connect(ctx, a.InstanceID, inst, e.now().Add(2*time.Minute))
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
-	env, err := e.testEnv()
-	if err != nil {
-		return nil, err
-	}
-	os.MkdirAll(e.EvidenceDir, 0o755)
-	return e.work(ctx, client, script, env)
+	return e.ExecInstance(ctx, a.InstanceID, script)
 }
 
-// ExecInstance runs script on an instance this run did not rent (a split
-// CI job): it attaches the run's own fresh key through the API. Begin must
-// have been called. The instance is not adopted: destroying it is `down`'s
-// job.
+// ExecInstance runs script on instance id over SSH with the run's key,
+// attaching it through the API first. For a split CI job on an instance it
+// did not rent, call Begin first: the instance is not adopted, since
+// destroying it is `down`'s job.
 func (e *Engine) ExecInstance(ctx context.Context, id provider.InstanceID, script string) (*TestOutcome, error) {
 	inst, err := e.Market.ShowInstance(ctx, id)
 	if err != nil {
@@ -258,7 +244,9 @@ func (e *Engine) ExecInstance(ctx context.Context, id provider.InstanceID, scrip
 	if err != nil {
 		return nil, err
 	}
-	os.MkdirAll(e.EvidenceDir, 0o755)
+	if err := os.MkdirAll(e.EvidenceDir, 0o755); err != nil {
+		return nil, err
+	}
 	return e.work(ctx, client, script, env)
 }
 
