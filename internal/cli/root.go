@@ -62,7 +62,13 @@ Authentication: VAST_API_KEY, or the official CLI's key file
 runs against an embedded simulator instead: nothing is rented or billed.
 
 Exit codes are documented in docs/exit-codes.md.`,
-		Example: `  # Browse offers offline, against the embedded simulator
+		Example: `  # A whole GPU acceptance step, offline against the embedded simulator
+  vastrun ci --sim --yes -f examples/ci.yaml
+
+  # The same for real: rent, verify, test, destroy (confirmed), evidence
+  VAST_API_KEY=... vastrun ci --yes -f vastrun.yaml
+
+  # Browse offers offline
   vastrun offers --sim 'gpu_name=RTX_4090 num_gpus=1'
 
   # The same search against the real marketplace, cheapest first, as JSON
