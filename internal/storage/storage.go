@@ -1,0 +1,101 @@
+// Package storage holds vastrun's durable object stores for checkpoints and
+// outputs: file:// (a local or mounted directory) and s3:// (any
+// S3-compatible endpoint), behind one small interface. Package storagetest
+// is the conformance suite every Store must pass.
+//
+// Contracts:
+//   - Put streams: it hashes SHA-256 while uploading (S3: parallel
+//     multipart) and returns the digest; the digest is also stored with the
+//     object so Stat can report it.
+//   - PutIfAbsent is a conditional create: of two racing writers exactly one
+//     succeeds, the other gets ErrExists. Commit markers rely on it.
+//   - Get of a missing key, and Stat of one, wrap ErrNotExist. Delete of a
+//     missing key succeeds.
+//   - Keys are slash-separated and relative to the store's root.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+)
+
+// Sentinel errors.
+var (
+	ErrNotExist = errors.New("object does not exist")
+	ErrExists   = errors.New("object already exists")
+)
+
+// Object describes a stored object.
+type Object struct {
+	Key    string
+	Size   int64
+	SHA256 string // hex; empty when the store does not know it
+}
+
+// Store is a flat object store rooted at a prefix.
+type Store interface {
+	Put(ctx context.Context, key string, r io.Reader) (Object, error)
+	PutIfAbsent(ctx context.Context, key string, data []byte) error
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	Stat(ctx context.Context, key string) (Object, error)
+	// List returns the objects under prefix, sorted by key.
+	List(ctx context.Context, prefix string) ([]Object, error)
+	Delete(ctx context.Context, key string) error
+	// URI names the store (without credentials).
+	URI() string
+}
+
+// Options configure Open.
+type Options struct {
+	// S3 settings; empty values come from the standard AWS environment
+	// variables and files (see s3.go).
+	Endpoint     string
+	Region       string
+	PathStyle    *bool
+	PartSize     int64 // multipart part size (default 16 MiB, minimum 5 MiB)
+	Threads      int   // parallel part uploads (default 4)
+	Getenv       func(string) string
+	AllowHTTP    bool // plain-HTTP endpoints (local test servers)
+	AccessKey    string
+	SecretKey    string
+	SessionToken string
+}
+
+// Open parses a file:// or s3:// URI.
+func Open(uri string, o Options) (Store, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, fmt.Errorf("storage URI %q: %w", uri, err)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return nil, fmt.Errorf("storage URI %q: file URIs are file:///absolute/path", uri)
+		}
+		return NewFileStore(u.Path)
+	case "s3":
+		if u.Host == "" {
+			return nil, fmt.Errorf("storage URI %q: want s3://BUCKET/PREFIX", uri)
+		}
+		return NewS3Store(u.Host, strings.Trim(u.Path, "/"), o)
+	}
+	return nil, fmt.Errorf("storage URI %q: scheme must be file:// or s3://", uri)
+}
+
+// CleanKey rejects keys that could escape the store's root.
+func CleanKey(key string) (string, error) {
+	k := strings.TrimPrefix(key, "/")
+	if k == "" {
+		return "", errors.New("empty key")
+	}
+	for _, part := range strings.Split(k, "/") {
+		if part == "" || part == "." || part == ".." {
+			return "", fmt.Errorf("bad key %q", key)
+		}
+	}
+	return k, nil
+}

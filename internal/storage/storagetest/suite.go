@@ -1,0 +1,193 @@
+// Package storagetest is the conformance suite every storage.Store must
+// pass: the file store and an in-process S3 fake on every `go test`, and a
+// real S3 server (moto, started by .ci/run) when VASTRUN_TEST_S3_ENDPOINT
+// is set.
+package storagetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/vastrun/vastrun/internal/storage"
+)
+
+// Run runs every case; newStore must return an empty store.
+func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, s storage.Store)
+	}{
+		{"PutGetRoundTrip", testRoundTrip},
+		{"MultipartLargeObject", testLarge},
+		{"Overwrite", testOverwrite},
+		{"MissingIsErrNotExist", testMissing},
+		{"ListSortedByPrefix", testList},
+		{"DeleteIdempotent", testDelete},
+		{"PutIfAbsentExactlyOnce", testPutIfAbsent},
+		{"PutIfAbsentRace", testPutIfAbsentRace},
+		{"BadKeys", testBadKeys},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
+	}
+}
+
+var ctx = context.Background()
+
+func sum(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func get(t *testing.T, s storage.Store, key string) []byte {
+	t.Helper()
+	rc, err := s.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	return b
+}
+
+func testRoundTrip(t *testing.T, s storage.Store) {
+	data := []byte("checkpoint bytes\x00\x01\x02")
+	o, err := s.Put(ctx, "run/ckpt/000001/model.bin", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Size != int64(len(data)) || o.SHA256 != sum(data) {
+		t.Fatalf("put returned %+v", o)
+	}
+	if got := get(t, s, "run/ckpt/000001/model.bin"); !bytes.Equal(got, data) {
+		t.Fatalf("got %q", got)
+	}
+	st, err := s.Stat(ctx, "run/ckpt/000001/model.bin")
+	if err != nil || st.Size != int64(len(data)) {
+		t.Fatalf("stat %+v %v", st, err)
+	}
+	if st.SHA256 != "" && st.SHA256 != sum(data) {
+		t.Fatalf("stat reports a wrong digest %s", st.SHA256)
+	}
+}
+
+func testLarge(t *testing.T, s storage.Store) {
+	data := make([]byte, 13<<20) // three 5 MiB-ish parts with the suite's part size
+	rand.Read(data)
+	o, err := s.Put(ctx, "big/blob", bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Size != int64(len(data)) || o.SHA256 != sum(data) {
+		t.Fatalf("put: %d bytes, %s", o.Size, o.SHA256)
+	}
+	if got := get(t, s, "big/blob"); sum(got) != sum(data) || len(got) != len(data) {
+		t.Fatalf("read back %d bytes with a different digest", len(got))
+	}
+}
+
+func testOverwrite(t *testing.T, s storage.Store) {
+	s.Put(ctx, "k", bytes.NewReader([]byte("one")))
+	s.Put(ctx, "k", bytes.NewReader([]byte("two")))
+	if got := get(t, s, "k"); string(got) != "two" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func testMissing(t *testing.T, s storage.Store) {
+	if _, err := s.Get(ctx, "nope/x"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("get missing: %v", err)
+	}
+	if _, err := s.Stat(ctx, "nope/x"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("stat missing: %v", err)
+	}
+}
+
+func testList(t *testing.T, s storage.Store) {
+	for _, k := range []string{"a/2", "a/1", "a/sub/3", "b/1"} {
+		if _, err := s.Put(ctx, k, bytes.NewReader([]byte(k))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := s.List(ctx, "a/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, o := range list {
+		keys = append(keys, o.Key)
+	}
+	if len(keys) != 3 || keys[0] != "a/1" || keys[1] != "a/2" || keys[2] != "a/sub/3" || list[0].Size != 3 {
+		t.Fatalf("list: %+v", list)
+	}
+}
+
+func testDelete(t *testing.T, s storage.Store) {
+	s.Put(ctx, "d", bytes.NewReader([]byte("x")))
+	if err := s.Delete(ctx, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, "d"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("after delete: %v", err)
+	}
+	if err := s.Delete(ctx, "d"); err != nil {
+		t.Fatalf("delete of a missing key must succeed: %v", err)
+	}
+}
+
+func testPutIfAbsent(t *testing.T, s storage.Store) {
+	if err := s.PutIfAbsent(ctx, "commit/COMMITTED", []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutIfAbsent(ctx, "commit/COMMITTED", []byte("second")); !errors.Is(err, storage.ErrExists) {
+		t.Fatalf("second create: %v, want ErrExists", err)
+	}
+	if got := get(t, s, "commit/COMMITTED"); string(got) != "first" {
+		t.Fatalf("the loser overwrote the marker: %q", got)
+	}
+}
+
+func testPutIfAbsentRace(t *testing.T, s storage.Store) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins, exists := 0, 0
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			err := s.PutIfAbsent(ctx, "race/marker", []byte{byte('a' + i)})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, storage.ErrExists):
+				exists++
+			default:
+				t.Errorf("racer %d: %v", i, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if wins != 1 || exists != 7 {
+		t.Fatalf("%d winners and %d ErrExists; want exactly one winner", wins, exists)
+	}
+}
+
+func testBadKeys(t *testing.T, s storage.Store) {
+	for _, k := range []string{"", "../escape", "a/../../b", "a//b"} {
+		if _, err := s.Put(ctx, k, bytes.NewReader(nil)); err == nil {
+			t.Errorf("key %q accepted", k)
+		}
+	}
+}
