@@ -1,0 +1,138 @@
+package checkpoint_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/vastrun/vastrun/internal/checkpoint"
+	"github.com/vastrun/vastrun/internal/storage"
+)
+
+var ctx = context.Background()
+var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func stores(t *testing.T) map[string]storage.Store {
+	fs, err := storage.NewFileStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := s3mem.New()
+	srv := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(srv.Close)
+	backend.CreateBucket("ckpt")
+	yes := true
+	s3, err := storage.Open("s3://ckpt/run1", storage.Options{Endpoint: srv.URL, PathStyle: &yes, AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]storage.Store{"file": fs, "s3": s3}
+}
+
+// writeCheckpoint makes a checkpoint directory the way a workload would.
+func writeCheckpoint(t *testing.T, step int64) string {
+	dir := filepath.Join(t.TempDir(), fmt.Sprint(step))
+	os.MkdirAll(filepath.Join(dir, "optim"), 0o755)
+	os.WriteFile(filepath.Join(dir, "weights.bin"), bytes.Repeat([]byte{byte(step)}, 1000+int(step)), 0o644)
+	os.WriteFile(filepath.Join(dir, "optim", "state.json"), []byte(fmt.Sprintf(`{"step": %d}`, step)), 0o644)
+	os.WriteFile(filepath.Join(dir, checkpoint.CompleteMarker), nil, 0o644)
+	return dir
+}
+
+func TestCommitRestoreFallbackPrune(t *testing.T) {
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			c := checkpoint.Store{S: s}
+			if _, _, err := c.RestoreLatest(ctx, filepath.Join(t.TempDir(), "r")); !errors.Is(err, checkpoint.ErrNoCheckpoint) {
+				t.Fatalf("empty store: %v", err)
+			}
+			for _, step := range []int64{100, 200, 300} {
+				cm, err := c.Commit(ctx, writeCheckpoint(t, step), step, now)
+				if err != nil || cm.Step != step || len(cm.Manifest.Files) != 2 {
+					t.Fatalf("commit %d: %+v %v", step, cm, err)
+				}
+			}
+			// An upload that never got its marker does not count.
+			s.Put(ctx, "checkpoints/000000000400/files/weights.bin", bytes.NewReader([]byte("partial")))
+			list, err := c.Committed(ctx)
+			if err != nil || len(list) != 3 || list[0].Step != 300 {
+				t.Fatalf("committed: %+v %v", list, err)
+			}
+
+			dir := filepath.Join(t.TempDir(), "restored")
+			got, skipped, err := c.RestoreLatest(ctx, dir)
+			if err != nil || got.Step != 300 || len(skipped) != 0 {
+				t.Fatalf("restore latest: %+v %v %v", got, skipped, err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, "optim", "state.json")); string(b) != `{"step": 300}` {
+				t.Fatalf("restored content: %q", b)
+			}
+			if _, err := os.Stat(filepath.Join(dir, checkpoint.CompleteMarker)); err == nil {
+				t.Fatal("the workload's marker should not be part of the checkpoint")
+			}
+
+			// Corrupt the newest committed checkpoint: the previous one is used.
+			s.Put(ctx, "checkpoints/000000000300/files/weights.bin", bytes.NewReader([]byte("bit rot")))
+			got, skipped, err = c.RestoreLatest(ctx, dir)
+			if err != nil || got.Step != 200 || len(skipped) != 1 || skipped[0].Step != 300 {
+				t.Fatalf("fallback: %+v %+v %v", got, skipped, err)
+			}
+			if _, err := c.Restore(ctx, 300, dir); !errors.Is(err, checkpoint.ErrCorrupt) {
+				t.Fatalf("restore of a corrupt checkpoint: %v", err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, "optim", "state.json")); string(b) != `{"step": 200}` {
+				t.Fatalf("a failed restore must leave the last good restore in place: %q", b)
+			}
+
+			// Idempotent re-commit; conflicting content is refused.
+			if _, err := c.Commit(ctx, writeCheckpoint(t, 200), 200, now.Add(time.Hour)); err != nil {
+				t.Fatalf("re-commit of identical files: %v", err)
+			}
+			other := writeCheckpoint(t, 200)
+			os.WriteFile(filepath.Join(other, "weights.bin"), []byte("different"), 0o644)
+			if _, err := c.Commit(ctx, other, 200, now); !errors.Is(err, checkpoint.ErrConflict) {
+				t.Fatalf("conflicting commit: %v", err)
+			}
+
+			// Prune keeps the newest two committed (300, 200) and removes 100.
+			// (300's files are corrupt, but its marker and manifest agree:
+			// only a restore's re-hash can tell, as above.)
+			if err := c.Prune(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			list, _ = c.Committed(ctx)
+			if len(list) != 2 || list[0].Step != 300 || list[1].Step != 200 {
+				t.Fatalf("after prune: %+v", list)
+			}
+			if objs, _ := s.List(ctx, "checkpoints/000000000100/"); len(objs) != 0 {
+				t.Fatalf("pruned checkpoint left objects: %+v", objs)
+			}
+			if objs, _ := s.List(ctx, "checkpoints/000000000400/"); len(objs) != 1 {
+				t.Fatalf("a partial upload newer than every commit must be left alone (it may be in flight): %+v", objs)
+			}
+		})
+	}
+}
+
+func TestPruneNeverDeletesBeforeTheNextCommits(t *testing.T) {
+	s := stores(t)["file"]
+	c := checkpoint.Store{S: s}
+	c.Commit(ctx, writeCheckpoint(t, 10), 10, now)
+	// A newer checkpoint is mid-upload: files but no marker yet.
+	s.Put(ctx, "checkpoints/000000000020/files/weights.bin", bytes.NewReader([]byte("half")))
+	if err := c.Prune(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := c.Committed(ctx); len(list) != 1 || list[0].Step != 10 {
+		t.Fatalf("the only committed checkpoint was pruned: %+v", list)
+	}
+}
