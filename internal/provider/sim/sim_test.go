@@ -11,7 +11,10 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -725,4 +728,31 @@ func TestExitAndSlowLoadingFaults(t *testing.T) {
 	}
 	e.client.DestroyInstance(ctx, id)
 	e.assertNoLeaks(t)
+}
+
+func TestDestroyKillsDetachedJobs(t *testing.T) {
+	e := newEnv(t, sim.Config{})
+	ctx := context.Background()
+	_, id := rent(t, e, "detached")
+	signer, pub := newKeyPair(t)
+	e.client.AttachSSHKey(ctx, id, pub)
+	e.clk.Advance(time.Minute)
+	inst, _ := e.client.ShowInstance(ctx, id)
+	c, err := dialSSH(inst, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := run(t, c, "setsid nohup sleep 300 >/dev/null 2>&1 < /dev/null & echo $!")
+	c.Close()
+	pid, _ := strconv.Atoi(strings.TrimSpace(out))
+	if pid == 0 || syscall.Kill(pid, 0) != nil {
+		t.Fatalf("detached job not running: %q", out)
+	}
+	e.client.DestroyInstance(ctx, id)
+	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(10 * time.Millisecond) // the kill is immediate; reaping by init is not
+	}
+	if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); len(st) > 0 && !strings.Contains(string(st), ") Z ") {
+		t.Fatalf("a detached job survived its instance's destruction: %s", st)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -56,6 +57,34 @@ func (s *Server) killSessions(in *instance) {
 	st.mu.Unlock()
 	for _, c := range conns { // Close takes st.mu itself
 		c.Close()
+	}
+	killSandboxProcesses(in.sandbox)
+}
+
+// killSandboxProcesses kills every process whose working directory is in
+// the sandbox, as stopping a container kills everything in it, including
+// jobs started with setsid/nohup that left the session's process group.
+func killSandboxProcesses(sandbox string) {
+	if sandbox == "" {
+		return
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd")
+		if err != nil {
+			continue
+		}
+		if cwd == sandbox || strings.HasPrefix(cwd, sandbox+"/") {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
 
