@@ -77,9 +77,19 @@ type Committed struct {
 // Store commits and restores checkpoints in a storage.Store.
 type Store struct {
 	S storage.Store
+	// Prefix is where checkpoints live; default "checkpoints". Final
+	// outputs use the same protocol under "outputs".
+	Prefix string
 }
 
-func stepDir(step int64) string { return fmt.Sprintf("%s/%012d", Prefix, step) }
+func (c Store) prefix() string {
+	if c.Prefix == "" {
+		return Prefix
+	}
+	return c.Prefix
+}
+
+func (c Store) stepDir(step int64) string { return fmt.Sprintf("%s/%012d", c.prefix(), step) }
 
 // Commit uploads dir as the checkpoint for step and commits it. Committing
 // the same content again is a no-op; different content at a committed step
@@ -99,7 +109,7 @@ func (c Store) Commit(ctx context.Context, dir string, step int64, now time.Time
 			return err
 		}
 		defer f.Close()
-		o, err := c.S.Put(ctx, stepDir(step)+"/files/"+filepath.ToSlash(rel), f)
+		o, err := c.S.Put(ctx, c.stepDir(step)+"/files/"+filepath.ToSlash(rel), f)
 		if err != nil {
 			return err
 		}
@@ -123,10 +133,10 @@ func (c Store) Commit(ctx context.Context, dir string, step int64, now time.Time
 		}
 		return Committed{}, fmt.Errorf("commit checkpoint %d: %w", step, ErrConflict)
 	}
-	if _, err := c.S.Put(ctx, stepDir(step)+"/manifest.json", bytes.NewReader(mb)); err != nil {
+	if _, err := c.S.Put(ctx, c.stepDir(step)+"/manifest.json", bytes.NewReader(mb)); err != nil {
 		return Committed{}, fmt.Errorf("commit checkpoint %d: manifest: %w", step, err)
 	}
-	if err := c.S.PutIfAbsent(ctx, stepDir(step)+"/COMMITTED", []byte(digest)); err != nil {
+	if err := c.S.PutIfAbsent(ctx, c.stepDir(step)+"/COMMITTED", []byte(digest)); err != nil {
 		if errors.Is(err, storage.ErrExists) {
 			return c.Commit(ctx, dir, step, now) // lost a race: judge the winner
 		}
@@ -157,7 +167,7 @@ func (c Store) readAll(ctx context.Context, key string) ([]byte, error) {
 }
 
 func (c Store) marker(ctx context.Context, step int64) (string, error) {
-	b, err := c.readAll(ctx, stepDir(step)+"/COMMITTED")
+	b, err := c.readAll(ctx, c.stepDir(step)+"/COMMITTED")
 	return strings.TrimSpace(string(b)), err
 }
 
@@ -168,7 +178,7 @@ func (c Store) read(ctx context.Context, step int64) (Committed, error) {
 	if err != nil {
 		return Committed{}, err
 	}
-	mb, err := c.readAll(ctx, stepDir(step)+"/manifest.json")
+	mb, err := c.readAll(ctx, c.stepDir(step)+"/manifest.json")
 	if err != nil {
 		return Committed{}, fmt.Errorf("checkpoint %d: manifest: %w", step, err)
 	}
@@ -185,14 +195,14 @@ func (c Store) read(ctx context.Context, step int64) (Committed, error) {
 
 // steps lists the steps that have objects, and which of them have markers.
 func (c Store) steps(ctx context.Context) (all []int64, marked map[int64]bool, err error) {
-	objs, err := c.S.List(ctx, Prefix+"/")
+	objs, err := c.S.List(ctx, c.prefix()+"/")
 	if err != nil {
 		return nil, nil, err
 	}
 	seen := map[int64]bool{}
 	marked = map[int64]bool{}
 	for _, o := range objs {
-		rest := strings.TrimPrefix(o.Key, Prefix+"/")
+		rest := strings.TrimPrefix(o.Key, c.prefix()+"/")
 		name, tail, _ := strings.Cut(rest, "/")
 		step, err := strconv.ParseInt(name, 10, 64)
 		if err != nil {
@@ -262,7 +272,7 @@ func (c Store) restoreFile(ctx context.Context, step int64, f File, root string)
 	if strings.Contains(f.Path, "..") || path.IsAbs(f.Path) {
 		return fmt.Errorf("file %q: %w", f.Path, ErrCorrupt)
 	}
-	rc, err := c.S.Get(ctx, stepDir(step)+"/files/"+f.Path)
+	rc, err := c.S.Get(ctx, c.stepDir(step)+"/files/"+f.Path)
 	if err != nil {
 		if errors.Is(err, storage.ErrNotExist) {
 			return fmt.Errorf("file %s missing: %w", f.Path, ErrCorrupt)
@@ -346,10 +356,10 @@ func (c Store) Prune(ctx context.Context, keep int) error {
 	}
 	for _, step := range doomed {
 		// Marker first: from here on the checkpoint no longer counts.
-		if err := c.S.Delete(ctx, stepDir(step)+"/COMMITTED"); err != nil {
+		if err := c.S.Delete(ctx, c.stepDir(step)+"/COMMITTED"); err != nil {
 			return err
 		}
-		objs, err := c.S.List(ctx, stepDir(step)+"/")
+		objs, err := c.S.List(ctx, c.stepDir(step)+"/")
 		if err != nil {
 			return err
 		}
