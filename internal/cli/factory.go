@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,8 @@ type Factory struct {
 	Sim    bool
 	URL    string
 	APIKey string
+	// SimFaults are JSON faults injected into the embedded simulator.
+	SimFaults []string
 
 	logger  *slog.Logger
 	market  provider.Marketplace
@@ -112,6 +115,18 @@ func (f *Factory) startSim() (url, key string, err error) {
 	s, err := sim.New(sim.Config{Clock: f.Clock, Logger: f.Logger()})
 	if err != nil {
 		return "", "", err
+	}
+	for _, raw := range f.SimFaults {
+		var fault sim.Fault
+		if err := json.Unmarshal([]byte(raw), &fault); err != nil {
+			s.Close()
+			return "", "", &UsageError{Err: fmt.Errorf("--sim-fault %s: %w", raw, err), Hint: `write faults as JSON, e.g. '{"kind":"preempt_after","seconds":60}'`}
+		}
+		if err := s.Inject(fault); err != nil {
+			s.Close()
+			return "", "", &UsageError{Err: fmt.Errorf("--sim-fault: %w", err)}
+		}
+		f.IO.Infof("simulator fault armed: %s", raw)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -83,6 +83,7 @@ Exit codes are documented in docs/exit-codes.md.`,
 	pf.BoolVar(&f.JSON, "json", false, "print machine-readable JSON on stdout (a versioned contract)")
 	pf.BoolVar(&f.Debug, "debug", false, "log API calls and decisions to stderr (for developers)")
 	pf.BoolVar(&f.Sim, "sim", false, "run against an embedded marketplace simulator (nothing real is rented)")
+	pf.StringArrayVar(&f.SimFaults, "sim-fault", nil, "with --sim: inject a simulator fault (JSON, repeatable), e.g. '{\"kind\":\"preempt_after\",\"seconds\":60}'")
 	pf.StringVar(&f.URL, "url", "", "Vast API base URL (default $VAST_URL or https://console.vast.ai)")
 	pf.StringVar(&f.APIKey, "api-key", "", "Vast API key (prefer $VAST_API_KEY: flags are visible in the process list)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -90,7 +91,8 @@ Exit codes are documented in docs/exit-codes.md.`,
 	})
 
 	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f),
-		NewCmdCI(f), NewCmdUp(f), NewCmdExec(f), NewCmdDown(f), NewCmdStatus(f), NewCmdReap(f), NewCmdDoctor(f))
+		NewCmdCI(f), NewCmdUp(f), NewCmdExec(f), NewCmdDown(f), NewCmdStatus(f), NewCmdReap(f), NewCmdDoctor(f),
+		NewCmdTrain(f), NewCmdResume(f), NewCmdAgent(f))
 	return root
 }
 

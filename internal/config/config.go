@@ -38,6 +38,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 func (d Duration) String() string            { return time.Duration(d).String() }
 
+// Duration is the value as a time.Duration.
+func (d Duration) Duration() time.Duration { return time.Duration(d) }
+
 // Config is vastrun.yaml.
 type Config struct {
 	Version     int               `yaml:"version"`
@@ -56,7 +59,28 @@ type Config struct {
 	LabelPrefix string            `yaml:"label_prefix"`
 	Alert       Alert             `yaml:"alert"`
 	Verify      Verify            `yaml:"verify"`
+	Train       Train             `yaml:"train"`
 }
+
+// Train configures `vastrun train`.
+type Train struct {
+	Command         string   `yaml:"command"`
+	CheckpointDir   string   `yaml:"checkpoint_dir"`
+	Cadence         int      `yaml:"cadence"`
+	CheckpointURI   string   `yaml:"checkpoint_uri"`
+	OutputDir       string   `yaml:"output_dir"`
+	OutputURI       string   `yaml:"output_uri"`
+	DatasetVersion  string   `yaml:"dataset_version"`
+	Seed            int64    `yaml:"seed"`
+	Keep            int      `yaml:"keep"`
+	RuntimeDeadline Duration `yaml:"runtime_deadline"`
+	HeartbeatTTL    Duration `yaml:"heartbeat_ttl"`
+	Poll            Duration `yaml:"poll"`
+	MaxAttempts     int      `yaml:"max_attempts"`
+}
+
+// IsTrain reports whether the config describes a training run.
+func (c *Config) IsTrain() bool { return strings.TrimSpace(c.Train.Command) != "" }
 
 // GPU is the policy an offer must meet.
 type GPU struct {
@@ -181,6 +205,34 @@ func (c *Config) fillDefaults() {
 	if c.StateDir == "" {
 		c.StateDir = ".vastrun"
 	}
+	t := &c.Train
+	if t.CheckpointDir == "" {
+		t.CheckpointDir = "checkpoints"
+	}
+	if t.OutputDir == "" {
+		t.OutputDir = "outputs"
+	}
+	if t.Cadence == 0 {
+		t.Cadence = 100
+	}
+	if t.Keep == 0 {
+		t.Keep = 3
+	}
+	if t.RuntimeDeadline == 0 {
+		t.RuntimeDeadline = Duration(24 * time.Hour)
+	}
+	if t.HeartbeatTTL == 0 {
+		t.HeartbeatTTL = Duration(2 * time.Minute)
+	}
+	if t.Poll == 0 {
+		t.Poll = Duration(10 * time.Second)
+	}
+	if t.MaxAttempts == 0 {
+		t.MaxAttempts = 4
+	}
+	if t.OutputURI == "" {
+		t.OutputURI = t.CheckpointURI
+	}
 }
 
 // Validate reports everything wrong at once.
@@ -192,8 +244,18 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(c.Image) == "" {
 		errs = append(errs, "image is required (pin it by digest: repo@sha256:...)")
 	}
-	if strings.TrimSpace(c.Test) == "" {
-		errs = append(errs, "test is required: the command to run on the GPU instance")
+	if strings.TrimSpace(c.Test) == "" && !c.IsTrain() {
+		errs = append(errs, "test is required: the command to run on the GPU instance (or train.command for a training run)")
+	}
+	if c.IsTrain() {
+		if c.Train.CheckpointURI == "" {
+			errs = append(errs, "train.checkpoint_uri is required: where committed checkpoints live (s3://bucket/prefix or file:///path)")
+		} else if !strings.HasPrefix(c.Train.CheckpointURI, "s3://") && !strings.HasPrefix(c.Train.CheckpointURI, "file://") {
+			errs = append(errs, fmt.Sprintf("train.checkpoint_uri %q must be s3://bucket/prefix or file:///absolute/path", c.Train.CheckpointURI))
+		}
+		if c.Train.HeartbeatTTL.Duration() < 2*c.Train.Poll.Duration() {
+			errs = append(errs, "train.heartbeat_ttl must be at least twice train.poll, or a slow poll would look like a dead controller")
+		}
 	}
 	if c.Budget.MaxSpend <= 0 {
 		errs = append(errs, "budget.max_spend is required: the most this run may cost, in $")

@@ -1,7 +1,9 @@
 // Package redact masks secrets in text streams: exact values vastrun was
 // given (the Vast key, storage credentials, declared secrets) and common
 // token shapes (GitHub, Hugging Face, AWS, Slack, JWTs, private keys,
-// 64-hex API keys, Bearer headers). Masking is line-buffered so a secret
+// Bearer headers). A bare 64-hex string is NOT masked by shape: SHA-256
+// digests look exactly like Vast keys and are evidence; the key in use is
+// masked by its exact value instead. Masking is line-buffered so a secret
 // split across two writes is still caught.
 package redact
 
@@ -16,7 +18,7 @@ import (
 // Mask replaces every secret.
 const Mask = "***"
 
-var shapes = regexp.MustCompile(`(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}|hf_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|\b[a-f0-9]{64}\b|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|(?i:bearer)\s+[A-Za-z0-9._~+/-]{16,}=*)`)
+var shapes = regexp.MustCompile(`(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}|hf_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|(?i:bearer)\s+[A-Za-z0-9._~+/-]{16,}=*)`)
 
 // Redactor knows the secrets to mask. It is safe for concurrent use.
 type Redactor struct {

@@ -7,7 +7,8 @@ import (
 )
 
 func TestMasksValuesAndShapes(t *testing.T) {
-	r := New("sup3rsecret", "ab")
+	vastKey := strings.Repeat("0f", 32)
+	r := New("sup3rsecret", "ab", vastKey)
 	in := strings.Join([]string{
 		"key=sup3rsecret!",
 		"gh token ghp_" + strings.Repeat("a", 36),
@@ -18,6 +19,7 @@ func TestMasksValuesAndShapes(t *testing.T) {
 		"jwt eyJhbGciOiJI.eyJzdWIiOiIx.SflKxwRJSMeKKF2QT4",
 		"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----",
 		"keep abc and commit 0123456789abcdef0123456789abcdef01234567",
+		"digest sha256:" + strings.Repeat("ab", 32),
 	}, "\n")
 	out := r.String(in)
 	for _, leaked := range []string{"sup3rsecret", "ghp_aaaa", "hf_BBB", "AKIAABCD", "0f0f0f0f", "abcdefghijklmnop", "SflKxw", "b3BlbnNzaC1rZXk"} {
@@ -26,7 +28,8 @@ func TestMasksValuesAndShapes(t *testing.T) {
 		}
 	}
 	// Short values are not masked, and a 40-hex git commit is not a secret.
-	if !strings.Contains(out, "keep abc") || !strings.Contains(out, "0123456789abcdef0123456789abcdef01234567") {
+	// A 40-hex commit and a 64-hex digest are evidence, not secrets.
+	if !strings.Contains(out, "keep abc") || !strings.Contains(out, "0123456789abcdef0123456789abcdef01234567") || !strings.Contains(out, strings.Repeat("ab", 32)) {
 		t.Errorf("over-masked:\n%s", out)
 	}
 }

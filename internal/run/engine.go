@@ -94,8 +94,17 @@ type Engine struct {
 	EvidenceDir  string // exact evidence directory; default <EvidenceRoot>/<run>
 	EvidenceRoot string // default vastrun-evidence
 	Base         string // git base for paths; "" means detect
-	Simulated    bool
-	Workflow     string
+	// APIURL is the marketplace URL the on-instance agent uses for its
+	// dead-man switch (with the instance's own CONTAINER_API_KEY).
+	APIURL string
+	// AgentBinary is the vastrun binary copied to training instances
+	// (default: this executable).
+	AgentBinary string
+	// StorageEnv holds the storage settings and credentials (AWS_*
+	// variables) given to the agent and the workload, and masked everywhere.
+	StorageEnv map[string]string
+	Simulated  bool
+	Workflow   string
 
 	// Filled as the run proceeds.
 	runDir     string
@@ -108,6 +117,7 @@ type Engine struct {
 	selected   []policy.Decision
 	cost       costReport
 	phaseTimes map[string]time.Time
+	train      *TrainReport
 }
 
 func (e *Engine) mark(phase string) {
@@ -350,9 +360,15 @@ func (e *Engine) selectOffer(ctx context.Context, exclude []int64) (*provider.Of
 }
 
 // worstCase is the spend if the rental uses every deadline to the full.
+// For training, the job is open-ended and the budget kill switch bounds it
+// while it runs, so approval only needs to afford getting it started.
 func (e *Engine) worstCase(dph float64) float64 {
 	t := e.Config.Timeouts
-	hours := (time.Duration(t.Ready) + time.Duration(t.Job) + time.Duration(t.Teardown)).Hours()
+	job := time.Duration(t.Job)
+	if e.Workflow == "train" {
+		job = 0
+	}
+	hours := (time.Duration(t.Ready) + job + time.Duration(t.Teardown)).Hours()
 	return dph * hours
 }
 

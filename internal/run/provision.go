@@ -262,8 +262,7 @@ func orDash(s string) string {
 
 // provision selects, approves, rents, waits and connects, replacing a
 // rental that never becomes ready once on a different machine.
-func (e *Engine) provision(ctx context.Context) (*remote.Client, provider.Instance, error) {
-	var exclude []int64
+func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client, provider.Instance, error) {
 	for attempt := 1; ; attempt++ {
 		t0 := e.now()
 		offer, err := e.selectOffer(ctx, exclude)

@@ -32,9 +32,11 @@ func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
 type costReport struct {
 	EstimateUSD float64  `json:"estimate_usd"`
 	ChargedUSD  *float64 `json:"charged_usd"`
-	MaxSpendUSD float64  `json:"max_spend_usd"`
-	ChargesNote string   `json:"charges_note,omitempty"`
-	AlertSent   bool     `json:"-"`
+	// DiscrepancyUSD is charged minus estimated, when charges were read.
+	DiscrepancyUSD *float64 `json:"discrepancy_usd,omitempty"`
+	MaxSpendUSD    float64  `json:"max_spend_usd"`
+	ChargesNote    string   `json:"charges_note,omitempty"`
+	AlertSent      bool     `json:"-"`
 }
 
 // Receipt is the run's evidence summary (docs/receipt.md).
@@ -53,6 +55,7 @@ type Receipt struct {
 	Attempts       []*Attempt         `json:"attempts"`
 	Test           *TestOutcome       `json:"test,omitempty"`
 	Verify         *verifyReport      `json:"verify,omitempty"`
+	Train          *TrainReport       `json:"train,omitempty"`
 	Timings        map[string]float64 `json:"timings_s"`
 	Cost           costReport         `json:"cost"`
 	Cleanup        ReceiptCleanup     `json:"cleanup"`
@@ -120,11 +123,15 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 	e.chargesFor(ctx)
 	e.cost.EstimateUSD = round6(e.spentSoFar())
 	e.cost.MaxSpendUSD = e.Config.Budget.MaxSpend
+	if e.cost.ChargedUSD != nil {
+		d := round6(*e.cost.ChargedUSD - e.cost.EstimateUSD)
+		e.cost.DiscrepancyUSD = &d
+	}
 	st := e.state
 	r := &Receipt{
 		Schema: ReceiptSchema, Workflow: e.Workflow, RunID: st.RunID, Label: st.Label, Outcome: outcome,
 		Simulated: e.Simulated, Commit: e.manifest.Commit, Image: e.Config.Image, ManifestSHA256: st.ManifestHash,
-		Attempts: st.Attempts, Test: e.test, Verify: e.verifyRep, Timings: e.timings, Cost: e.cost,
+		Attempts: st.Attempts, Test: e.test, Verify: e.verifyRep, Train: e.train, Timings: e.timings, Cost: e.cost,
 		StartedAt: st.Started, FinishedAt: e.now().UTC(), EvidenceDir: e.EvidenceDir,
 		CI: ReceiptCI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},
 	}

@@ -178,7 +178,7 @@ func (e *Engine) drive(ctx context.Context, workflow string, keep bool, body fun
 		return nil, err
 	}
 	var inst provider.Instance
-	client, inst, err = e.provision(ctx)
+	client, inst, err = e.provision(ctx, nil)
 	if err != nil {
 		return nil, err
 	}

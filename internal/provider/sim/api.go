@@ -363,6 +363,10 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64) *instance {
 	if fs.sshRefuseNewFor > 0 {
 		in.sshRefuseUntil = now.Add(fs.sshRefuseNewFor)
 	}
+	if fs.preemptAfterCount > 0 {
+		fs.preemptAfterCount--
+		in.preemptAfter = fs.preemptAfter
+	}
 	in.sshRefuseConns = fs.sshRefuseNewConns
 	in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "loading"
 	if in.IsBid && in.Bid < o.MinBid { // below market: created stopped
@@ -417,13 +421,24 @@ func parseEnv(raw json.RawMessage) [][2]string {
 	return out
 }
 
+// advance runs an instance's due transitions and carries out what they
+// need outside the state (killing a paused container's processes). Called
+// with s.mu held.
+func (s *Server) advance(in *instance) {
+	in.advance(s.clock.Now())
+	if in.killPending {
+		in.killPending = false
+		s.killSessions(in)
+	}
+}
+
 // visible advances an instance and reports whether reads may see it,
 // consuming one read of any read-after-create lag. Called with s.mu held.
 func (s *Server) visible(in *instance) bool {
 	if in == nil || in.Destroyed {
 		return false
 	}
-	in.advance(s.clock.Now())
+	s.advance(in)
 	if in.readLag > 0 {
 		in.readLag--
 		return false

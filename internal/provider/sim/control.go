@@ -51,7 +51,7 @@ func (s *Server) Snapshot() State {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {
 		in := s.instances[id]
-		in.advance(now)
+		s.advance(in)
 		in.sshMu.Lock()
 		port := in.sshPort
 		in.sshMu.Unlock()

@@ -47,6 +47,9 @@ const (
 	// FaultV0List sets the status of the deprecated GET /api/v0/instances/:
 	// 410 (default) or 200.
 	FaultV0List = "v0_list"
+	// FaultPreemptAfter pauses the next Count instances (default 1) Seconds
+	// after each starts running, as an outbid interruptible is paused.
+	FaultPreemptAfter = "preempt_after"
 	// FaultClear removes every pending fault.
 	FaultClear = "clear"
 )
@@ -92,6 +95,8 @@ type faults struct {
 	sshRefuseNewConns int
 	slowLoading       time.Duration
 	v0ListStatus      int
+	preemptAfter      time.Duration
+	preemptAfterCount int
 }
 
 // Inject sets a fault. It is safe to call while requests are in flight.
@@ -195,6 +200,12 @@ func (s *Server) Inject(f Fault) error {
 		if in.Actual == "loading" && in.nextState == "running" {
 			in.nextAt = now.Add(d)
 		}
+	case FaultPreemptAfter:
+		if f.Seconds <= 0 {
+			return fmt.Errorf("fault %s needs seconds > 0", f.Kind)
+		}
+		fs.preemptAfter = time.Duration(f.Seconds * float64(time.Second))
+		fs.preemptAfterCount = max(f.Count, 1)
 	case FaultV0List:
 		if f.Status != http.StatusOK && f.Status != http.StatusGone {
 			return fmt.Errorf("fault %s: status must be 200 or 410", f.Kind)

@@ -33,6 +33,8 @@ type instance struct {
 	nextState                   string
 	loadFor                     time.Duration
 	pullFails                   bool
+	preemptAfter                time.Duration // >0: pause this long after running starts
+	killPending                 bool          // processes must die (paused by a scheduled fault)
 	Destroyed                   bool
 
 	// Billing, accrued lazily up to billedTo.
@@ -125,8 +127,17 @@ func (in *instance) enter(state string, at time.Time) {
 		in.StatusMsg = "a1b2c3d4e5f6: Pulling fs layer"
 		in.logf(at, "Pulling image %s", in.Image)
 		in.nextAt, in.nextState = at.Add(in.loadFor), "running"
+	case "preempted":
+		in.Actual, in.Intended, in.Cur, in.Next, in.StatusMsg = "stopped", "stopped", "stopped", "stopped", ""
+		in.IsBid = true
+		in.killPending = true
+		in.logf(at, "instance paused: outbid")
 	case "running":
 		in.RunningSince = at
+		if in.preemptAfter > 0 {
+			in.nextAt, in.nextState = at.Add(in.preemptAfter), "preempted"
+			in.preemptAfter = 0
+		}
 		in.Actual = "running"
 		in.StatusMsg = fmt.Sprintf("success, running %s/ssh", strings.ReplaceAll(in.Image, ":", "_"))
 		in.logf(at, "Status: Downloaded newer image for %s", in.Image)

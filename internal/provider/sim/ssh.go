@@ -93,7 +93,7 @@ func (s *Server) sshAllowed(in *instance) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	in.advance(now)
+	s.advance(in)
 	if !in.running() {
 		return false
 	}
