@@ -302,8 +302,8 @@ func (c Store) restoreFile(ctx context.Context, step int64, f File, root string)
 
 // Skip records a checkpoint that could not be used.
 type Skip struct {
-	Step   int64
-	Reason string
+	Step   int64  `json:"step"`
+	Reason string `json:"reason"`
 }
 
 // RestoreLatest restores the newest committed checkpoint that verifies,

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"sync"
 	"testing"
@@ -39,7 +40,7 @@ func TestScripts(t *testing.T) {
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt},
 	})
 }
 
@@ -108,6 +109,12 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 		var f sim.Fault
 		ts.Check(json.Unmarshal([]byte(args[1]), &f))
 		ts.Check(scriptSim(ts).Inject(f))
+	case "preempt":
+		live := scriptSim(ts).Snapshot().Live
+		if len(live) != 1 {
+			ts.Fatalf("sim preempt: want exactly one live instance, have %d", len(live))
+		}
+		ts.Check(scriptSim(ts).Inject(sim.Fault{Kind: sim.FaultPreempt, Instance: live[0].ID}))
 	case "label":
 		st := scriptSim(ts).Snapshot()
 		all := append(st.Gone, st.Live...)
@@ -185,3 +192,43 @@ var (
 	hooksMu sync.Mutex
 	hooks   []*hookRecorder
 )
+
+// cmdCkpt inspects a file:// checkpoint store from a script:
+//
+//	ckpt wait N DIR     wait until a run under DIR has N committed checkpoints
+//	ckpt corrupt DIR    flip the bytes of the newest committed checkpoint's files
+func cmdCkpt(ts *testscript.TestScript, neg bool, args []string) {
+	committed := func(root string) []string {
+		var dirs []string
+		matches, _ := filepath.Glob(filepath.Join(ts.MkAbs(root), "*", "checkpoints", "*", "COMMITTED"))
+		for _, m := range matches {
+			dirs = append(dirs, filepath.Dir(m))
+		}
+		sort.Strings(dirs)
+		return dirs
+	}
+	switch args[0] {
+	case "wait":
+		n, _ := strconv.Atoi(args[1])
+		waitFor(ts, func() bool { return len(committed(args[2])) >= n }, args[1]+" committed checkpoints")
+	case "corrupt":
+		dirs := committed(args[1])
+		if len(dirs) == 0 {
+			ts.Fatalf("ckpt corrupt: nothing committed under %s", args[1])
+		}
+		newest := dirs[len(dirs)-1]
+		filepath.Walk(filepath.Join(newest, "files"), func(p string, info os.FileInfo, err error) error {
+			if err == nil && !info.IsDir() {
+				b, _ := os.ReadFile(p)
+				for i := range b {
+					b[i] ^= 0xff
+				}
+				os.WriteFile(p, b, 0o644)
+			}
+			return nil
+		})
+		fmt.Fprintln(ts.Stdout(), "corrupted", filepath.Base(newest))
+	default:
+		ts.Fatalf("unknown ckpt subcommand %q", args[0])
+	}
+}

@@ -108,21 +108,25 @@ controller dies (heartbeat TTL). See docs/train.md.`,
 func NewCmdResume(f *Factory) *cobra.Command {
 	o := &WorkflowOptions{}
 	cmd := &cobra.Command{
-		Use:   "resume RUN",
+		Use:   "resume [RUN]",
 		Short: "Continue a training run whose controller died, from its journal",
 		Long: `Continue a training run from its journal. If its instance is still running,
 vastrun re-attaches to it (no second rental); if it is gone or paused, vastrun
 destroys what is left and continues on a replacement from the last committed
 checkpoint.`,
-		Example: "  vastrun resume mx1seio0a3dm --yes -f train.yaml",
-		Args:    usageArgs(cobra.ExactArgs(1)),
+		Example: "  vastrun resume --yes -f train.yaml              # the latest run\n  vastrun resume mx1seio0a3dm --yes -f train.yaml",
+		Args:    usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			e, err := trainEngine(ctx, f, o)
 			if err != nil {
 				return err
 			}
-			dir, err := runDir(e.StateRoot, args[0])
+			id := ""
+			if len(args) == 1 {
+				id = args[0]
+			}
+			dir, err := runDir(e.StateRoot, id)
 			if err != nil {
 				return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(e.StateRoot, "current")}
 			}

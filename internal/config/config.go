@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -124,6 +125,8 @@ type Alert struct {
 type Verify struct {
 	MinFreeDiskGB float64 `yaml:"min_free_disk_gb"`
 }
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Defaults used when a key is absent.
 const (
@@ -264,13 +267,13 @@ func (c *Config) Validate() error {
 		errs = append(errs, err.Error())
 	}
 	for _, s := range c.Secrets {
-		if s == "" || strings.ContainsAny(s, "= ") {
-			errs = append(errs, fmt.Sprintf("secrets entry %q must be an environment variable name", s))
+		if !envName.MatchString(s) {
+			errs = append(errs, fmt.Sprintf("secrets entry %q must be an environment variable name (letters, digits, _)", s))
 		}
 	}
 	for k := range c.Env {
-		if k == "" || strings.ContainsAny(k, "= ") || strings.HasPrefix(k, "-") {
-			errs = append(errs, fmt.Sprintf("env key %q is not a variable name", k))
+		if !envName.MatchString(k) {
+			errs = append(errs, fmt.Sprintf("env key %q is not a variable name (letters, digits, _; not starting with a digit)", k))
 		}
 	}
 	if len(errs) > 0 {

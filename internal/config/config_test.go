@@ -59,8 +59,8 @@ func TestUnknownKeysAreNamed(t *testing.T) {
 }
 
 func TestValidationListsEveryProblem(t *testing.T) {
-	_, err := Parse([]byte("version: 2\ngpu: {min_reliability: 2}\nsecrets: ['A=B']\n"))
-	for _, want := range []string{"version 2", "image is required", "test is required", "max_spend", "min_reliability", `"A=B"`} {
+	_, err := Parse([]byte("version: 2\ngpu: {min_reliability: 2}\nsecrets: ['A=B']\nenv: {STEP_0.02: x}\n"))
+	for _, want := range []string{"version 2", "image is required", "test is required", "max_spend", "min_reliability", `"A=B"`, `"STEP_0.02"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v, want %q", err, want)
 		}

@@ -324,10 +324,10 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 	}
 	// Restore the last committed checkpoint that verifies.
 	base := e.trainEnv(-1)
-	var out strings.Builder
-	err := c.Run(ctx, remote.Command{Env: base, Stdout: &out, Script: remoteBin + " agent restore --json --store " + remote.ShellQuote(t.CheckpointURI) + " --dir " + resumeDir})
+	var out, errOut strings.Builder
+	err := c.Run(ctx, remote.Command{Env: base, Stdout: &out, Stderr: &errOut, Script: remoteBin + " agent restore --json --store " + remote.ShellQuote(t.CheckpointURI) + " --dir " + resumeDir})
 	if err != nil {
-		return fmt.Errorf("restore on instance %d: %w (%s)", inst.ID, err, strings.TrimSpace(out.String()))
+		return fmt.Errorf("restore on instance %d: %w: %s", inst.ID, err, e.Redactor.String(strings.TrimSpace(lastLines(errOut.String(), 5))))
 	}
 	var rs struct {
 		Step    int64             `json:"step"`
@@ -393,11 +393,11 @@ func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, code int)
 	if code != 0 {
 		return nil
 	}
-	var out strings.Builder
-	err := c.Run(ctx, remote.Command{Env: e.trainEnv(-1), Stdout: &out, Script: fmt.Sprintf("%s agent upload --json --store %s --dir %s",
+	var out, errOut strings.Builder
+	err := c.Run(ctx, remote.Command{Env: e.trainEnv(-1), Stdout: &out, Stderr: &errOut, Script: fmt.Sprintf("%s agent upload --json --store %s --dir %s",
 		remoteBin, remote.ShellQuote(t.OutputURI), remote.ShellQuote(t.OutputDir))})
 	if err != nil {
-		return fmt.Errorf("upload outputs: %w (%s)", err, strings.TrimSpace(out.String()))
+		return fmt.Errorf("upload outputs: %w: %s", err, e.Redactor.String(strings.TrimSpace(lastLines(errOut.String(), 5))))
 	}
 	var up struct {
 		SHA string `json:"manifest_sha256"`
@@ -432,4 +432,12 @@ func (e *Engine) storageGetenv() func(string) string {
 		}
 		return e.Getenv(k)
 	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
