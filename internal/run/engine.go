@@ -314,6 +314,13 @@ func (e *Engine) freeze(ctx context.Context) error {
 		ReadyDeadline: c.Timeouts.Ready.String(), JobTimeout: c.Timeouts.Job.String(), TeardownLimit: c.Timeouts.Teardown.String(),
 		EvidenceDir: e.EvidenceDir, EnvNames: sortedCopy(env), SecretNames: sortedCopy(c.Secrets), CreatedAt: e.now().UTC(),
 	}
+	if e.Workflow == "train" {
+		t := c.Train
+		m.Test = ""
+		m.Train = &TrainSpec{Command: t.Command, DatasetVersion: t.DatasetVersion, Seed: t.Seed, CheckpointDir: t.CheckpointDir,
+			Cadence: t.Cadence, CheckpointURI: t.CheckpointURI, OutputDir: t.OutputDir, OutputURI: t.OutputURI, Keep: t.Keep,
+			RuntimeDeadline: t.RuntimeDeadline.String(), HeartbeatTTL: t.HeartbeatTTL.String()}
+	}
 	hash, b, err := m.Hash()
 	if err != nil {
 		return err

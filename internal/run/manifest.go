@@ -36,7 +36,23 @@ type Manifest struct {
 	EvidenceDir   string        `json:"evidence_dir"`
 	EnvNames      []string      `json:"env_names,omitempty"`
 	SecretNames   []string      `json:"secret_names,omitempty"`
+	Train         *TrainSpec    `json:"train,omitempty"`
 	CreatedAt     time.Time     `json:"created_at"`
+}
+
+// TrainSpec is what a training run freezes before renting.
+type TrainSpec struct {
+	Command         string `json:"command"`
+	DatasetVersion  string `json:"dataset_version"`
+	Seed            int64  `json:"seed"`
+	CheckpointDir   string `json:"checkpoint_dir"`
+	Cadence         int    `json:"checkpoint_every"`
+	CheckpointURI   string `json:"checkpoint_uri"`
+	OutputDir       string `json:"output_dir"`
+	OutputURI       string `json:"output_uri"`
+	Keep            int    `json:"keep"`
+	RuntimeDeadline string `json:"runtime_deadline"`
+	HeartbeatTTL    string `json:"heartbeat_ttl"`
 }
 
 // Hash is the SHA-256 of the manifest's canonical JSON.
