@@ -39,6 +39,10 @@ type Options struct {
 	SelfDestroy func(ctx context.Context) error
 	Log         io.Writer
 	Once        bool // commit what is complete, then return
+	// Quiet, when positive, also counts a step directory without the
+	// .complete marker as complete once none of its files has changed for
+	// this long (for workloads that cannot write a marker).
+	Quiet time.Duration
 }
 
 // Status is what the agent reports in its status file.
@@ -139,7 +143,10 @@ func (w *watcher) commitComplete(ctx context.Context) {
 		if err != nil || !e.IsDir() || w.done[step] {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(w.o.CheckpointDir, e.Name(), checkpoint.CompleteMarker)); err == nil {
+		dir := filepath.Join(w.o.CheckpointDir, e.Name())
+		if _, err := os.Stat(filepath.Join(dir, checkpoint.CompleteMarker)); err == nil {
+			steps = append(steps, step)
+		} else if w.o.Quiet > 0 && w.quietSince(dir) >= w.o.Quiet {
 			steps = append(steps, step)
 		}
 	}
@@ -166,6 +173,27 @@ func (w *watcher) commitComplete(ctx context.Context) {
 	}
 	sort.Slice(w.status.Committed, func(i, j int) bool { return w.status.Committed[i] < w.status.Committed[j] })
 	w.writeStatus()
+}
+
+// quietSince is how long ago the newest file in dir changed (0 if empty).
+func (w *watcher) quietSince(dir string) time.Duration {
+	var newest time.Time
+	found := false
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				found = true
+				if fi.ModTime().After(newest) {
+					newest = fi.ModTime()
+				}
+			}
+		}
+		return nil
+	})
+	if !found {
+		return 0
+	}
+	return w.o.Clock.Now().Sub(newest)
 }
 
 func (w *watcher) writeStatus() {

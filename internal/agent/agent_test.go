@@ -113,3 +113,18 @@ func waitWaiter(clk *clock.Fake) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestQuietDirectoriesCountAsComplete(t *testing.T) {
+	cs, dir := setup(t)
+	writeStep(t, dir, "100", false)
+	writeStep(t, dir, "200", false)
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Join(dir, "100", "state.json"), old, old) // quiet for an hour
+	if err := Watch(context.Background(), Options{Checkpoints: cs, CheckpointDir: dir, Quiet: time.Minute, Once: true}); err != nil {
+		t.Fatal(err)
+	}
+	list, _ := cs.Committed(context.Background())
+	if len(list) != 1 || list[0].Step != 100 {
+		t.Fatalf("only the quiet directory should commit: %+v", list)
+	}
+}

@@ -163,7 +163,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	}
 	var keep int
 	var hb, status, deadline string
-	var ttl, poll time.Duration
+	var ttl, poll, quiet time.Duration
 	var once bool
 	watch := &cobra.Command{
 		Use:   "watch",
@@ -175,7 +175,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 				return err
 			}
 			o := agent.Options{Checkpoints: cs, CheckpointDir: dir, Keep: keep, HeartbeatFile: hb, TTL: ttl, StatusFile: status,
-				Poll: poll, Clock: f.clock(), Log: f.IO.ErrOut, Once: once, SelfDestroy: selfDestroy(f)}
+				Poll: poll, Clock: f.clock(), Log: f.IO.ErrOut, Once: once, SelfDestroy: selfDestroy(f), Quiet: quiet}
 			if deadline != "" {
 				if o.Deadline, err = time.Parse(time.RFC3339, deadline); err != nil {
 					return &UsageError{Err: fmt.Errorf("--deadline: %w", err)}
@@ -197,6 +197,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	watch.Flags().StringVar(&status, "status", "", "status file to write")
 	watch.Flags().DurationVar(&poll, "poll", 5*time.Second, "how often to look")
 	watch.Flags().BoolVar(&once, "once", false, "commit what is complete, then exit")
+	watch.Flags().DurationVar(&quiet, "quiet", 0, "also treat a step directory as complete when its files have not changed for this long (0: only the .complete marker)")
 
 	var asJSON bool
 	restore := &cobra.Command{

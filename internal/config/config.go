@@ -78,6 +78,10 @@ type Train struct {
 	HeartbeatTTL    Duration `yaml:"heartbeat_ttl"`
 	Poll            Duration `yaml:"poll"`
 	MaxAttempts     int      `yaml:"max_attempts"`
+	// QuietPeriod, when set, also commits a checkpoint directory whose
+	// files have not changed for this long, for workloads that cannot write
+	// the .complete marker.
+	QuietPeriod Duration `yaml:"quiet_period"`
 }
 
 // IsTrain reports whether the config describes a training run.

@@ -346,9 +346,9 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 		e.record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.SHA, "skipped": len(rs.Skipped)})
 	}
 	env := e.trainEnv(rs.Step)
-	agentCmd := fmt.Sprintf("%s agent watch --store %s --dir %s --keep %d --heartbeat %s --ttl %s --deadline %s --status %s --poll 1s",
+	agentCmd := fmt.Sprintf("%s agent watch --store %s --dir %s --keep %d --heartbeat %s --ttl %s --deadline %s --status %s --poll 1s --quiet %s",
 		remoteBin, remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, heartbeat,
-		t.HeartbeatTTL.Duration(), e.state.Started.Add(t.RuntimeDeadline.Duration()).UTC().Format(time.RFC3339), agentStatus)
+		t.HeartbeatTTL.Duration(), e.state.Started.Add(t.RuntimeDeadline.Duration()).UTC().Format(time.RFC3339), agentStatus, t.QuietPeriod.Duration())
 	script := fmt.Sprintf(`mkdir -p .vastrun %s %s && rm -f %s %s && touch %s
 setsid nohup %s > .vastrun/agent.log 2>&1 < /dev/null &
 setsid nohup sh -c '%s; echo $? > %s' > %s 2>&1 < /dev/null &

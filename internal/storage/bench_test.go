@@ -2,9 +2,9 @@ package storage_test
 
 import (
 	"context"
-	"fmt"
 	"crypto/rand"
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
