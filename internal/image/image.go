@@ -1,0 +1,88 @@
+// Package image pins container images to immutable bytes: it resolves a tag
+// to its manifest digest through the OCI distribution API (with registry
+// credentials from the docker config), and refuses references that can
+// change under you.
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// ErrMutable means the reference names a tag, not a digest.
+var ErrMutable = errors.New("image reference is mutable (a tag, not a digest)")
+
+var digestRE = regexp.MustCompile(`@sha256:[a-f0-9]{64}$`)
+
+// IsPinned reports whether ref ends in @sha256:<64 hex>.
+func IsPinned(ref string) bool { return digestRE.MatchString(ref) }
+
+// CheckPinned refuses a mutable reference, naming why.
+func CheckPinned(ref string) error {
+	if IsPinned(ref) {
+		return nil
+	}
+	why := "it has no digest"
+	if strings.HasSuffix(ref, ":latest") || !strings.Contains(lastPart(ref), ":") {
+		why = "it is (or defaults to) the moving tag latest"
+	}
+	return fmt.Errorf("%q: %w: %s; pass --resolve to pin it, or write repo@sha256:<digest>", ref, ErrMutable, why)
+}
+
+func lastPart(ref string) string {
+	if i := strings.LastIndex(ref, "/"); i >= 0 {
+		return ref[i+1:]
+	}
+	return ref
+}
+
+// Options for Resolve.
+type Options struct {
+	// Insecure allows plain-HTTP registries (local test registries).
+	Insecure bool
+	// Transport overrides the HTTP transport (tests).
+	Transport http.RoundTripper
+	// Keychain supplies credentials; default: the docker config
+	// (~/.docker/config.json, DOCKER_CONFIG) and its credential helpers.
+	Keychain authn.Keychain
+}
+
+// Resolve returns ref pinned by digest: "repo:tag" → "repo@sha256:...". A
+// reference that already carries a digest is returned as is (after the
+// registry confirms it exists).
+func Resolve(ctx context.Context, ref string, o Options) (string, error) {
+	var opts []name.Option
+	if o.Insecure {
+		opts = append(opts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, opts...)
+	if err != nil {
+		return "", fmt.Errorf("image %q: %w", ref, err)
+	}
+	kc := o.Keychain
+	if kc == nil {
+		kc = authn.DefaultKeychain
+	}
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
+	if o.Transport != nil {
+		ropts = append(ropts, remote.WithTransport(o.Transport))
+	}
+	desc, err := remote.Head(r, ropts...)
+	if err != nil {
+		// Some registries refuse HEAD on manifests; GET is the fallback.
+		d, gerr := remote.Get(r, ropts...)
+		if gerr != nil {
+			return "", fmt.Errorf("resolve image %q: %w", ref, err)
+		}
+		desc = &d.Descriptor
+	}
+	return r.Context().Name() + "@" + desc.Digest.String(), nil
+}

@@ -1,0 +1,77 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// push writes a random image to ref on the in-process registry and returns
+// its digest.
+func push(t *testing.T, ref string) string {
+	t.Helper()
+	img, err := random.Image(1024, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	return d.String()
+}
+
+func TestResolveFollowsAMovingTag(t *testing.T) {
+	srv := httptest.NewServer(registry.New())
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ctx := context.Background()
+
+	first := push(t, host+"/acme/trainer:v1")
+	got, err := Resolve(ctx, host+"/acme/trainer:v1", Options{Insecure: true})
+	if err != nil || got != host+"/acme/trainer@"+first {
+		t.Fatalf("resolve v1: %q %v (want digest %s)", got, err, first)
+	}
+	// The tag moves: the same tag now resolves to different bytes, which is
+	// exactly why a tag is never evidence.
+	second := push(t, host+"/acme/trainer:v1")
+	again, err := Resolve(ctx, host+"/acme/trainer:v1", Options{Insecure: true})
+	if err != nil || again != host+"/acme/trainer@"+second || second == first {
+		t.Fatalf("after the tag moved: %q %v", again, err)
+	}
+	// A pinned reference keeps naming the first bytes.
+	pinned, err := Resolve(ctx, host+"/acme/trainer@"+first, Options{Insecure: true})
+	if err != nil || pinned != got {
+		t.Fatalf("pinned: %q %v", pinned, err)
+	}
+	if _, err := Resolve(ctx, host+"/acme/missing:v1", Options{Insecure: true}); err == nil {
+		t.Fatal("a missing image resolved")
+	}
+}
+
+func TestCheckPinned(t *testing.T) {
+	ok := "ghcr.io/acme/app@sha256:" + strings.Repeat("ab", 32)
+	if err := CheckPinned(ok); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"ghcr.io/acme/app", "ghcr.io/acme/app:latest", "ghcr.io/acme/app:v1.2", "localhost:5000/app"} {
+		err := CheckPinned(ref)
+		if !errors.Is(err, ErrMutable) || !strings.Contains(err.Error(), "--resolve") {
+			t.Errorf("CheckPinned(%q) = %v", ref, err)
+		}
+	}
+	if err := CheckPinned("localhost:5000/app"); !strings.Contains(err.Error(), "latest") {
+		t.Errorf("an untagged reference defaults to latest: %v", err)
+	}
+}
