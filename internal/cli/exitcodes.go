@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/vastrun/vastrun/internal/image"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/run"
@@ -54,7 +55,7 @@ func exitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &cleanup): // first: an instance may still be billing
 		return ExitUnconfirmed
-	case errors.As(err, &testFailed), errors.Is(err, run.ErrGated):
+	case errors.As(err, &testFailed), errors.Is(err, run.ErrGated), errors.Is(err, run.ErrLocalFailed), errors.As(err, new(*run.CanaryError)):
 		return ExitTestFailed
 	case errors.Is(err, run.ErrNeedsApproval):
 		return ExitNeedsYes
@@ -100,7 +101,7 @@ func hints(err error) []string {
 		out = append(out, "read the plan above, then re-run with --yes")
 	case errors.Is(err, run.ErrNoOffer):
 		out = append(out, "see why each offer was rejected: vastrun offers --policy vastrun.yaml --explain")
-	case errors.Is(err, run.ErrMutableImage):
+	case errors.Is(err, run.ErrMutableImage), errors.Is(err, image.ErrMutable):
 		out = append(out, "find the digest with: docker buildx imagetools inspect IMAGE (or crane digest IMAGE)")
 	case errors.Is(err, provider.ErrAuth):
 		out = append(out, "check VAST_API_KEY (or ~/.config/vastai/vast_api_key); Vast answers an unknown key with 404 auth_error", "'vastrun doctor' shows what the key may do")

@@ -61,7 +61,25 @@ type Config struct {
 	Alert       Alert             `yaml:"alert"`
 	Verify      Verify            `yaml:"verify"`
 	Train       Train             `yaml:"train"`
+	Canary      Canary            `yaml:"canary"`
 }
+
+// Canary configures `vastrun canary`: the same smoke contract run locally
+// (CPU) and on the smallest GPU that meets the policy.
+type Canary struct {
+	Unit         string   `yaml:"unit"`          // local unit tests, first
+	Smoke        string   `yaml:"smoke"`         // run locally and on the GPU
+	ExpectExit   int      `yaml:"expect_exit"`   // default 0
+	ExpectFields []string `yaml:"expect_fields"` // fields the smoke's JSON result must have
+	IgnoreFields []string `yaml:"ignore_fields"` // fields allowed to differ between CPU and GPU
+	CUDACheck    string   `yaml:"cuda_check"`    // an extra GPU-only command
+	Ports        []int    `yaml:"ports"`
+	HealthURL    string   `yaml:"health_url"`
+	EnvNames     []string `yaml:"env_names"` // environment the image needs (names only)
+}
+
+// IsCanary reports whether the config has a canary contract.
+func (c *Config) IsCanary() bool { return strings.TrimSpace(c.Canary.Smoke) != "" }
 
 // Train configures `vastrun train`.
 type Train struct {
@@ -251,8 +269,8 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(c.Image) == "" {
 		errs = append(errs, "image is required (pin it by digest: repo@sha256:...)")
 	}
-	if strings.TrimSpace(c.Test) == "" && !c.IsTrain() {
-		errs = append(errs, "test is required: the command to run on the GPU instance (or train.command for a training run)")
+	if strings.TrimSpace(c.Test) == "" && !c.IsTrain() && !c.IsCanary() {
+		errs = append(errs, "test is required: the command to run on the GPU instance (or train.command for a training run, or canary.smoke for a canary)")
 	}
 	if c.IsTrain() {
 		if c.Train.CheckpointURI == "" {
@@ -273,6 +291,11 @@ func (c *Config) Validate() error {
 	for _, s := range c.Secrets {
 		if !envName.MatchString(s) {
 			errs = append(errs, fmt.Sprintf("secrets entry %q must be an environment variable name (letters, digits, _)", s))
+		}
+	}
+	for _, k := range c.Canary.EnvNames {
+		if !envName.MatchString(k) {
+			errs = append(errs, fmt.Sprintf("canary.env_names entry %q is not a variable name", k))
 		}
 	}
 	for k := range c.Env {

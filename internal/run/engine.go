@@ -118,6 +118,9 @@ type Engine struct {
 	cost       costReport
 	phaseTimes map[string]time.Time
 	train      *TrainReport
+	canary     *CanaryReport
+	// beforeRent runs at the end of prepare (the canary's local contract).
+	beforeRent func(ctx context.Context) error
 }
 
 func (e *Engine) mark(phase string) {

@@ -56,6 +56,7 @@ type Receipt struct {
 	Test           *TestOutcome       `json:"test,omitempty"`
 	Verify         *verifyReport      `json:"verify,omitempty"`
 	Train          *TrainReport       `json:"train,omitempty"`
+	Canary         *CanaryReport      `json:"canary,omitempty"`
 	Timings        map[string]float64 `json:"timings_s"`
 	Cost           costReport         `json:"cost"`
 	Cleanup        ReceiptCleanup     `json:"cleanup"`
@@ -131,7 +132,7 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 	r := &Receipt{
 		Schema: ReceiptSchema, Workflow: e.Workflow, RunID: st.RunID, Label: st.Label, Outcome: outcome,
 		Simulated: e.Simulated, Commit: e.manifest.Commit, Image: e.Config.Image, ManifestSHA256: st.ManifestHash,
-		Attempts: st.Attempts, Test: e.test, Verify: e.verifyRep, Train: e.train, Timings: e.timings, Cost: e.cost,
+		Attempts: st.Attempts, Test: e.test, Verify: e.verifyRep, Train: e.train, Canary: e.canary, Timings: e.timings, Cost: e.cost,
 		StartedAt: st.Started, FinishedAt: e.now().UTC(), EvidenceDir: e.EvidenceDir,
 		CI: ReceiptCI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},
 	}
@@ -176,7 +177,7 @@ func round6(x float64) float64 { return float64(int64(x*1e6+0.5)) / 1e6 }
 // Summary renders a receipt as Markdown for people and CI step summaries.
 func Summary(r *Receipt) string {
 	var b strings.Builder
-	icon := map[bool]string{true: "✅", false: "❌"}[r.Outcome == OutcomePassed || r.Outcome == OutcomeSkipped || r.Outcome == OutcomeUp || r.Outcome == OutcomeDown || r.Outcome == OutcomeUntrusted]
+	icon := map[bool]string{true: "✅", false: "❌"}[r.Outcome == OutcomePassed || r.Outcome == CanaryMatch || r.Outcome == OutcomeSkipped || r.Outcome == OutcomeUp || r.Outcome == OutcomeDown || r.Outcome == OutcomeUntrusted]
 	fmt.Fprintf(&b, "## vastrun %s: %s %s\n\n", r.Workflow, icon, r.Outcome)
 	if r.Simulated {
 		b.WriteString("> Simulated run: nothing was rented or billed for real.\n\n")

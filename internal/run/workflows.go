@@ -91,9 +91,12 @@ func (e *Engine) pathsTouched(ctx context.Context) error {
 func Outcome(err error) string {
 	var se *StepError
 	var tf *TestFailedError
+	var ce *CanaryError
 	switch {
 	case err == nil:
 		return OutcomePassed
+	case errors.As(err, &ce):
+		return ce.Class
 	case errors.As(err, &tf):
 		return OutcomeFailed
 	case errors.Is(err, context.Canceled):
@@ -121,7 +124,13 @@ func (e *Engine) prepare(ctx context.Context) error {
 	if _, err := e.testEnv(); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
-	return e.freeze(ctx)
+	if err := e.freeze(ctx); err != nil {
+		return err
+	}
+	if e.beforeRent != nil {
+		return e.beforeRent(ctx)
+	}
+	return nil
 }
 
 // RunCI runs the whole acceptance step: prepare, rent exactly one instance,
@@ -165,6 +174,9 @@ func (e *Engine) drive(ctx context.Context, workflow string, keep bool, body fun
 			client.Close()
 		}
 		outcome := Outcome(err)
+		if e.canary != nil && err == nil && e.canary.Comparison != "" {
+			outcome = e.canary.Comparison
+		}
 		if keep && err == nil {
 			outcome = OutcomeUp
 		} else if e.rentAttempted() {

@@ -363,6 +363,11 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64) *instance {
 	if fs.sshRefuseNewFor > 0 {
 		in.sshRefuseUntil = now.Add(fs.sshRefuseNewFor)
 	}
+	in.ImageUUID = in.Image
+	if fs.imageUUIDCount > 0 {
+		fs.imageUUIDCount--
+		in.ImageUUID = fs.imageUUID
+	}
 	if fs.preemptAfterCount > 0 {
 		fs.preemptAfterCount--
 		in.preemptAfter = fs.preemptAfter
@@ -505,7 +510,7 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 		"id": in.ID, "machine_id": o.MachineID, "host_id": o.HostID, "bundle_id": o.ID * 31,
 		"actual_status": actual, "intended_status": in.Intended, "cur_state": in.Cur, "next_state": in.Next,
 		"status_msg": statusMsg, "label": label, "template_id": nil, "template_hash_id": nil, "template_name": nil,
-		"image_uuid": in.Image, "image_args": nonNil(in.Args), "image_runtype": in.Runtype, "extra_env": env,
+		"image_uuid": in.ImageUUID, "image_args": nonNil(in.Args), "image_runtype": in.Runtype, "extra_env": env,
 		"onstart": in.Onstart, "jupyter_token": fmt.Sprintf("%032x", in.ID*7919),
 		"ssh_host": sshHost, "ssh_idx": "1", "ssh_port": sshPort, "machine_dir_ssh_port": nil,
 		"public_ipaddr": "127.0.0.1", "local_ipaddrs": "10.4.0.12 172.17.0.1 \n", "ports": ports,

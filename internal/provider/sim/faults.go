@@ -50,6 +50,10 @@ const (
 	// FaultPreemptAfter pauses the next Count instances (default 1) Seconds
 	// after each starts running, as an outbid interruptible is paused.
 	FaultPreemptAfter = "preempt_after"
+	// FaultImageUUID makes the next Count creates (default 1) report Image
+	// as their image_uuid instead of what was requested: the host ran
+	// other bytes than the ones pinned.
+	FaultImageUUID = "image_uuid"
 	// FaultClear removes every pending fault.
 	FaultClear = "clear"
 )
@@ -97,6 +101,8 @@ type faults struct {
 	v0ListStatus      int
 	preemptAfter      time.Duration
 	preemptAfterCount int
+	imageUUID         string
+	imageUUIDCount    int
 }
 
 // Inject sets a fault. It is safe to call while requests are in flight.
@@ -206,6 +212,11 @@ func (s *Server) Inject(f Fault) error {
 		}
 		fs.preemptAfter = time.Duration(f.Seconds * float64(time.Second))
 		fs.preemptAfterCount = max(f.Count, 1)
+	case FaultImageUUID:
+		if f.Image == "" {
+			return fmt.Errorf("fault %s needs image", f.Kind)
+		}
+		fs.imageUUID, fs.imageUUIDCount = f.Image, max(f.Count, 1)
 	case FaultV0List:
 		if f.Status != http.StatusOK && f.Status != http.StatusGone {
 			return fmt.Errorf("fault %s: status must be 200 or 410", f.Kind)

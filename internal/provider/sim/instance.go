@@ -12,19 +12,21 @@ import (
 
 // instance is one rented contract and its simulated container.
 type instance struct {
-	ID      int64
-	Offer   *offer
-	Label   string
-	Image   string
-	Disk    float64
-	Env     [][2]string
-	Onstart string
-	Runtype string
-	Args    []string
-	IsBid   bool
-	Bid     float64
-	APIKey  string
-	Created time.Time
+	ID    int64
+	Offer *offer
+	Label string
+	Image string
+	// ImageUUID is what the host reports it runs (normally Image).
+	ImageUUID string
+	Disk      float64
+	Env       [][2]string
+	Onstart   string
+	Runtype   string
+	Args      []string
+	IsBid     bool
+	Bid       float64
+	APIKey    string
+	Created   time.Time
 
 	Actual, Intended, Cur, Next string
 	StatusMsg                   string

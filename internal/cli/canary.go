@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vastrun/vastrun/internal/canary"
+	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/image"
+)
+
+// NewCmdCanary builds `vastrun canary` and its init/validate subcommands.
+func NewCmdCanary(f *Factory) *cobra.Command {
+	o := &WorkflowOptions{}
+	var resolve, insecure, allowLocal bool
+	cmd := &cobra.Command{
+		Use:   "canary",
+		Short: "Prove the smoke contract locally, then on the smallest GPU, and compare",
+		Long: `The local dev loop. First locally: canary.unit, then canary.smoke (in docker
+or podman when present, otherwise directly on this host in CPU mode). A local
+failure rents nothing (outcome local_failed). Then the cheapest verified offer
+meeting the gpu: policy runs the same smoke command with VASTRUN_DEVICE=gpu,
+plus nvidia-smi and canary.cuda_check. The image must be pinned by digest
+(--resolve pins a tag through the registry); if the instance runs other bytes,
+the outcome is remote_bytes_differ. Outcomes: match, gpu_only_failure (with
+driver, CUDA, image and command evidence kept), local_only_failure,
+output_delta (field-level diff of the JSON results), both_failed.`,
+		Example: `  vastrun canary init            # propose a canary: section from the repo
+  vastrun canary validate
+  vastrun canary --sim --yes -f examples/canary/vastrun.yaml
+  vastrun canary --resolve --yes # pin image: tag -> digest first`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cfg, err := o.loadConfig()
+			if err != nil {
+				return err
+			}
+			if !cfg.IsCanary() {
+				return &UsageError{Err: fmt.Errorf("%s has no canary.smoke", o.ConfigPath), Hint: "run 'vastrun canary init' to propose one"}
+			}
+			if resolve && !image.IsPinned(cfg.Image) {
+				pinned, err := image.Resolve(ctx, cfg.Image, image.Options{Insecure: insecure})
+				if err != nil {
+					return err
+				}
+				f.IO.Infof("resolved %s to %s", cfg.Image, pinned)
+				cfg.Image = pinned
+			}
+			if err := image.CheckPinned(cfg.Image); err != nil {
+				return &UsageError{Err: err}
+			}
+			env := ci.Detect(f.Getenv)
+			if ok, err := checkTrust(f, o, env); !ok || err != nil {
+				return err
+			}
+			e, err := newEngine(ctx, f, o, cfg, env)
+			if err != nil {
+				return err
+			}
+			r, runErr := e.RunCanary(ctx, allowLocal)
+			if perr := printReceipt(f, r); perr != nil && runErr == nil {
+				runErr = perr
+			}
+			return runErr
+		},
+	}
+	o.addFlags(cmd, true)
+	cmd.Flags().BoolVar(&resolve, "resolve", false, "pin a tagged image to its digest through the registry (auth from the docker config)")
+	cmd.Flags().BoolVar(&insecure, "insecure-registry", false, "with --resolve: allow a plain-HTTP registry")
+	cmd.Flags().BoolVar(&allowLocal, "allow-local-failure", false, "rent even when the local smoke fails, to compare (outcome local_only_failure or both_failed)")
+	cmd.AddCommand(newCmdCanaryInit(f), newCmdCanaryValidate(f))
+	return cmd
+}
+
+func newCmdCanaryInit(f *Factory) *cobra.Command {
+	var dir, file string
+	var write bool
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Propose a canary: section from the repository's Dockerfile, compose file and test targets",
+		Long: `Read the Dockerfile (ENTRYPOINT, CMD, EXPOSE, ENV, HEALTHCHECK), a compose
+file, and Makefile/package test targets, and propose a canary: section: smoke
+command, expected exit code, ports, health URL and the environment variable
+NAMES the image needs (never their values). Prints it, or with --write adds it
+to vastrun.yaml (which must not have a canary: section yet).`,
+		Example: "  vastrun canary init\n  vastrun canary init --write",
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := canary.Init(dir)
+			if err != nil {
+				return &UsageError{Err: err}
+			}
+			block := p.YAML()
+			if !write {
+				fmt.Fprint(f.IO.Out, block)
+				return nil
+			}
+			existing, err := os.ReadFile(file)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			if strings.Contains("\n"+string(existing), "\ncanary:") {
+				return &UsageError{Err: fmt.Errorf("%s already has a canary: section", file), Hint: "edit it, or run without --write to see the proposal"}
+			}
+			text := string(existing)
+			if text == "" {
+				// An unpinned placeholder: validate refuses it until a real
+				// image is pinned.
+				text = "# Replace with your image, pinned by digest (vastrun canary --resolve pins a tag).\nimage: REPLACE-ME/your-image:tag\ngpu:\n  max_dph: 0.50\nbudget:\n  max_spend: 1.00\n"
+			}
+			if !strings.HasSuffix(text, "\n") {
+				text += "\n"
+			}
+			if err := os.WriteFile(file, []byte(text+"\n"+block), 0o644); err != nil {
+				return err
+			}
+			f.IO.Infof("wrote a canary: section to %s (from %s); edit it, then run 'vastrun canary validate'", file, strings.Join(p.Sources, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", ".", "repository to read")
+	cmd.Flags().StringVarP(&file, "file", "f", "vastrun.yaml", "config to add the section to")
+	cmd.Flags().BoolVar(&write, "write", false, "add the section to the config file")
+	return cmd
+}
+
+func newCmdCanaryValidate(f *Factory) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Check the canary contract in vastrun.yaml",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := config.Load(file)
+			if err != nil {
+				return &UsageError{Err: err}
+			}
+			var problems []string
+			if !cfg.IsCanary() {
+				problems = append(problems, "canary.smoke is empty")
+			}
+			if err := image.CheckPinned(cfg.Image); err != nil {
+				problems = append(problems, err.Error())
+			}
+			for _, name := range cfg.Canary.EnvNames {
+				if f.Getenv(name) == "" && !contains(cfg.Secrets, name) && cfg.Env[name] == "" {
+					problems = append(problems, fmt.Sprintf("the image needs %s, but it is neither in env:, nor a declared secret, nor set here", name))
+				}
+			}
+			for _, ig := range cfg.Canary.IgnoreFields {
+				if contains(cfg.Canary.ExpectFields, ig) {
+					problems = append(problems, fmt.Sprintf("field %q is both expected and ignored", ig))
+				}
+			}
+			if len(problems) > 0 {
+				return &UsageError{Err: errors.New("canary contract: " + strings.Join(problems, "; "))}
+			}
+			f.IO.Infof("canary contract in %s is valid: smoke %q, expect exit %d, fields %v", file, cfg.Canary.Smoke, cfg.Canary.ExpectExit, cfg.Canary.ExpectFields)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "vastrun.yaml", "config file")
+	return cmd
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
