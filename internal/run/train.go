@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -95,26 +94,7 @@ func (e *Engine) ResumeTrain(ctx context.Context) (*Receipt, error) {
 func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt, err error) {
 	defer e.Close()
 	var client *remote.Client
-	defer func() {
-		if p := recover(); p != nil {
-			e.Log.Error("panic", "value", p, "stack", string(debug.Stack()))
-			err = fmt.Errorf("internal error (panic): %v", p)
-		}
-		if client != nil {
-			client.Close()
-		}
-		outcome := Outcome(err)
-		if errors.Is(err, ErrTrainFailed) {
-			outcome = OutcomeFailed
-		}
-		if e.rentAttempted() {
-			if terr := e.Teardown(ctx); terr != nil {
-				err = errors.Join(err, terr)
-			}
-		}
-		e.fillTrainReport(ctx)
-		receipt = e.finish(ctx, outcome, err)
-	}()
+	defer func() { receipt, err = e.settle(ctx, recover(), client, false, err) }()
 	// Each run has its own prefix: a new run never resumes another's
 	// checkpoints, and `resume` finds its own again by run id.
 	c := &e.Config.Train

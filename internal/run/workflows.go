@@ -165,27 +165,7 @@ func (e *Engine) drive(ctx context.Context, workflow string, keep bool, body fun
 	}
 	defer e.Close()
 	var client *remote.Client
-	defer func() {
-		if p := recover(); p != nil {
-			e.Log.Error("panic", "value", p, "stack", string(debug.Stack()))
-			err = fmt.Errorf("internal error (panic): %v", p)
-		}
-		if client != nil {
-			client.Close()
-		}
-		outcome := Outcome(err)
-		if e.canary != nil && err == nil && e.canary.Comparison != "" {
-			outcome = e.canary.Comparison
-		}
-		if keep && err == nil {
-			outcome = OutcomeUp
-		} else if e.rentAttempted() {
-			if terr := e.Teardown(ctx); terr != nil {
-				err = errors.Join(err, terr)
-			}
-		}
-		receipt = e.finish(ctx, outcome, err)
-	}()
+	defer func() { receipt, err = e.settle(ctx, recover(), client, keep, err) }()
 	if err := e.prepare(ctx); err != nil {
 		return nil, err
 	}
@@ -227,6 +207,37 @@ func (e *Engine) verifyAndTest(ctx context.Context, client *remote.Client, inst 
 	}
 	e.infof("the test passed")
 	return nil
+}
+
+// settle is the shared end of every workflow: report a panic as an error,
+// close SSH, classify the outcome, tear down (unless keeping a successful
+// rental), and write the receipt.
+func (e *Engine) settle(ctx context.Context, recovered any, client *remote.Client, keep bool, err error) (*Receipt, error) {
+	if recovered != nil {
+		e.Log.Error("panic", "value", recovered, "stack", string(debug.Stack()))
+		err = fmt.Errorf("internal error (panic): %v", recovered)
+	}
+	if client != nil {
+		client.Close()
+	}
+	outcome := Outcome(err)
+	switch {
+	case e.canary != nil && err == nil && e.canary.Comparison != "":
+		outcome = e.canary.Comparison
+	case errors.Is(err, ErrTrainFailed):
+		outcome = OutcomeFailed
+	}
+	if keep && err == nil {
+		outcome = OutcomeUp
+	} else if e.rentAttempted() {
+		if terr := e.Teardown(ctx); terr != nil {
+			err = errors.Join(err, terr)
+		}
+	}
+	if e.train != nil {
+		e.fillTrainReport(ctx)
+	}
+	return e.finish(ctx, outcome, err), err
 }
 
 // Exec runs script on the run's current instance (opened with Open).
