@@ -272,10 +272,14 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 			return trainEnd{exitCode: &n}, e.finishTraining(ctx, c, n)
 		}
 		// Money and time limits: stop with the last committed checkpoint.
-		projected := e.spentSoFar() + inst.DPHTotal*2*poll.Hours()
-		if cur.DPHTotal == 0 {
-			projected = e.spentSoFar() + e.state.Current().DPHTotal*2*poll.Hours()
+		// Stopping bills too (a final commit, destroy and confirm), so the
+		// projection covers two polls plus the time allowed for stopping.
+		dph := cur.DPHTotal
+		if dph == 0 {
+			dph = e.state.Current().DPHTotal
 		}
+		stopping := min(time.Duration(e.Config.Timeouts.Teardown), time.Minute)
+		projected := e.spentSoFar() + dph*(2*poll+stopping).Hours()
 		if projected > e.Config.Budget.MaxSpend {
 			e.commitPending(ctx, c)
 			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Config.Budget.MaxSpend)}
