@@ -247,10 +247,30 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	return cmd
 }
 
+// containerEnv reads a variable from the agent's environment, falling back
+// to the container's init process: Vast sets CONTAINER_API_KEY and
+// CONTAINER_ID for the container, and whether SSH sessions inherit them is
+// not documented, but PID 1 always has them.
+func containerEnv(f *Factory, name string) string {
+	if v := f.Getenv(name); v != "" {
+		return v
+	}
+	b, err := os.ReadFile("/proc/1/environ")
+	if err != nil {
+		return ""
+	}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
 // selfDestroy destroys this instance with its own restricted key.
 func selfDestroy(f *Factory) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		key, idText := f.Getenv("CONTAINER_API_KEY"), f.Getenv("CONTAINER_ID")
+		key, idText := containerEnv(f, "CONTAINER_API_KEY"), containerEnv(f, "CONTAINER_ID")
 		id, err := strconv.ParseInt(idText, 10, 64)
 		if key == "" || err != nil {
 			return errors.New("CONTAINER_API_KEY or CONTAINER_ID is not set: cannot destroy this instance")
