@@ -50,6 +50,7 @@ func NewCmdDown(f *Factory) *cobra.Command {
 	o := &WorkflowOptions{allowMissingConfigs: true}
 	var instances []int64
 	var lbl string
+	var settle time.Duration
 	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "Destroy a run's instances (or --instance / --label) and confirm they are gone",
@@ -95,13 +96,14 @@ destruction could not be confirmed.`,
 				printDown(f, res)
 				return err
 			}
-			return downTargets(ctx, f, o, cfg, instances, lbl)
+			return downTargets(ctx, f, o, cfg, instances, lbl, settle)
 		},
 	}
 	o.addFlags(cmd, false)
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir and teardown limit (optional)")
 	cmd.Flags().Int64SliceVar(&instances, "instance", nil, "instance id to destroy (repeatable)")
 	cmd.Flags().StringVar(&lbl, "label", "", "destroy every instance carrying this label")
+	cmd.Flags().DurationVar(&settle, "settle", run.SweepSettle, "with --label: how long listings must stay clean before absence is believed (they can lag a fresh rental)")
 	cmd.Flags().StringVar(&o.RunID, "run", "", "run id (default: the latest in the state dir)")
 	return cmd
 }
@@ -119,7 +121,7 @@ func printDown(f *Factory, res downResult) {
 	}
 }
 
-func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, ids []int64, lbl string) error {
+func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, ids []int64, lbl string, settle time.Duration) error {
 	m, err := f.Marketplace(ctx)
 	if err != nil {
 		return err
@@ -127,15 +129,6 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	targets := map[provider.InstanceID]string{}
 	for _, id := range ids {
 		targets[provider.InstanceID(id)] = ""
-	}
-	if lbl != "" {
-		list, err := m.ListInstances(ctx, provider.ListOptions{Labels: []string{lbl}})
-		if err != nil {
-			return fmt.Errorf("list instances labelled %s: %w", lbl, err)
-		}
-		for _, in := range list {
-			targets[in.ID] = lbl
-		}
 	}
 	for id, l := range targets {
 		if l == "" { // learn the label so confirmation can list it
@@ -145,6 +138,32 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		}
 	}
 	res := downResult{Schema: "vastrun.down/v1", Label: lbl, Simulated: f.Sim, Destroyed: []provider.InstanceID{}}
+	limit := time.Duration(cfg.Timeouts.Teardown)
+	c := run.Confirmer{Market: m, Clock: f.clock()}
+	if lbl != "" {
+		// A label sweep: a listing can lag a fresh rental, so vastrun keeps
+		// looking until the label has stayed clean for a while.
+		if err := confirmDestroy(f, o.Yes, fmt.Sprintf("every instance labelled %s", lbl)); err != nil {
+			return err
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
+		defer cancel()
+		ids, err := c.SweepLabel(dctx, lbl, f.clock().Now().Add(limit), settle)
+		res.Destroyed = append(res.Destroyed, ids...)
+		for _, id := range ids {
+			delete(targets, id)
+		}
+		if err != nil {
+			printDown(f, res)
+			ce := &run.CleanupError{Label: lbl, Err: err}
+			ci.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", ce.Error())
+			return ce
+		}
+		if len(targets) == 0 {
+			printDown(f, res)
+			return nil
+		}
+	}
 	if len(targets) == 0 {
 		printDown(f, res)
 		return nil
@@ -157,10 +176,8 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	if err := confirmDestroy(f, o.Yes, fmt.Sprintf("instances %v", keys)); err != nil {
 		return err
 	}
-	limit := time.Duration(cfg.Timeouts.Teardown)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
 	defer cancel()
-	c := run.Confirmer{Market: m, Clock: f.clock()}
 	deadline := f.clock().Now().Add(limit)
 	var failed []provider.InstanceID
 	var errs []error

@@ -106,6 +106,17 @@ func (s *State) attemptFor(id provider.InstanceID) *Attempt {
 	return nil
 }
 
+// AmbiguousRent reports a rent intent with no known instance and no
+// recorded failure: the create may have rented something unseen.
+func (s *State) AmbiguousRent() bool {
+	for _, a := range s.Attempts {
+		if a.InstanceID == 0 && a.Failure == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Unconfirmed lists instances whose destruction is not confirmed.
 func (s *State) Unconfirmed() []provider.InstanceID {
 	confirmed := map[provider.InstanceID]bool{}

@@ -70,6 +70,53 @@ func (c Confirmer) DestroyConfirm(ctx context.Context, id provider.InstanceID, l
 	}
 }
 
+// SweepSettle is how long a label listing must stay clean before absence
+// is believed: listings can lag a rental made seconds ago.
+const SweepSettle = 20 * time.Second
+
+// SweepLabel destroys every instance carrying label, confirming each, and
+// returns once complete listings have shown the label clean for settle (a
+// single empty listing may just lag a fresh rental), or deadline passes.
+func (c Confirmer) SweepLabel(ctx context.Context, label string, deadline time.Time, settle time.Duration) ([]provider.InstanceID, error) {
+	var destroyed []provider.InstanceID
+	var cleanSince time.Time
+	wait := time.Second
+	for {
+		list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}})
+		now := c.Clock.Now()
+		switch {
+		case err != nil:
+			cleanSince = time.Time{}
+		case len(list) == 0:
+			if cleanSince.IsZero() {
+				cleanSince = now
+			}
+			if now.Sub(cleanSince) >= settle {
+				return destroyed, nil
+			}
+		default:
+			cleanSince = time.Time{}
+			for _, in := range list {
+				if _, derr := c.DestroyConfirm(ctx, in.ID, label, deadline); derr != nil {
+					return destroyed, derr
+				}
+				destroyed = append(destroyed, in.ID)
+			}
+			continue
+		}
+		if !now.Before(deadline) {
+			if err != nil {
+				return destroyed, fmt.Errorf("sweep label %s: %w", label, err)
+			}
+			return destroyed, fmt.Errorf("sweep label %s: not clean for %s before the deadline", label, settle)
+		}
+		if err := clock.Sleep(ctx, c.Clock, min(wait, settle/2+time.Millisecond, deadline.Sub(now))); err != nil {
+			return destroyed, err
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
+}
+
 func (c Confirmer) confirm(ctx context.Context, id provider.InstanceID, label string) ([]string, error) {
 	_, err := c.Market.ShowInstance(ctx, id)
 	switch {
@@ -152,6 +199,19 @@ func (e *Engine) Teardown(ctx context.Context) error {
 	var errs []error
 	for _, id := range e.state.Unconfirmed() {
 		if err := e.destroyConfirm(tctx, id, deadline); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// A rent whose outcome the journal never learned (cancelled or crashed
+	// mid-create) may have rented something the listing does not show yet:
+	// sweep until the label has stayed clean for a while.
+	if e.state.AmbiguousRent() {
+		c := e.confirmer()
+		ids, err := c.SweepLabel(tctx, e.state.Label, deadline, SweepSettle)
+		for _, id := range ids {
+			e.record("done", stepConfirm, instanceData{Instance: id, Via: []string{"show", "label_listing"}})
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

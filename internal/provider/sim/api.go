@@ -380,6 +380,15 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64) *instance {
 	}
 	in.logf(now, "contract %d created from offer %d (machine %d)", in.ID, o.ID, o.MachineID)
 	o.RentedBy = in.ID
+	if in.Label != "" {
+		live := 1
+		for _, other := range s.instances {
+			if !other.Destroyed && other.Label == in.Label {
+				live++
+			}
+		}
+		s.maxLive[in.Label] = max(s.maxLive[in.Label], live)
+	}
 	s.instances[in.ID] = in
 	s.order = append(s.order, in.ID)
 	s.addKey(&apiKey{Name: fmt.Sprintf("instance-%d", in.ID), Key: in.APIKey, Instance: in.ID})

@@ -39,6 +39,9 @@ type State struct {
 	Live  []InstanceState `json:"live"`
 	Gone  []InstanceState `json:"destroyed"`
 	Spent float64         `json:"spent"`
+	// MaxLivePerLabel is, per label, the most live contracts it ever had
+	// at once (a duplicate-rental detector).
+	MaxLivePerLabel map[string]int `json:"max_live_per_label"`
 }
 
 // Snapshot returns the current state, billing advanced to now.
@@ -46,7 +49,10 @@ func (s *Server) Snapshot() State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	st := State{Now: now, Live: []InstanceState{}, Gone: []InstanceState{}}
+	st := State{Now: now, Live: []InstanceState{}, Gone: []InstanceState{}, MaxLivePerLabel: map[string]int{}}
+	for l, n := range s.maxLive {
+		st.MaxLivePerLabel[l] = n
+	}
 	ids := append([]int64(nil), s.order...)
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for _, id := range ids {

@@ -56,6 +56,8 @@ type Server struct {
 	results     map[string]*logResult
 	spentGone   float64 // accrued $ of destroyed instances
 	startCredit float64
+	// maxLive is, per label, the most live contracts it ever had at once.
+	maxLive map[string]int
 }
 
 type apiKey struct {
@@ -101,7 +103,7 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, clock: cfg.Clock, log: cfg.Logger,
 		instances: map[int64]*instance{}, nextID: 30_511_000, keys: map[string]*apiKey{},
 		nextKeyID: 998_800, nextSSHKey: 5_000, results: map[string]*logResult{},
-		startCredit: cfg.Credit,
+		startCredit: cfg.Credit, maxLive: map[string]int{},
 	}
 	s.faults.v0ListStatus = http.StatusGone
 	if cfg.Dir == "" {
