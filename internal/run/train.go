@@ -158,6 +158,14 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 // attach connects to the run's live instance, or rents a new one. It never
 // rents while the journal's current instance may still be alive.
 func (e *Engine) attach(ctx context.Context, exclude []int64) (*remote.Client, provider.Instance, error) {
+	// A controller that died mid-create left a rent intent without an id:
+	// what it rented (if anything) is found by label, never rented again.
+	if a := e.state.Current(); a != nil && a.InstanceID == 0 && a.Failure == "" {
+		e.infof("the last create's outcome is unknown; reconciling by label %s", e.state.Label)
+		if _, err := e.reconcile(ctx, 0); err != nil && !errors.Is(err, errNotRented) {
+			return nil, provider.Instance{}, err
+		}
+	}
 	if a := e.state.Current(); a != nil && a.InstanceID != 0 && !a.Confirmed && a.Failure == "" {
 		inst, err := e.Market.ShowInstance(ctx, a.InstanceID)
 		switch {

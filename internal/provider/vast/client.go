@@ -5,7 +5,7 @@
 //
 // Retry contract: idempotent calls (reads, destroy, label/state changes,
 // key attach, log requests) are retried with exponential backoff and jitter
-// on 429, 502, 503, 504 and transport errors. Create is never retried after
+// on 429, 502, 503, 504 and transport errors (5 tries; 10 for 429s). Create is never retried after
 // the request may have reached the server; its ambiguous outcomes become
 // *provider.OutcomeUnknownError naming the label.
 package vast
@@ -141,7 +141,12 @@ func (c *Client) do(ctx context.Context, cl call) (response, error) {
 		}
 		// The response travels with the error: an error body can still
 		// carry facts, such as the contract id of a create that rented.
-		if ctx.Err() != nil || attempt >= c.attempts || !c.retryable(cl, err) {
+		// Rate limiting is transient by nature, so 429s get twice the tries.
+		limit := c.attempts
+		if errors.Is(err, provider.ErrRateLimited) {
+			limit = 2 * c.attempts
+		}
+		if ctx.Err() != nil || attempt >= limit || !c.retryable(cl, err) {
 			return resp, err
 		}
 		delay := c.backoff(attempt)

@@ -292,6 +292,14 @@ func TestIdempotentCallsRetryTransientOnly(t *testing.T) {
 		t.Fatalf("400 was retried %d times", n)
 	}
 
+	s.on("GET /api/v0/instances/12/", status(429, `{"detail":"API requests too frequent"}`))
+	if _, err := c.ShowInstance(context.Background(), 12); !errors.Is(err, provider.ErrRateLimited) {
+		t.Fatalf("persistent 429: %v", err)
+	}
+	if n := s.count("GET /api/v0/instances/12/"); n != 10 {
+		t.Fatalf("429s get twice the tries: %d attempts, want 10", n)
+	}
+
 	s.on("GET /api/v0/instances/11/", status(503, "down"))
 	if _, err := c.ShowInstance(context.Background(), 11); err == nil {
 		t.Fatal("persistent 503 must fail")

@@ -1,0 +1,233 @@
+package chaos
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/checkpoint"
+	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/provider/sim"
+	"github.com/vastrun/vastrun/internal/provider/vast"
+	"github.com/vastrun/vastrun/internal/redact"
+	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/storage"
+)
+
+var trainSeeds = flag.Int("train-seeds", 3, "randomized schedules for training runs (each takes seconds of wall time)")
+
+var (
+	agentOnce sync.Once
+	agentBin  string
+	agentErr  error
+)
+
+// agentBinary builds vastrun once: training instances run it as their agent.
+func agentBinary(t *testing.T) string {
+	agentOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vastrun-chaos-bin-")
+		if err != nil {
+			agentErr = err
+			return
+		}
+		agentBin = filepath.Join(dir, "vastrun")
+		out, err := exec.Command("go", "build", "-o", agentBin, "github.com/vastrun/vastrun/cmd/vastrun").CombinedOutput()
+		if err != nil {
+			agentErr = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	if agentErr != nil {
+		t.Fatalf("build the agent: %v", agentErr)
+	}
+	return agentBin
+}
+
+const trainYAML = `
+image: ` + image + `
+upload: [train.py]
+gpu: {models: [RTX_4090, RTX_3090, RTX_3060], max_dph: 1.0}
+budget: {max_spend: 5}
+timeouts: {ready: 10m, teardown: 4m}
+env: {TRAIN_STEPS: "300", TRAIN_STEP_DELAY: "0.01"}
+secrets: [CANARY_SECRET]
+train:
+  command: echo "secret $CANARY_SECRET" >&2; python3 train.py
+  checkpoint_uri: STORE
+  cadence: 50
+  keep: 3
+  poll: 1s
+  heartbeat_ttl: 5m
+  max_attempts: 6
+`
+
+func TestChaosTrain(t *testing.T) {
+	bin := agentBinary(t)
+	script, err := os.ReadFile(filepath.Join("..", "..", "examples", "train", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	for i := 0; i < *trainSeeds; i++ {
+		seed := *firstSeed + uint64(i)
+		v, summary := runTrainSchedule(t, seed, bin, script)
+		t.Logf("train seed %d: %s: %d violations", seed, summary, len(v))
+		if len(v) > 0 {
+			failed = append(failed, fmt.Sprintf("seed %d (%s): %s", seed, summary, strings.Join(v, "; ")))
+		}
+	}
+	fmt.Printf("chaos train: %d schedules, %d violations\n", *trainSeeds, len(failed))
+	for _, f := range failed {
+		fmt.Println("  " + f)
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d training schedules violated an invariant", len(failed), *trainSeeds)
+	}
+}
+
+func runTrainSchedule(t *testing.T, seed uint64, bin string, script []byte) (violations []string, summary string) {
+	rng := rand.New(rand.NewPCG(seed, seed*104729))
+	clk := clock.NewScaled(time.Now(), 20)
+	s, err := sim.New(sim.Config{Clock: clk, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer func() { srv.Close(); s.Close() }()
+	var faults []string
+	inject := func(f sim.Fault) {
+		if s.Inject(f) == nil {
+			b, _ := jsonFault(f)
+			faults = append(faults, b)
+		}
+	}
+	inject(sim.Fault{Kind: sim.FaultPreemptAfter, Seconds: float64(20 + rng.IntN(60)), Count: 1 + rng.IntN(2)})
+	if rng.Float64() < 0.5 {
+		inject(sim.Fault{Kind: sim.FaultRateLimit, Endpoint: "*", Count: 1 + rng.IntN(5)})
+	}
+	if rng.Float64() < 0.4 {
+		inject(sim.Fault{Kind: sim.FaultFail, Endpoint: []string{"show", "list", "destroy"}[rng.IntN(3)], Count: 1 + rng.IntN(3), Status: 503})
+	}
+	if rng.Float64() < 0.4 {
+		inject(sim.Fault{Kind: sim.FaultDestroyNoop, Count: 1 + rng.IntN(3)})
+	}
+	if rng.Float64() < 0.4 {
+		inject(sim.Fault{Kind: sim.FaultReadLag, Count: 1 + rng.IntN(3)})
+	}
+	crashAt := int64(0)
+	if rng.Float64() < 0.5 {
+		crashAt = 5 + rng.Int64N(40)
+	}
+	summary = fmt.Sprintf("faults=%v crashAt=%d", faults, crashAt)
+	bad := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
+
+	root := t.TempDir()
+	store := "file://" + filepath.Join(root, "store")
+	os.WriteFile(filepath.Join(root, "train.py"), script, 0o644)
+	secret := fmt.Sprintf("canary-%016x", rng.Uint64())
+	newEngine := func(market run.Market, stateRoot, evidence string) *run.Engine {
+		cfg, err := config.Parse([]byte(strings.Replace(trainYAML, "STORE", store, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &run.Engine{
+			Market: market, Clock: clk, Log: slog.New(slog.DiscardHandler), UI: ui{&lockedBuf{}}, Stream: &lockedBuf{},
+			Getenv: func(k string) string { return map[string]string{"CANARY_SECRET": secret}[k] },
+			CI:     ci.Env{}, Redactor: redact.New(s.APIKey()),
+			Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &lockedBuf{}, Config: cfg,
+			RepoDir: root, StateRoot: stateRoot, EvidenceDir: evidence, Simulated: true,
+			APIURL: srv.URL, AgentBinary: bin, StorageEnv: map[string]string{},
+		}
+	}
+	client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
+	market := &crashMarket{Market: client, crashAt: crashAt, crashed: make(chan struct{})}
+	e := newEngine(market, filepath.Join(root, "state"), filepath.Join(root, "ev"))
+	done := make(chan struct{})
+	var receipt *run.Receipt
+	var runErr error
+	go func() { receipt, runErr = e.RunTrain(context.Background()); close(done) }()
+	select {
+	case <-done:
+	case <-market.crashed:
+		// SIGKILL: the process is gone, its files remain (a copy has no lock).
+		time.Sleep(200 * time.Millisecond)
+		cp := filepath.Join(root, "state-after-crash")
+		if out, err := exec.Command("cp", "-a", filepath.Join(root, "state"), cp).CombinedOutput(); err != nil {
+			t.Fatalf("copy state: %v %s", err, out)
+		}
+		rc, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
+		e2 := newEngine(rc, cp, filepath.Join(root, "ev2"))
+		dir, err := run.CurrentRunDir(cp)
+		if err == nil {
+			err = e2.Open(dir)
+		}
+		if err != nil {
+			bad("resume: %v", err)
+			break
+		}
+		receipt, runErr = e2.ResumeTrain(context.Background())
+	case <-time.After(3 * time.Minute):
+		bad("training did not finish in 3 minutes of wall time")
+	}
+	if receipt == nil {
+		bad("no receipt (err %v)", runErr)
+	} else {
+		if receipt.Outcome != run.OutcomePassed {
+			bad("outcome %s: %v", receipt.Outcome, runErr)
+		}
+		if tr := receipt.Train; tr == nil || tr.LastCheckpoint == nil || tr.LastCheckpoint.Step != 300 {
+			bad("last committed checkpoint is not the final step: %+v", receipt.Train)
+		}
+		for _, r := range receipt.Train.Resumes {
+			if !r.Proven {
+				bad("resume on %d not proven: %+v", r.Instance, r)
+			}
+		}
+	}
+	// No committed checkpoint lost: the store's newest restores, verified.
+	st, _ := storage.Open(store, storage.Options{})
+	prefixed, _ := storage.NewFileStore(filepath.Join(root, "store", receiptRunID(receipt)))
+	if prefixed != nil {
+		st = prefixed
+	}
+	cm, skipped, err := checkpoint.Store{S: st}.RestoreLatest(context.Background(), filepath.Join(root, "verify-restore"))
+	if err != nil || len(skipped) > 0 || cm.Step != 300 {
+		bad("restoring the newest committed checkpoint: step %d, skipped %v, err %v", cm.Step, skipped, err)
+	}
+	snap := s.Snapshot()
+	if len(snap.Live) != 0 {
+		bad("%d live instances at the end", len(snap.Live))
+	}
+	for label, n := range snap.MaxLivePerLabel {
+		if n > 1 {
+			bad("label %s had %d live contracts at once", label, n)
+		}
+	}
+	filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && info.Size() < 1<<20 && !strings.HasSuffix(p, "train.py") {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), secret) || strings.Contains(string(b), s.APIKey()) {
+				bad("a secret appeared in %s", p)
+			}
+		}
+		return nil
+	})
+	return violations, summary
+}
+
+func receiptRunID(r *run.Receipt) string {
+	if r == nil {
+		return ""
+	}
+	return r.RunID
+}
