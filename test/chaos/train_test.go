@@ -206,6 +206,10 @@ func runTrainSchedule(t *testing.T, seed uint64, bin string, script []byte) (vio
 		bad("restoring the newest committed checkpoint: step %d, skipped %v, err %v", cm.Step, skipped, err)
 	}
 	snap := s.Snapshot()
+	// Spend stays within the budget plus one poll at the highest allowed rate.
+	if limit := 5 + 1.0*(time.Second).Hours(); snap.Spent > limit {
+		bad("spent $%.4f, over the budget plus one poll", snap.Spent)
+	}
 	if len(snap.Live) != 0 {
 		bad("%d live instances at the end", len(snap.Live))
 	}
