@@ -18,7 +18,6 @@ import (
 func NewCmdReport(f *Factory) *cobra.Command {
 	o := &WorkflowOptions{allowMissingConfigs: true}
 	var htmlPath string
-	var md bool
 	cmd := &cobra.Command{
 		Use:   "report [RUN]",
 		Short: "Show a run's receipt as text, Markdown, JSON or a self-contained HTML page",
@@ -64,8 +63,7 @@ accumulating against the budget, checkpoints, the test result and the receipt.`,
 				enc := json.NewEncoder(f.IO.Out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(r)
-			default:
-				_ = md // Markdown is the text form
+			default: // Markdown, readable as text
 				fmt.Fprint(f.IO.Out, run.Summary(r))
 				return nil
 			}
@@ -74,7 +72,6 @@ accumulating against the budget, checkpoints, the test result and the receipt.`,
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir (optional)")
 	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "where run journals live")
 	cmd.Flags().StringVar(&htmlPath, "html", "", "write a self-contained HTML report to this file")
-	cmd.Flags().BoolVar(&md, "md", false, "print Markdown (the default text form)")
 	return cmd
 }
 

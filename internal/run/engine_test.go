@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -87,7 +88,7 @@ func (l *lockedBuf) Write(p []byte) (int, error) {
 type ui struct{ w io.Writer }
 
 func (u ui) Infof(format string, args ...any) {
-	io.WriteString(u.w, "vastrun: "+strings.TrimSpace(sprintf(format, args...))+"\n")
+	io.WriteString(u.w, "vastrun: "+strings.TrimSpace(fmt.Sprintf(format, args...))+"\n")
 }
 
 func newHarness(t *testing.T, cfgYAML string, approve bool) *harness {
@@ -374,8 +375,6 @@ func TestCICancelWhileWaitingForReadiness(t *testing.T) {
 	}
 	h.noLeaks()
 }
-
-func sprintf(format string, args ...any) string { return fmtSprintf(format, args...) }
 
 // panicUI panics when the engine reports the instance verified: a bug in
 // vastrun on the engine's goroutine, after the instance is rented.

@@ -1,5 +1,0 @@
-package run_test
-
-import "fmt"
-
-var fmtSprintf = fmt.Sprintf
