@@ -64,10 +64,7 @@ output_delta (field-level diff of the JSON results), both_failed.`,
 				return err
 			}
 			r, runErr := e.RunCanary(ctx, allowLocal)
-			if perr := printReceipt(f, r); perr != nil && runErr == nil {
-				runErr = perr
-			}
-			return runErr
+			return reportRun(f, r, runErr)
 		},
 	}
 	o.addFlags(cmd, true)

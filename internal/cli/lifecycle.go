@@ -122,6 +122,15 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.En
 	return newEngine(ctx, f, o, cfg, env)
 }
 
+// reportRun prints a workflow's receipt and returns the run's own error,
+// or the printing error when the run succeeded.
+func reportRun(f *Factory, r *run.Receipt, runErr error) error {
+	if perr := printReceipt(f, r); perr != nil && runErr == nil {
+		return perr
+	}
+	return runErr
+}
+
 func printReceipt(f *Factory, r *run.Receipt) error {
 	if r == nil {
 		return nil
@@ -167,10 +176,7 @@ Exit codes: 0 passed, 3 test or gate failed, 5 no offer, 6 needs --yes,
 				return err
 			}
 			r, runErr := e.RunCI(ctx)
-			if perr := printReceipt(f, r); perr != nil && runErr == nil {
-				runErr = perr
-			}
-			return runErr
+			return reportRun(f, r, runErr)
 		},
 	}
 	o.addFlags(cmd, true)

@@ -94,10 +94,7 @@ controller dies (heartbeat TTL). See docs/train.md.`,
 				return err
 			}
 			r, runErr := e.RunTrain(ctx)
-			if perr := printReceipt(f, r); perr != nil && runErr == nil {
-				runErr = perr
-			}
-			return runErr
+			return reportRun(f, r, runErr)
 		},
 	}
 	o.addFlags(cmd, true)
@@ -134,10 +131,7 @@ checkpoint.`,
 				return err
 			}
 			r, runErr := e.ResumeTrain(ctx)
-			if perr := printReceipt(f, r); perr != nil && runErr == nil {
-				runErr = perr
-			}
-			return runErr
+			return reportRun(f, r, runErr)
 		},
 	}
 	o.addFlags(cmd, true)

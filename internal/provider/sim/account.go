@@ -226,20 +226,13 @@ func (s *Server) handleAddSSHKey(w http.ResponseWriter, r *http.Request, _ int64
 	if _, ok := s.authorize(w, r, "user_write"); !ok {
 		return
 	}
-	var b struct {
-		SSHKey string `json:"ssh_key"`
-	}
-	if err := readBody(r, &b); err != nil || strings.TrimSpace(b.SSHKey) == "" {
-		writeError(w, http.StatusBadRequest, "no_ssh_key", "No ssh key provided")
-		return
-	}
-	if _, err := parseAuthorizedKey(b.SSHKey); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_args", "Invalid ssh key: "+err.Error())
+	key, ok := readSSHKey(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
 	s.nextSSHKey++
-	k := &acctSSHKey{ID: s.nextSSHKey, PublicKey: strings.TrimSpace(b.SSHKey), Created: s.clock.Now()}
+	k := &acctSSHKey{ID: s.nextSSHKey, PublicKey: key, Created: s.clock.Now()}
 	s.acctSSHKeys = append(s.acctSSHKeys, k)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "key": map[string]any{

@@ -797,15 +797,8 @@ func (s *Server) handleAttachSSH(w http.ResponseWriter, r *http.Request, id int6
 	if _, ok := s.authorize(w, r, "instance_write"); !ok {
 		return
 	}
-	var b struct {
-		SSHKey string `json:"ssh_key"`
-	}
-	if err := readBody(r, &b); err != nil || strings.TrimSpace(b.SSHKey) == "" {
-		writeError(w, http.StatusBadRequest, "no_ssh_key", "No ssh key provided")
-		return
-	}
-	if _, err := parseAuthorizedKey(b.SSHKey); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_args", "Invalid ssh key: "+err.Error())
+	key, ok := readSSHKey(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -815,7 +808,7 @@ func (s *Server) handleAttachSSH(w http.ResponseWriter, r *http.Request, id int6
 		writeError(w, http.StatusNotFound, "no_such_instance", fmt.Sprintf("Instance %d not found.", id))
 		return
 	}
-	in.AttachedKeys = append(in.AttachedKeys, strings.TrimSpace(b.SSHKey))
+	in.AttachedKeys = append(in.AttachedKeys, key)
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "msg": "SSH key attached successfully"})
 }
 
@@ -886,4 +879,21 @@ func (s *Server) handleRequestLogs(w http.ResponseWriter, r *http.Request, id in
 		scheme = "https"
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "result_url": fmt.Sprintf("%s://%s/_sim/results/%s.log", scheme, r.Host, token), "msg": "Logs request submitted."})
+}
+
+// readSSHKey reads and checks the {"ssh_key": "..."} body both key
+// endpoints take, answering the API's errors itself.
+func readSSHKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	var b struct {
+		SSHKey string `json:"ssh_key"`
+	}
+	if err := readBody(r, &b); err != nil || strings.TrimSpace(b.SSHKey) == "" {
+		writeError(w, http.StatusBadRequest, "no_ssh_key", "No ssh key provided")
+		return "", false
+	}
+	if _, err := parseAuthorizedKey(b.SSHKey); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_args", "Invalid ssh key: "+err.Error())
+		return "", false
+	}
+	return strings.TrimSpace(b.SSHKey), true
 }

@@ -635,10 +635,13 @@ func TestSSHRefusalWindow(t *testing.T) {
 	e.assertNoLeaks(t)
 }
 
-func TestSSHSFTPEnvAndSignals(t *testing.T) {
+// sshToRunning rents an instance, attaches a fresh key, lets it boot and
+// dials it.
+func sshToRunning(t *testing.T, label string) (*env, provider.InstanceID, *gossh.Client) {
+	t.Helper()
 	e := newEnv(t, sim.Config{})
 	ctx := context.Background()
-	_, id := rent(t, e, "sftp")
+	_, id := rent(t, e, label)
 	signer, pub := newKeyPair(t)
 	e.client.AttachSSHKey(ctx, id, pub)
 	e.clk.Advance(time.Minute)
@@ -647,6 +650,12 @@ func TestSSHSFTPEnvAndSignals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e, id, c
+}
+
+func TestSSHSFTPEnvAndSignals(t *testing.T) {
+	e, id, c := sshToRunning(t, "sftp")
+	ctx := context.Background()
 	defer c.Close()
 
 	// SFTP: relative paths land in the instance's workspace.
@@ -731,17 +740,8 @@ func TestExitAndSlowLoadingFaults(t *testing.T) {
 }
 
 func TestDestroyKillsDetachedJobs(t *testing.T) {
-	e := newEnv(t, sim.Config{})
+	e, id, c := sshToRunning(t, "detached")
 	ctx := context.Background()
-	_, id := rent(t, e, "detached")
-	signer, pub := newKeyPair(t)
-	e.client.AttachSSHKey(ctx, id, pub)
-	e.clk.Advance(time.Minute)
-	inst, _ := e.client.ShowInstance(ctx, id)
-	c, err := dialSSH(inst, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out, _ := run(t, c, "setsid nohup sleep 300 >/dev/null 2>&1 < /dev/null & echo $!")
 	c.Close()
 	pid, _ := strconv.Atoi(strings.TrimSpace(out))
