@@ -96,6 +96,7 @@ func (c Store) stepDir(step int64) string { return fmt.Sprintf("%s/%012d", c.pre
 // is ErrConflict.
 func (c Store) Commit(ctx context.Context, dir string, step int64, now time.Time) (Committed, error) {
 	m := Manifest{Schema: "vastrun.checkpoint/v1", Step: step, Time: now.UTC()}
+	var uploads []storage.FileTransfer
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -104,20 +105,20 @@ func (c Store) Commit(ctx context.Context, dir string, step int64, now time.Time
 			return nil
 		}
 		rel, _ := filepath.Rel(dir, p)
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		o, err := c.S.Put(ctx, c.stepDir(step)+"/files/"+filepath.ToSlash(rel), f)
-		if err != nil {
-			return err
-		}
-		m.Files = append(m.Files, File{Path: filepath.ToSlash(rel), Size: o.Size, SHA256: o.SHA256})
+		m.Files = append(m.Files, File{Path: filepath.ToSlash(rel)})
+		uploads = append(uploads, storage.FileTransfer{Key: c.stepDir(step) + "/files/" + filepath.ToSlash(rel), Path: p})
 		return nil
 	})
 	if err != nil {
 		return Committed{}, fmt.Errorf("commit checkpoint %d: %w", step, err)
+	}
+	// All files at once, through the store's bounded request slots.
+	objs, err := storage.PutFiles(ctx, c.S, uploads)
+	if err != nil {
+		return Committed{}, fmt.Errorf("commit checkpoint %d: %w", step, err)
+	}
+	for i, o := range objs {
+		m.Files[i].Size, m.Files[i].SHA256 = o.Size, o.SHA256
 	}
 	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].Path < m.Files[j].Path })
 	mb, _ := json.MarshalIndent(m, "", "  ")
@@ -256,10 +257,8 @@ func (c Store) Restore(ctx context.Context, step int64, dir string) (Committed, 
 		return Committed{}, err
 	}
 	defer os.RemoveAll(tmp)
-	for _, f := range cm.Manifest.Files {
-		if err := c.restoreFile(ctx, step, f, tmp); err != nil {
-			return Committed{}, fmt.Errorf("restore checkpoint %d: %w", step, err)
-		}
+	if err := c.restoreFiles(ctx, step, cm.Manifest.Files, tmp); err != nil {
+		return Committed{}, fmt.Errorf("restore checkpoint %d: %w", step, err)
 	}
 	os.RemoveAll(dir)
 	if err := os.Rename(tmp, dir); err != nil {
@@ -268,36 +267,36 @@ func (c Store) Restore(ctx context.Context, step int64, dir string) (Committed, 
 	return cm, nil
 }
 
-func (c Store) restoreFile(ctx context.Context, step int64, f File, root string) error {
-	if strings.Contains(f.Path, "..") || path.IsAbs(f.Path) {
-		return fmt.Errorf("file %q: %w", f.Path, ErrCorrupt)
+// restoreFiles downloads every file at once (through the store's bounded
+// request slots) and checks each against the manifest.
+func (c Store) restoreFiles(ctx context.Context, step int64, files []File, root string) error {
+	downloads := make([]storage.FileTransfer, len(files))
+	for i, f := range files {
+		if strings.Contains(f.Path, "..") || path.IsAbs(f.Path) {
+			return fmt.Errorf("file %q: %w", f.Path, ErrCorrupt)
+		}
+		dst := filepath.Join(root, filepath.FromSlash(f.Path))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		downloads[i] = storage.FileTransfer{Key: c.stepDir(step) + "/files/" + f.Path, Path: dst, Size: f.Size}
 	}
-	rc, err := c.S.Get(ctx, c.stepDir(step)+"/files/"+f.Path)
+	got, err := storage.GetFiles(ctx, c.S, downloads)
 	if err != nil {
-		if errors.Is(err, storage.ErrNotExist) {
-			return fmt.Errorf("file %s missing: %w", f.Path, ErrCorrupt)
+		switch {
+		case errors.Is(err, storage.ErrNotExist):
+			return fmt.Errorf("a file is missing: %w: %w", err, ErrCorrupt)
+		case errors.Is(err, storage.ErrSizeMismatch):
+			return fmt.Errorf("%w: %w", err, ErrCorrupt)
 		}
 		return err
 	}
-	defer rc.Close()
-	dst := filepath.Join(root, filepath.FromSlash(f.Path))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
+	for i, f := range files {
+		if g := got[i]; g.Size != f.Size || g.SHA256 != f.SHA256 {
+			return fmt.Errorf("file %s: %d bytes with SHA-256 %s, manifest says %d bytes with %s: %w", f.Path, g.Size, g.SHA256, f.Size, f.SHA256, ErrCorrupt)
+		}
 	}
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), rc)
-	if err != nil {
-		return err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); n != f.Size || got != f.SHA256 {
-		return fmt.Errorf("file %s: %d bytes with SHA-256 %s, manifest says %d bytes with %s: %w", f.Path, n, got, f.Size, f.SHA256, ErrCorrupt)
-	}
-	return out.Sync()
+	return nil
 }
 
 // Skip records a checkpoint that could not be used.

@@ -12,11 +12,14 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"golang.org/x/sync/errgroup"
 )
 
 // S3Store keeps objects in an S3-compatible bucket under a prefix.
@@ -27,17 +30,16 @@ import (
 // from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN or the
 // shared credentials file (~/.aws/credentials, AWS_PROFILE).
 type S3Store struct {
-	core     minio.Core
-	bucket   string
-	prefix   string
-	partSize int64
-	threads  int
-	endpoint string
+	core         minio.Core
+	bucket       string
+	prefix       string
+	partOverride int64 // 0: PartSize chooses from the object's size
+	nthreads     int
+	sem          chan struct{} // request slots shared by every transfer
+	endpoint     string
 }
 
 var _ Store = (*S3Store)(nil)
-
-const minPartSize = 5 << 20 // S3's minimum for every part but the last
 
 // NewS3Store opens bucket/prefix.
 func NewS3Store(bucket, prefix string, o Options) (*S3Store, error) {
@@ -76,18 +78,56 @@ func NewS3Store(bucket, prefix string, o Options) (*S3Store, error) {
 			&credentials.EnvAWS{}, &credentials.FileAWSCredentials{Profile: getenv("AWS_PROFILE")},
 		})
 	}
-	c, err := minio.New(u.Host, &minio.Options{Creds: creds, Secure: u.Scheme == "https", Region: region, BucketLookup: lookup})
+	threads, part := o.Threads, o.PartSize
+	if threads <= 0 {
+		if v := getenv("VASTRUN_S3_THREADS"); v != "" {
+			if threads, err = strconv.Atoi(v); err != nil || threads < 1 || threads > 256 {
+				return nil, fmt.Errorf("VASTRUN_S3_THREADS=%q: want a whole number from 1 to 256", v)
+			}
+		}
+	}
+	if threads <= 0 {
+		threads = DefaultThreads
+	}
+	if part <= 0 {
+		if v := getenv("VASTRUN_S3_PART_MIB"); v != "" {
+			mib, err := strconv.Atoi(v)
+			if err != nil || mib < 5 || mib > 5120 {
+				return nil, fmt.Errorf("VASTRUN_S3_PART_MIB=%q: want a whole number of MiB from 5 to 5120", v)
+			}
+			part = int64(mib) << 20
+		}
+	}
+	if part > 0 {
+		part = max(part, minPartSize)
+	}
+	tr, err := minio.DefaultTransport(u.Scheme == "https")
 	if err != nil {
 		return nil, fmt.Errorf("S3 client: %w", err)
 	}
-	s := &S3Store{core: minio.Core{Client: c}, bucket: bucket, prefix: strings.Trim(prefix, "/"), partSize: o.PartSize, threads: o.Threads, endpoint: u.Scheme + "://" + u.Host}
-	if s.partSize < minPartSize {
-		s.partSize = 16 << 20
+	// Keep a warm connection for every request slot (and the files being
+	// set up beside them) instead of re-dialling between parts.
+	tr.MaxIdleConnsPerHost = 2 * threads
+	tr.ReadBufferSize, tr.WriteBufferSize = 64<<10, 64<<10
+	c, err := minio.New(u.Host, &minio.Options{Creds: creds, Secure: u.Scheme == "https", Region: region, BucketLookup: lookup, Transport: tr})
+	if err != nil {
+		return nil, fmt.Errorf("S3 client: %w", err)
 	}
-	if s.threads <= 0 {
-		s.threads = 4
-	}
+	s := &S3Store{core: minio.Core{Client: c}, bucket: bucket, prefix: strings.Trim(prefix, "/"), partOverride: part,
+		nthreads: threads, sem: make(chan struct{}, threads), endpoint: u.Scheme + "://" + u.Host}
 	return s, nil
+}
+
+func (s *S3Store) threads() int              { return s.nthreads }
+func (s *S3Store) partSize(size int64) int64 { return PartSize(size, s.partOverride) }
+
+func (s *S3Store) slot(ctx context.Context) (func(), error) {
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // URI names the store.
@@ -109,24 +149,24 @@ func notExist(err error) bool {
 	return r.Code == "NoSuchKey" || r.StatusCode == http.StatusNotFound
 }
 
-// Put uploads r, as one PUT when it fits a part and as a parallel
-// multipart upload otherwise, hashing SHA-256 in stream order.
+// Put uploads a stream: as one PUT when it fits a part, otherwise as a
+// parallel multipart upload with SHA-256 computed in stream order on its
+// own goroutine. A stream's digest is known only at its end, after the
+// object exists, so a multipart stream gets its digest by an in-place copy
+// that replaces the metadata (guarded by the ETag). Files should go through
+// PutFile, which knows the digest before it creates the object.
 func (s *S3Store) Put(ctx context.Context, key string, r io.Reader) (Object, error) {
 	obj, err := s.object(key)
 	if err != nil {
 		return Object{}, err
 	}
-	h := sha256.New()
-	src := io.TeeReader(r, h)
-	first := make([]byte, s.partSize)
-	n, err := io.ReadFull(src, first)
+	part := s.partSize(-1)
+	first := make([]byte, part)
+	n, err := io.ReadFull(r, first)
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		sum := hex.EncodeToString(h.Sum(nil))
-		opts := minio.PutObjectOptions{DisableContentSha256: true, UserMetadata: map[string]string{"sha256": sum}}
-		if _, err := s.core.PutObject(ctx, s.bucket, obj, bytes.NewReader(first[:n]), int64(n), "", "", opts); err != nil {
-			return Object{}, fmt.Errorf("put %s: %w", key, err)
-		}
-		return Object{Key: key, Size: int64(n), SHA256: sum}, nil
+		sum := sha256.Sum256(first[:n])
+		o := Object{Key: key, Size: int64(n), SHA256: hex.EncodeToString(sum[:])}
+		return o, s.putSingle(ctx, key, obj, bytes.NewReader(first[:n]), int64(n), o.SHA256)
 	}
 	if err != nil {
 		return Object{}, fmt.Errorf("put %s: read: %w", key, err)
@@ -135,81 +175,267 @@ func (s *S3Store) Put(ctx context.Context, key string, r io.Reader) (Object, err
 	if err != nil {
 		return Object{}, fmt.Errorf("put %s: start multipart: %w", key, err)
 	}
-	size, parts, err := s.uploadParts(ctx, obj, uploadID, first, src)
+	size, sum, parts, err := s.uploadStream(ctx, obj, uploadID, first, r)
 	if err != nil {
 		s.core.AbortMultipartUpload(context.WithoutCancel(ctx), s.bucket, obj, uploadID)
 		return Object{}, fmt.Errorf("put %s: %w", key, err)
 	}
-	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, obj, uploadID, parts, minio.PutObjectOptions{DisableContentSha256: true}); err != nil {
+	info, err := s.core.CompleteMultipartUpload(ctx, s.bucket, obj, uploadID, parts, minio.PutObjectOptions{DisableContentSha256: true})
+	if err != nil {
 		s.core.AbortMultipartUpload(context.WithoutCancel(ctx), s.bucket, obj, uploadID)
 		return Object{}, fmt.Errorf("put %s: complete multipart: %w", key, err)
 	}
-	return Object{Key: key, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	if err := s.stampDigest(ctx, obj, info.ETag, size, sum); err != nil {
+		return Object{}, fmt.Errorf("put %s: store the digest: %w", key, err)
+	}
+	return Object{Key: key, Size: size, SHA256: sum}, nil
 }
 
-// uploadParts reads parts in order (so the hash sees the stream in order)
-// and uploads up to s.threads of them at once.
-func (s *S3Store) uploadParts(ctx context.Context, obj, uploadID string, first []byte, src io.Reader) (int64, []minio.CompletePart, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// putSingle is one PUT carrying the digest as metadata.
+func (s *S3Store) putSingle(ctx context.Context, key, obj string, r io.Reader, size int64, sum string) error {
+	release, err := s.slot(ctx)
+	if err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	defer release()
+	opts := minio.PutObjectOptions{DisableContentSha256: true, UserMetadata: map[string]string{"sha256": sum}}
+	if _, err := s.core.PutObject(ctx, s.bucket, obj, r, size, "", "", opts); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// stampDigest replaces obj's metadata with its digest by a server-side
+// copy onto itself, only if obj is still the object with etag.
+func (s *S3Store) stampDigest(ctx context.Context, obj, etag string, size int64, sum string) error {
+	dst := minio.CopyDestOptions{Bucket: s.bucket, Object: obj, ReplaceMetadata: true, UserMetadata: map[string]string{"sha256": sum}}
+	src := minio.CopySrcOptions{Bucket: s.bucket, Object: obj, MatchETag: etag}
+	var err error
+	if size <= maxSinglePartSz {
+		_, err = s.core.Client.CopyObject(ctx, dst, src)
+	} else {
+		_, err = s.core.Client.ComposeObject(ctx, dst, src)
+	}
+	return err
+}
+
+// uploadStream reads parts in order into at most threads+2 buffers, hashes
+// them in order on one goroutine and uploads them on up to threads others.
+func (s *S3Store) uploadStream(ctx context.Context, obj, uploadID string, first []byte, src io.Reader) (int64, string, []minio.CompletePart, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	type buf struct {
+		num  int
+		data []byte
+		refs atomic.Int32
+	}
+	limit := s.nthreads + 2
+	free := make(chan []byte, limit)
+	allocated := 1
+	getBuf := func() ([]byte, error) {
+		select {
+		case b := <-free:
+			return b, nil
+		default:
+		}
+		if allocated < limit {
+			allocated++
+			return make([]byte, len(first)), nil
+		}
+		select {
+		case b := <-free:
+			return b, nil
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+	release := func(b *buf) {
+		if b.refs.Add(-1) == 0 {
+			free <- b.data[:cap(b.data)]
+		}
+	}
+	hashCh := make(chan *buf, limit)
+	workCh := make(chan *buf, limit)
+	h := sha256.New()
 	var (
-		mu       sync.Mutex
-		parts    []minio.CompletePart
-		firstErr error
-		wg       sync.WaitGroup
-		sem      = make(chan struct{}, s.threads)
-		size     int64
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		parts []minio.CompletePart
 	)
-	fail := func(err error) {
-		mu.Lock()
-		if firstErr == nil {
-			firstErr = err
-			cancel()
-		}
-		mu.Unlock()
-	}
-	upload := func(num int, data []byte) {
+	wg.Add(1)
+	go func() {
 		defer wg.Done()
-		defer func() { <-sem }()
-		p, err := s.core.PutObjectPart(ctx, s.bucket, obj, uploadID, num, bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{DisableContentSha256: true})
-		if err != nil {
-			fail(fmt.Errorf("part %d: %w", num, err))
-			return
+		for b := range hashCh {
+			h.Write(b.data)
+			release(b)
 		}
-		mu.Lock()
-		parts = append(parts, minio.CompletePart{PartNumber: num, ETag: p.ETag})
-		mu.Unlock()
-	}
-	dispatch := func(num int, data []byte) {
-		size += int64(len(data))
-		sem <- struct{}{}
+	}()
+	for range s.nthreads {
 		wg.Add(1)
-		go upload(num, data)
+		go func() {
+			defer wg.Done()
+			for b := range workCh {
+				if ctx.Err() == nil {
+					p, err := s.uploadPart(ctx, obj, uploadID, b.num, bytes.NewReader(b.data), int64(len(b.data)))
+					if err != nil {
+						cancel(err)
+					} else {
+						mu.Lock()
+						parts = append(parts, p)
+						mu.Unlock()
+					}
+				}
+				release(b)
+			}
+		}()
 	}
-	dispatch(1, first)
-	for num := 2; ; num++ {
-		next := make([]byte, s.partSize)
-		n, err := io.ReadFull(src, next)
+	var size int64
+	var readErr error
+	data := first
+	for num := 1; ; num++ {
+		var n int
+		var err error
+		if num == 1 {
+			n = len(first)
+		} else {
+			if data, err = getBuf(); err != nil {
+				break
+			}
+			n, err = io.ReadFull(src, data)
+		}
 		if n > 0 {
-			dispatch(num, next[:n]) // a short read is the last part
+			b := &buf{num: num, data: data[:n]}
+			b.refs.Store(2)
+			size += int64(n)
+			hashCh <- b
+			workCh <- b
+		} else if data != nil && num > 1 {
+			free <- data
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			break
 		}
 		if err != nil {
-			fail(fmt.Errorf("read: %w", err))
+			readErr = fmt.Errorf("read: %w", err)
+			cancel(readErr)
 			break
 		}
 		if ctx.Err() != nil {
 			break
 		}
 	}
+	close(hashCh)
+	close(workCh)
 	wg.Wait()
-	if firstErr != nil {
-		return 0, nil, firstErr
+	if err := context.Cause(ctx); err != nil {
+		return 0, "", nil, err
 	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i].PartNumber < parts[j].PartNumber })
-	return size, parts, nil
+	return size, hex.EncodeToString(h.Sum(nil)), parts, nil
+}
+
+// uploadPart sends one part in one request slot.
+func (s *S3Store) uploadPart(ctx context.Context, obj, uploadID string, num int, r io.Reader, n int64) (minio.CompletePart, error) {
+	release, err := s.slot(ctx)
+	if err != nil {
+		return minio.CompletePart{}, err
+	}
+	defer release()
+	p, err := s.core.PutObjectPart(ctx, s.bucket, obj, uploadID, num, r, n, minio.PutObjectPartOptions{DisableContentSha256: true})
+	if err != nil {
+		return minio.CompletePart{}, fmt.Errorf("part %d: %w", num, err)
+	}
+	return minio.CompletePart{PartNumber: num, ETag: p.ETag}, nil
+}
+
+// putFile hashes f, then creates the object with its digest: one PUT, or
+// a multipart upload whose parts are read in parallel straight from the
+// file (no part buffers). The file must not change meanwhile.
+func (s *S3Store) putFile(ctx context.Context, key string, f *os.File, fi os.FileInfo) (Object, error) {
+	obj, err := s.object(key)
+	if err != nil {
+		return Object{}, err
+	}
+	if !fi.Mode().IsRegular() {
+		return s.Put(ctx, key, f)
+	}
+	size := fi.Size()
+	sum, err := hashFile(ctx, f, size)
+	if err != nil {
+		return Object{}, fmt.Errorf("put %s: hash %s: %w", key, f.Name(), err)
+	}
+	o := Object{Key: key, Size: size, SHA256: sum}
+	part := s.partSize(size)
+	if size <= part {
+		if err := s.putSingle(ctx, key, obj, io.NewSectionReader(f, 0, size), size, sum); err != nil {
+			return Object{}, err
+		}
+		if err := unchanged(f, fi); err != nil {
+			s.core.RemoveObject(context.WithoutCancel(ctx), s.bucket, obj, minio.RemoveObjectOptions{})
+			return Object{}, fmt.Errorf("put %s: %s: %w", key, f.Name(), err)
+		}
+		return o, nil
+	}
+	opts := minio.PutObjectOptions{DisableContentSha256: true, UserMetadata: map[string]string{"sha256": sum}}
+	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, obj, opts)
+	if err != nil {
+		return Object{}, fmt.Errorf("put %s: start multipart: %w", key, err)
+	}
+	abort := func(err error) (Object, error) {
+		s.core.AbortMultipartUpload(context.WithoutCancel(ctx), s.bucket, obj, uploadID)
+		return Object{}, fmt.Errorf("put %s: %w", key, err)
+	}
+	nparts := int((size + part - 1) / part)
+	parts := make([]minio.CompletePart, nparts)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.nthreads)
+	for i := range nparts {
+		off := int64(i) * part
+		g.Go(func() error {
+			p, err := s.uploadPart(gctx, obj, uploadID, i+1, io.NewSectionReader(f, off, min(part, size-off)), min(part, size-off))
+			parts[i] = p
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return abort(err)
+	}
+	if err := unchanged(f, fi); err != nil {
+		return abort(fmt.Errorf("%s: %w", f.Name(), err))
+	}
+	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, obj, uploadID, parts, minio.PutObjectOptions{DisableContentSha256: true}); err != nil {
+		return abort(fmt.Errorf("complete multipart: %w", err))
+	}
+	return o, nil
+}
+
+// getRange opens [off, end) of key; end < 0 reads to the end.
+func (s *S3Store) getRange(ctx context.Context, key string, off, end int64) (io.ReadCloser, string, error) {
+	obj, err := s.object(key)
+	if err != nil {
+		return nil, "", err
+	}
+	var opts minio.GetObjectOptions
+	switch {
+	case end >= 0 && end > off:
+		opts.SetRange(off, end-1)
+	case end < 0 && off > 0:
+		opts.SetRange(off, 0)
+	case end >= 0:
+		return nil, "", fmt.Errorf("get %s: empty range at %d", key, off)
+	}
+	rc, info, _, err := s.core.GetObject(ctx, s.bucket, obj, opts)
+	if err != nil {
+		r := minio.ToErrorResponse(err)
+		switch {
+		case notExist(err):
+			return nil, "", fmt.Errorf("get %s: %w", key, ErrNotExist)
+		case r.StatusCode == http.StatusRequestedRangeNotSatisfiable || r.Code == "InvalidRange":
+			return nil, "", fmt.Errorf("get %s: nothing at offset %d: %w", key, off, ErrSizeMismatch)
+		}
+		return nil, "", fmt.Errorf("get %s: %w", key, err)
+	}
+	return rc, info.ETag, nil
 }
 
 // PutIfAbsent is a conditional single PUT (If-None-Match: *).

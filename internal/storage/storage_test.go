@@ -92,3 +92,47 @@ func TestOpenRejectsBadURIs(t *testing.T) {
 		}
 	}
 }
+
+// plainStore hides the stores' fast paths, as a decorator would: PutFile,
+// GetFile and the batches must still work, in one stream per file.
+type plainStore struct{ storage.Store }
+
+func TestFileTransfersThroughAPlainStore(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) storage.Store {
+		s, err := storage.Open("file://"+t.TempDir(), storage.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plainStore{s}
+	})
+}
+
+func TestTuningFromEnvironment(t *testing.T) {
+	env := map[string]string{"VASTRUN_S3_THREADS": "0"}
+	getenv := func(k string) string { return env[k] }
+	if _, err := storage.Open("s3://b/p", storage.Options{Endpoint: "http://127.0.0.1:9", Getenv: getenv}); err == nil {
+		t.Error("VASTRUN_S3_THREADS=0 accepted")
+	}
+	env = map[string]string{"VASTRUN_S3_PART_MIB": "4"}
+	if _, err := storage.Open("s3://b/p", storage.Options{Endpoint: "http://127.0.0.1:9", Getenv: getenv}); err == nil {
+		t.Error("VASTRUN_S3_PART_MIB=4 (below S3's 5 MiB minimum) accepted")
+	}
+}
+
+func TestPartSize(t *testing.T) {
+	for _, c := range []struct{ size, override, want int64 }{
+		{0, 0, 8 << 20},
+		{256 << 20, 0, 8 << 20},
+		{-1, 0, 16 << 20},
+		{256 << 20, 32 << 20, 32 << 20},
+		{256 << 20, 1 << 20, 5 << 20},  // S3's minimum
+		{100 << 30, 0, 11 << 20},       // 10,000 parts at most, whole MiB
+		{10000 * 8 << 20, 0, 8 << 20},  // exactly 10,000 parts
+		{10000*8<<20 + 1, 0, 9 << 20},  // one byte more
+		{1 << 40, 64 << 20, 105 << 20}, // override grown to fit
+	} {
+		if got := storage.PartSize(c.size, c.override); got != c.want {
+			t.Errorf("PartSize(%d, %d) = %d MiB, want %d MiB", c.size, c.override, got>>20, c.want>>20)
+		}
+	}
+}

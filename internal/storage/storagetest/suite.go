@@ -11,7 +11,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -33,6 +36,10 @@ func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		{"PutIfAbsentExactlyOnce", testPutIfAbsent},
 		{"PutIfAbsentRace", testPutIfAbsentRace},
 		{"BadKeys", testBadKeys},
+		{"StatReportsDigestOfMultipart", testStatDigest},
+		{"FileRoundTripParallel", testFileRoundTrip},
+		{"GetFileSizeMismatch", testGetFileMismatch},
+		{"PutFilesGetFilesBatch", testBatch},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
@@ -188,6 +195,123 @@ func testBadKeys(t *testing.T, s storage.Store) {
 	for _, k := range []string{"", "../escape", "a/../../b", "a//b"} {
 		if _, err := s.Put(ctx, k, bytes.NewReader(nil)); err == nil {
 			t.Errorf("key %q accepted", k)
+		}
+	}
+}
+
+// testStatDigest: every object vastrun writes carries its SHA-256, multipart
+// ones (stream and file) too, and Stat reports it.
+func testStatDigest(t *testing.T, s storage.Store) {
+	data := make([]byte, 13<<20) // multipart with any part size up to 8 MiB
+	rand.Read(data)
+	if _, err := s.Put(ctx, "digest/stream", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "f.bin")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := storage.PutFile(ctx, s, "digest/file", p); err != nil || o.SHA256 != sum(data) || o.Size != int64(len(data)) {
+		t.Fatalf("PutFile: %+v %v", o, err)
+	}
+	small := []byte("small")
+	if _, err := s.Put(ctx, "digest/small", bytes.NewReader(small)); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"digest/stream": sum(data), "digest/file": sum(data), "digest/small": sum(small)} {
+		st, err := s.Stat(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.SHA256 != want {
+			t.Errorf("Stat(%s).SHA256 = %q, want %s", key, st.SHA256, want)
+		}
+	}
+	if got := get(t, s, "digest/stream"); sum(got) != sum(data) {
+		t.Fatal("the stream object's content changed when its digest was stored")
+	}
+}
+
+func testFileRoundTrip(t *testing.T, s storage.Store) {
+	dir := t.TempDir()
+	data := make([]byte, 21<<20+12345) // several ranges, a short last one
+	rand.Read(data)
+	src := filepath.Join(dir, "src.bin")
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := storage.PutFile(ctx, s, "files/big", src); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "dst.bin")
+	o, err := storage.GetFile(ctx, s, "files/big", dst, int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Size != int64(len(data)) || o.SHA256 != sum(data) {
+		t.Fatalf("GetFile returned %d bytes with %s", o.Size, o.SHA256)
+	}
+	got, _ := os.ReadFile(dst)
+	if !bytes.Equal(got, data) {
+		t.Fatal("the downloaded file differs from the uploaded one")
+	}
+	// Unknown size: one stream, same result.
+	if o, err := storage.GetFile(ctx, s, "files/big", dst, -1); err != nil || o.SHA256 != sum(data) {
+		t.Fatalf("GetFile of unknown size: %+v %v", o, err)
+	}
+	if _, err := storage.GetFile(ctx, s, "files/missing", dst, 10); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("GetFile of a missing key: %v, want ErrNotExist", err)
+	}
+}
+
+func testGetFileMismatch(t *testing.T, s storage.Store) {
+	dir := t.TempDir()
+	data := make([]byte, 9<<20)
+	rand.Read(data)
+	if _, err := s.Put(ctx, "mm/obj", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	n := int64(len(data))
+	for _, want := range []int64{n - 1, n + 1, n - 3<<20, n + 8<<20, 0, 1} {
+		_, err := storage.GetFile(ctx, s, "mm/obj", filepath.Join(dir, "x"), want)
+		if !errors.Is(err, storage.ErrSizeMismatch) {
+			t.Errorf("expecting %d bytes of a %d-byte object: %v, want ErrSizeMismatch", want, n, err)
+		}
+	}
+}
+
+func testBatch(t *testing.T, s storage.Store) {
+	dir := t.TempDir()
+	var files []storage.FileTransfer
+	var want []string
+	for i := 0; i < 12; i++ {
+		data := make([]byte, i*i*40000) // 0 bytes to 4.8 MB
+		rand.Read(data)
+		p := filepath.Join(dir, fmt.Sprintf("in-%d", i))
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, storage.FileTransfer{Key: fmt.Sprintf("batch/%02d", i), Path: p, Size: int64(len(data))})
+		want = append(want, sum(data))
+	}
+	put, err := storage.PutFiles(ctx, s, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range files {
+		if put[i].SHA256 != want[i] || put[i].Size != files[i].Size || put[i].Key != files[i].Key {
+			t.Fatalf("PutFiles[%d] = %+v", i, put[i])
+		}
+		files[i].Path = filepath.Join(dir, fmt.Sprintf("out-%d", i))
+	}
+	got, err := storage.GetFiles(ctx, s, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range files {
+		b, _ := os.ReadFile(files[i].Path)
+		if got[i].SHA256 != want[i] || sum(b) != want[i] {
+			t.Fatalf("GetFiles[%d]: reported %s, file has %s, want %s", i, got[i].SHA256, sum(b), want[i])
 		}
 	}
 }
