@@ -47,12 +47,23 @@ func TestS3Fake(t *testing.T) {
 // moto_server and sets VASTRUN_TEST_S3_ENDPOINT; with VASTRUN_TEST_S3_REQUIRED
 // set, a missing endpoint fails instead of skipping.
 func TestS3Real(t *testing.T) {
-	endpoint := os.Getenv("VASTRUN_TEST_S3_ENDPOINT")
+	realSuite(t, "VASTRUN_TEST_S3_ENDPOINT", "VASTRUN_TEST_S3_REQUIRED")
+}
+
+// TestS3Versitygw runs the suite against a second, stricter real server:
+// versitygw over a posix directory, started by .ci/run, which sets
+// VASTRUN_TEST_S3_ENDPOINT_VERSITYGW and VASTRUN_TEST_S3_VERSITYGW_REQUIRED.
+func TestS3Versitygw(t *testing.T) {
+	realSuite(t, "VASTRUN_TEST_S3_ENDPOINT_VERSITYGW", "VASTRUN_TEST_S3_VERSITYGW_REQUIRED")
+}
+
+func realSuite(t *testing.T, endpointVar, requiredVar string) {
+	endpoint := os.Getenv(endpointVar)
 	if endpoint == "" {
-		if os.Getenv("VASTRUN_TEST_S3_REQUIRED") != "" {
-			t.Fatal("VASTRUN_TEST_S3_REQUIRED is set but VASTRUN_TEST_S3_ENDPOINT is not")
+		if os.Getenv(requiredVar) != "" {
+			t.Fatalf("%s is set but %s is not", requiredVar, endpointVar)
 		}
-		t.Skip("set VASTRUN_TEST_S3_ENDPOINT (and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to test against a real S3 server")
+		t.Skipf("set %s (and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to test against a real S3 server", endpointVar)
 	}
 	var n atomic.Int64
 	storagetest.Run(t, func(t *testing.T) storage.Store {
