@@ -268,7 +268,10 @@ func (c Store) Restore(ctx context.Context, step int64, dir string) (Committed, 
 }
 
 // restoreFiles downloads every file at once (through the store's bounded
-// request slots) and checks each against the manifest.
+// request slots) and checks each against the manifest. The files are not
+// fsynced: a restore is redone before every start of the workload
+// (run.startTraining), so one cut short by a crash is never used, and
+// syncing hundreds of MiB would make the restore disk-bound.
 func (c Store) restoreFiles(ctx context.Context, step int64, files []File, root string) error {
 	downloads := make([]storage.FileTransfer, len(files))
 	for i, f := range files {

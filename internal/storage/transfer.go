@@ -168,7 +168,7 @@ func filesInFlight(s Store) int {
 // reading it back from the file, so hashing overlaps the transfer and
 // verifies what is on disk. size is the expected size: any other object
 // size fails with ErrSizeMismatch (size < 0: unknown, one stream). The
-// file is synced before GetFile returns.
+// file is not synced: callers that need it durable sync it themselves.
 func GetFile(ctx context.Context, s Store, key, path string, size int64) (Object, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -179,14 +179,7 @@ func GetFile(ctx context.Context, s Store, key, path string, size int64) (Object
 	if !ok {
 		t = plainGetter{s}
 	}
-	o, err := download(ctx, t, key, f, size)
-	if err != nil {
-		return Object{}, err
-	}
-	if err := f.Sync(); err != nil {
-		return Object{}, fmt.Errorf("get %s: %w", key, err)
-	}
-	return o, nil
+	return download(ctx, t, key, f, size)
 }
 
 // plainGetter adapts a Store without ranges: one stream per file.
