@@ -205,16 +205,15 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request, _ int64) {
 		}
 	}
 	s.mu.Lock()
-	rows, err := search(s.offers, q)
+	res, err := searchSnapshot(s.offers, q)
 	s.mu.Unlock()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		return
 	}
-	if rows == nil {
-		rows = []map[string]any{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"offers": rows})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	res.writeTo(w)
 }
 
 type createBody struct {

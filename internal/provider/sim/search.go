@@ -1,7 +1,10 @@
 package sim
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,56 +77,128 @@ type searchError struct{ msg string }
 
 func (e *searchError) Error() string { return e.msg }
 
-// search evaluates a wire query over the catalog.
+// search evaluates a wire query over the catalog and returns the rows to
+// send. Filters and the sort read single fields (offerField) instead of
+// rendering every offer, so a search costs a few field reads per offer plus
+// one full row per offer returned.
 func search(offers []*offer, q map[string]any) ([]map[string]any, error) {
-	storage := 8.0 // the server's default when the client sends none
+	picked, rc, err := selectOffers(offers, q)
+	if err != nil {
+		return nil, err
+	}
+	var out []map[string]any
+	for _, o := range picked {
+		out = append(out, offerRow(o, rc.storage, rc.bid))
+	}
+	return out, nil
+}
+
+// searchResult is a search's answer, copied out of the catalog so it can
+// be rendered without the server's lock.
+type searchResult struct {
+	offers []offer
+	rc     rowCtx
+}
+
+// searchSnapshot runs q and copies the offers it returns (rows read
+// RentedBy, which creates and destroys change). Call it under the lock.
+func searchSnapshot(offers []*offer, q map[string]any) (searchResult, error) {
+	picked, rc, err := selectOffers(offers, q)
+	if err != nil {
+		return searchResult{}, err
+	}
+	r := searchResult{offers: make([]offer, len(picked)), rc: rc}
+	for i, o := range picked {
+		r.offers[i] = *o
+	}
+	return r, nil
+}
+
+// writeTo streams the response body {"offers": [...]} one row at a time,
+// so memory holds one row, not the whole answer.
+func (r searchResult) writeTo(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.WriteString(`{"offers":[`)
+	for i := range r.offers {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		row, err := json.Marshal(offerRow(&r.offers[i], r.rc.storage, r.rc.bid))
+		if err != nil {
+			return err
+		}
+		bw.Write(row)
+	}
+	bw.WriteString("]}")
+	return bw.Flush()
+}
+
+// rowCtx is what a row depends on besides the offer.
+type rowCtx struct {
+	storage float64
+	bid     bool
+}
+
+// selectOffers filters, sorts and limits the catalog for q.
+func selectOffers(offers []*offer, q map[string]any) ([]*offer, rowCtx, error) {
+	rc := rowCtx{storage: 8.0} // the server's default when the client sends none
 	if v, ok := q["allocated_storage"]; ok {
 		f, ok := toFloat(v)
 		if !ok || f < 0 {
-			return nil, &searchError{"allocated_storage must be a number"}
+			return nil, rc, &searchError{"allocated_storage must be a number"}
 		}
-		storage = f
+		rc.storage = f
 	}
-	bid := false
 	switch t := q["type"].(type) {
 	case nil:
 	case string:
 		switch t {
 		case "on-demand", "ondemand", "reserved":
 		case "bid", "interruptible":
-			bid = true
+			rc.bid = true
 		default:
-			return nil, &searchError{fmt.Sprintf("invalid type %q", t)}
+			return nil, rc, &searchError{fmt.Sprintf("invalid type %q", t)}
 		}
 	default:
-		return nil, &searchError{"type must be a string"}
+		return nil, rc, &searchError{"type must be a string"}
 	}
 	limit := 64
 	if v, ok := q["limit"]; ok {
 		f, ok := toFloat(v)
 		if !ok {
-			return nil, &searchError{"limit must be a number"}
+			return nil, rc, &searchError{"limit must be a number"}
 		}
 		limit = int(f)
 	}
-	var out []map[string]any
+	type hit struct {
+		o    *offer
+		keys []any
+	}
+	var hits []hit
+	order, orderErr := parseOrder(q["order"])
 	for _, o := range offers {
-		row := offerRow(o, storage, bid)
-		match, err := matches(row, q)
+		v := rowView{o: o, rc: rc}
+		match, err := matches(v.get, q)
 		if err != nil {
-			return nil, err
+			return nil, rc, err
 		}
 		if match {
-			out = append(out, row)
+			hits = append(hits, hit{o: o})
 		}
 	}
-	order, err := parseOrder(q["order"])
-	if err != nil {
-		return nil, err
+	if orderErr != nil {
+		return nil, rc, orderErr
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		for _, o := range order {
-			c := compare(out[i][o.field], out[j][o.field])
+	for i := range hits {
+		v := rowView{o: hits[i].o, rc: rc}
+		hits[i].keys = make([]any, len(order))
+		for k, ok := range order {
+			hits[i].keys[k], _ = v.get(ok.field)
+		}
+	}
+	sort.SliceStable(hits, func(i, j int) bool {
+		for k, o := range order {
+			c := compare(hits[i].keys[k], hits[j].keys[k])
 			if c == 0 {
 				continue
 			}
@@ -131,10 +206,100 @@ func search(offers []*offer, q map[string]any) ([]map[string]any, error) {
 		}
 		return false
 	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	if limit > 0 && len(hits) > limit {
+		hits = hits[:limit]
 	}
-	return out, nil
+	out := make([]*offer, len(hits))
+	for i, h := range hits {
+		out[i] = h.o
+	}
+	return out, rc, nil
+}
+
+// rowView reads single fields of an offer's row: from offerFields when the
+// field has an accessor, otherwise from the rendered row (built at most
+// once), so every field of offerRow stays searchable.
+type rowView struct {
+	o   *offer
+	rc  rowCtx
+	row map[string]any
+}
+
+func (v *rowView) get(field string) (any, bool) {
+	if f, ok := offerFields[field]; ok {
+		return f(v.o, v.rc), true
+	}
+	if v.row == nil {
+		v.row = offerRow(v.o, v.rc.storage, v.rc.bid)
+	}
+	val, ok := v.row[field]
+	return val, ok
+}
+
+// offerFields compute the fields clients filter and sort on most, exactly
+// as offerRow renders them (TestOfferFieldsMatchOfferRow holds them to it).
+var offerFields = map[string]func(o *offer, rc rowCtx) any{
+	"id":                  func(o *offer, _ rowCtx) any { return o.ID },
+	"machine_id":          func(o *offer, _ rowCtx) any { return o.MachineID },
+	"host_id":             func(o *offer, _ rowCtx) any { return o.HostID },
+	"num_gpus":            func(o *offer, _ rowCtx) any { return o.NumGPUs },
+	"gpu_name":            func(o *offer, _ rowCtx) any { return o.Model.name },
+	"gpu_arch":            func(o *offer, _ rowCtx) any { return o.Model.gpuArch },
+	"gpu_ram":             func(o *offer, _ rowCtx) any { return o.Model.vramMB },
+	"gpu_total_ram":       func(o *offer, _ rowCtx) any { return o.Model.vramMB * float64(o.NumGPUs) },
+	"gpu_frac":            func(o *offer, _ rowCtx) any { return o.GPUFrac },
+	"compute_cap":         func(o *offer, _ rowCtx) any { return o.Model.compCap },
+	"cuda_max_good":       func(o *offer, _ rowCtx) any { return o.CUDA },
+	"driver_version":      func(o *offer, _ rowCtx) any { return o.Driver },
+	"cpu_cores":           func(o *offer, _ rowCtx) any { return o.CPUCores },
+	"cpu_cores_effective": func(o *offer, _ rowCtx) any { return o.CPUEffective },
+	"cpu_ram":             func(o *offer, _ rowCtx) any { return o.CPURAM },
+	"cpu_ghz":             func(o *offer, _ rowCtx) any { return o.CPUGHz },
+	"disk_space":          func(o *offer, _ rowCtx) any { return o.DiskSpace },
+	"disk_bw":             func(o *offer, _ rowCtx) any { return o.DiskBW },
+	"inet_up":             func(o *offer, _ rowCtx) any { return o.InetUp },
+	"inet_down":           func(o *offer, _ rowCtx) any { return o.InetDown },
+	"inet_up_cost":        func(o *offer, _ rowCtx) any { return o.InetCost },
+	"inet_down_cost":      func(o *offer, _ rowCtx) any { return o.InetCost },
+	"direct_port_count":   func(o *offer, _ rowCtx) any { return o.DirectPorts },
+	"pci_gen":             func(o *offer, _ rowCtx) any { return o.PCIGen },
+	"dph_base":            func(o *offer, _ rowCtx) any { return o.DPHBase },
+	"storage_cost":        func(o *offer, _ rowCtx) any { return o.StorageCost },
+	"storage_total_cost":  func(o *offer, rc rowCtx) any { return round(o.storageDPH(rc.storage), 7) },
+	"dph_total":           func(o *offer, rc rowCtx) any { return offerTotal(o, rc) },
+	"min_bid":             func(o *offer, _ rowCtx) any { return o.MinBid },
+	"is_bid":              func(_ *offer, rc rowCtx) any { return rc.bid },
+	"dlperf":              func(o *offer, _ rowCtx) any { return round(o.Model.dlperf*float64(o.NumGPUs), 2) },
+	"dlperf_per_dphtotal": func(o *offer, rc rowCtx) any {
+		return round(round(o.Model.dlperf*float64(o.NumGPUs), 2)/offerTotal(o, rc), 2)
+	},
+	"total_flops": func(o *offer, _ rowCtx) any { return round(o.Model.tflops*float64(o.NumGPUs), 2) },
+	"flops_per_dphtotal": func(o *offer, rc rowCtx) any {
+		return round(round(o.Model.tflops*float64(o.NumGPUs), 2)/offerTotal(o, rc), 2)
+	},
+	"score": func(o *offer, rc rowCtx) any {
+		return round(round(o.Model.dlperf*float64(o.NumGPUs), 2)/offerTotal(o, rc)*o.Reliability*3, 1)
+	},
+	"reliability":   func(o *offer, _ rowCtx) any { return o.Reliability },
+	"reliability2":  func(o *offer, _ rowCtx) any { return o.Reliability },
+	"verification":  func(o *offer, _ rowCtx) any { return o.Verification },
+	"rentable":      func(o *offer, _ rowCtx) any { return o.RentedBy == 0 },
+	"rented":        func(*offer, rowCtx) any { return false },
+	"external":      func(*offer, rowCtx) any { return false },
+	"hosting_type":  func(o *offer, _ rowCtx) any { return o.HostingType },
+	"static_ip":     func(o *offer, _ rowCtx) any { return o.StaticIP },
+	"geolocation":   func(o *offer, _ rowCtx) any { return o.Geolocation },
+	"public_ipaddr": func(o *offer, _ rowCtx) any { return o.PublicIP },
+	"duration":      func(o *offer, _ rowCtx) any { return round(o.EndDate-o.StartDate, 1) },
+}
+
+// offerTotal is the row's dph_total.
+func offerTotal(o *offer, rc rowCtx) float64 {
+	gpu := o.DPHBase
+	if rc.bid {
+		gpu = o.MinBid
+	}
+	return round(gpu+round(o.storageDPH(rc.storage), 7), 7)
 }
 
 type orderKey struct {
@@ -167,7 +332,7 @@ func parseOrder(v any) ([]orderKey, error) {
 	return keys, nil
 }
 
-func matches(row map[string]any, q map[string]any) (bool, error) {
+func matches(get func(string) (any, bool), q map[string]any) (bool, error) {
 	for field, spec := range q {
 		if controlKeys[field] {
 			continue
@@ -179,11 +344,13 @@ func matches(row map[string]any, q map[string]any) (bool, error) {
 		var val any
 		switch field {
 		case "verified":
-			val = row["verification"] == "verified"
+			v, _ := get("verification")
+			val = v == "verified"
 		case "datacenter":
-			val = row["hosting_type"] == 1
+			v, _ := get("hosting_type")
+			val = v == 1
 		default:
-			v, exists := row[field]
+			v, exists := get(field)
 			if !exists && !filterOnly[field] {
 				return false, &searchError{fmt.Sprintf("Unknown search field: %s", field)}
 			}
