@@ -16,7 +16,7 @@
 # shared machine; alternating the sides spreads background load over both.
 #
 #   scripts/bench-storage.sh              # N=5, both servers, both shapes
-#   N=9 SERVERS=versitygw SHAPES=one scripts/bench-storage.sh
+#   N=9 SERVERS=versitygw SHAPES=one OPS=restore scripts/bench-storage.sh
 #   QUICK=1 scripts/bench-storage.sh      # 16 MiB / 8 x 1 MiB, N=1: a smoke run (.ci/run)
 #
 # Tools missing from PATH are built into $BENCH_TOOLS (default
@@ -28,6 +28,7 @@ cd "$(dirname "$0")/.."
 N=${N:-5}
 SERVERS=${SERVERS:-"versitygw moto"}
 SHAPES=${SHAPES:-"one shards"}
+OPS=${OPS:-"upload restore"} # restore needs the upload's commit; with OPS=restore, one untimed commit is made
 BENCH_TOOLS=${BENCH_TOOLS:-$HOME/.cache/vastrun-bench/bin}
 one_mib=256 shard_count=64 shard_mib=4
 if [ -n "${QUICK:-}" ]; then N=1 one_mib=16 shard_count=8 shard_mib=1; fi
@@ -184,8 +185,13 @@ for server in $SERVERS; do
     up_v() { step=$((step+1)); CMD=(env AWS_ENDPOINT_URL="$EP" "$V" checkpoint commit --store "$store" --dir "$src" --step "$step"); }
     up_aws() { CMD=(aws --endpoint-url "$EP" s3 cp --quiet --recursive "$src" "s3://bench/aws-$shape/"); }
     up_s5() { CMD=(s5cmd --endpoint-url "$EP" cp "$src/*" "s3://bench/s5-$shape/"); }
-    compare "$server $what upload: vastrun vs aws s3 cp" up_v up_aws
-    compare "$server $what upload: vastrun vs s5cmd" up_v up_s5
+    if [[ " $OPS " == *" upload "* ]]; then
+      compare "$server $what upload: vastrun vs aws s3 cp" up_v up_aws
+      compare "$server $what upload: vastrun vs s5cmd" up_v up_s5
+    else
+      up_v; "${CMD[@]}" >/dev/null
+    fi
+    [[ " $OPS " == *" restore "* ]] || continue
     # Restore the last committed step; the peers copy the very same objects.
     last=$step
     obj="s3://bench/v-$shape/checkpoints/$(printf %012d "$last")/files"
