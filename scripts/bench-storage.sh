@@ -100,14 +100,15 @@ head -c $((one_mib << 20)) /dev/urandom > "$work/one/ckpt.bin"
 for i in $(seq -w 1 "$shard_count"); do head -c $((shard_mib << 20)) /dev/urandom > "$work/shards/shard-$i.bin"; done
 
 # ---- timing ----
-# run LABEL: runs "${CMD[@]}" as one timed process; appends "wall rss_kib"
-# to $work/LABEL.
+# run LABEL: runs "${CMD[@]}" as one timed process; appends "wall rss_kib
+# cpu_s" to $work/LABEL.
 run() {
   local t0 t1
   t0=$EPOCHREALTIME
-  /usr/bin/time -f '%M' -o "$work/rss" "${CMD[@]}" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; die "failed: ${CMD[*]}"; }
+  /usr/bin/time -f '%M %U %S' -o "$work/rss" "${CMD[@]}" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; die "failed: ${CMD[*]}"; }
   t1=$EPOCHREALTIME
-  echo "$(python3 -c "print(f'{$t1-$t0:.4f}')") $(tail -1 "$work/rss")" >> "$work/$1"
+  read -r rss u sy < <(tail -1 "$work/rss")
+  echo "$(python3 -c "print(f'{$t1-$t0:.4f} $rss {$u+$sy:.2f}')")" >> "$work/$1"
 }
 
 rows=()
@@ -127,9 +128,10 @@ import statistics, sys
 name, a, b = sys.argv[1], [l.split() for l in open(sys.argv[2])], [l.split() for l in open(sys.argv[3])]
 aw, bw = [float(x[0]) for x in a], [float(x[0]) for x in b]
 ar, br = max(int(x[1]) for x in a) / 1024, max(int(x[1]) for x in b) / 1024
+ac, bc = statistics.median(float(x[2]) for x in a), statistics.median(float(x[2]) for x in b)
 r = [x / y for x, y in zip(aw, bw)]
 f = lambda v: f"{statistics.median(v):.3f} ({min(v):.3f}–{max(v):.3f})"
-print(f"| {name} | {len(r)} | {f(aw)} | {f(bw)} | **{statistics.median(r):.2f}** ({min(r):.2f}–{max(r):.2f}) | {ar:.0f} / {br:.0f} MiB |")
+print(f"| {name} | {len(r)} | {f(aw)} | {f(bw)} | **{statistics.median(r):.2f}** ({min(r):.2f}–{max(r):.2f}) | {ac:.2f} / {bc:.2f} | {ar:.0f} / {br:.0f} MiB |")
 PY
 )")
   echo "${rows[-1]}" >&2
@@ -210,6 +212,6 @@ echo
 echo "vastrun $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "single-core SHA-256 (Go crypto/sha256, best of 5 × 256 MiB): $(sha_rate) MiB/s"
 echo
-echo "| comparison (A vs B) | pairs | A wall s, median (min–max) | B wall s | A/B wall, median of pairs (min–max) | peak RSS A / B |"
-echo "|---|---|---|---|---|---|"
+echo "| comparison (A vs B) | pairs | A wall s, median (min–max) | B wall s | A/B wall, median of pairs (min–max) | CPU s A / B (median) | peak RSS A / B |"
+echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
