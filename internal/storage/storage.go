@@ -6,7 +6,12 @@
 // Contracts:
 //   - Put streams: it hashes SHA-256 while uploading (S3: parallel
 //     multipart) and returns the digest; the digest is also stored with the
-//     object so Stat can report it.
+//     object so Stat can report it. PutFile (transfer.go) does the same for
+//     a file, with the digest set when the object is created.
+//   - GetFile downloads into a file (S3: parallel ranges) and returns the
+//     size and SHA-256 of what it wrote; callers compare them with what
+//     they expect (a checkpoint manifest). PutFiles/GetFiles move many
+//     files at once within the store's request limit.
 //   - PutIfAbsent is a conditional create: of two racing writers exactly one
 //     succeeds, the other gets ErrExists. Commit markers rely on it.
 //   - Get of a missing key, and Stat of one, wrap ErrNotExist. Delete of a
@@ -56,8 +61,8 @@ type Options struct {
 	Endpoint     string
 	Region       string
 	PathStyle    *bool
-	PartSize     int64 // multipart part size (default 16 MiB, minimum 5 MiB)
-	Threads      int   // parallel part uploads (default 4)
+	PartSize     int64 // part and range size (default: PartSize's choice from the object size; minimum 5 MiB; env VASTRUN_S3_PART_MIB)
+	Threads      int   // requests in flight per store, across all files (default 8; env VASTRUN_S3_THREADS)
 	Getenv       func(string) string
 	AllowHTTP    bool // plain-HTTP endpoints (local test servers)
 	AccessKey    string

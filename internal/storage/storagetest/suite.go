@@ -1,7 +1,7 @@
 // Package storagetest is the conformance suite every storage.Store must
-// pass: the file store and an in-process S3 fake on every `go test`, and a
-// real S3 server (moto, started by .ci/run) when VASTRUN_TEST_S3_ENDPOINT
-// is set.
+// pass: the file store and an in-process S3 fake on every `go test`, and
+// two real S3 servers started by .ci/run: moto (VASTRUN_TEST_S3_ENDPOINT)
+// and the stricter versitygw (VASTRUN_TEST_S3_ENDPOINT_VERSITYGW).
 package storagetest
 
 import (
