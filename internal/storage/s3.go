@@ -161,15 +161,16 @@ func (s *S3Store) Put(ctx context.Context, key string, r io.Reader) (Object, err
 		return Object{}, err
 	}
 	part := s.partSize(-1)
-	first := make([]byte, part)
-	n, err := io.ReadFull(r, first)
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		sum := sha256.Sum256(first[:n])
-		o := Object{Key: key, Size: int64(n), SHA256: hex.EncodeToString(sum[:])}
-		return o, s.putSingle(ctx, key, obj, bytes.NewReader(first[:n]), int64(n), o.SHA256)
-	}
+	// ReadAll grows with the data, so a small object (a manifest) does not
+	// cost a whole part's buffer.
+	first, err := io.ReadAll(io.LimitReader(r, part))
 	if err != nil {
 		return Object{}, fmt.Errorf("put %s: read: %w", key, err)
+	}
+	if int64(len(first)) < part {
+		sum := sha256.Sum256(first)
+		o := Object{Key: key, Size: int64(len(first)), SHA256: hex.EncodeToString(sum[:])}
+		return o, s.putSingle(ctx, key, obj, bytes.NewReader(first), int64(len(first)), o.SHA256)
 	}
 	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, obj, minio.PutObjectOptions{DisableContentSha256: true})
 	if err != nil {
@@ -230,6 +231,7 @@ func (s *S3Store) uploadStream(ctx context.Context, obj, uploadID string, first 
 		refs atomic.Int32
 	}
 	limit := s.nthreads + 2
+	partLen := len(first)
 	free := make(chan []byte, limit)
 	allocated := 1
 	getBuf := func() ([]byte, error) {
@@ -240,7 +242,7 @@ func (s *S3Store) uploadStream(ctx context.Context, obj, uploadID string, first 
 		}
 		if allocated < limit {
 			allocated++
-			return make([]byte, len(first)), nil
+			return make([]byte, partLen), nil
 		}
 		select {
 		case b := <-free:
@@ -251,7 +253,7 @@ func (s *S3Store) uploadStream(ctx context.Context, obj, uploadID string, first 
 	}
 	release := func(b *buf) {
 		if b.refs.Add(-1) == 0 {
-			free <- b.data[:cap(b.data)]
+			free <- b.data[:partLen]
 		}
 	}
 	hashCh := make(chan *buf, limit)

@@ -1,13 +1,21 @@
 package storage_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
@@ -145,5 +153,70 @@ func TestPartSize(t *testing.T) {
 		if got := storage.PartSize(c.size, c.override); got != c.want {
 			t.Errorf("PartSize(%d, %d) = %d MiB, want %d MiB", c.size, c.override, got>>20, c.want>>20)
 		}
+	}
+}
+
+// TestS3StreamReusesPartBuffers streams more parts than Put may buffer
+// (threads + 2), so buffers are recycled while parts are in flight; the
+// object and its stored digest must still be exact.
+func TestS3StreamReusesPartBuffers(t *testing.T) {
+	backend := s3mem.New()
+	srv := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(srv.Close)
+	if err := backend.CreateBucket("stream"); err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	s, err := storage.Open("s3://stream/p", storage.Options{Endpoint: srv.URL, PathStyle: &yes, PartSize: 5 << 20, Threads: 1,
+		AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 23<<20+7) // 5 parts, 3 buffers
+	rand.Read(data)
+	want := sha256.Sum256(data)
+	o, err := s.Put(context.Background(), "obj", struct{ io.Reader }{bytes.NewReader(data)}) // not seekable
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.SHA256 != hex.EncodeToString(want[:]) || o.Size != int64(len(data)) {
+		t.Fatalf("Put returned %+v", o)
+	}
+	st, err := s.Stat(context.Background(), "obj")
+	if err != nil || st.SHA256 != o.SHA256 {
+		t.Fatalf("Stat: %+v %v", st, err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	got, err := storage.GetFile(context.Background(), s, "obj", dst, int64(len(data)))
+	if err != nil || got.SHA256 != o.SHA256 {
+		t.Fatalf("GetFile: %+v %v", got, err)
+	}
+}
+
+// TestPutFileRefusesAChangedFile: a file that changes between hashing and
+// the end of its upload fails with ErrChanged instead of leaving an object
+// whose stored digest does not match it.
+func TestPutFileRefusesAChangedFile(t *testing.T) {
+	backend := s3mem.New()
+	srv := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(srv.Close)
+	backend.CreateBucket("chg")
+	yes := true
+	s, err := storage.Open("s3://chg/p", storage.Options{Endpoint: srv.URL, PathStyle: &yes, AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(p, []byte("version one"), 0o600)
+	// The hook runs after the bytes are sent and before the check, the
+	// window a writer racing the upload would hit.
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(p, old, old)
+	defer storage.SetBeforeChangeCheck(func() { os.WriteFile(p, []byte("version two"), 0o600) })()
+	if _, err := storage.PutFile(context.Background(), s, "k", p); !errors.Is(err, storage.ErrChanged) {
+		t.Fatalf("upload of a file changed meanwhile: %v, want ErrChanged", err)
+	}
+	if _, err := s.Stat(context.Background(), "k"); !errors.Is(err, storage.ErrNotExist) {
+		t.Fatalf("the mismatched object was left behind: %v", err)
 	}
 }
