@@ -22,7 +22,7 @@ async function post() {
     console.log('vastrun post: the embedded simulator ended with main; nothing is billed');
     return;
   }
-  const bin = lib.getState('vastrun_bin') || lib.findVastrun();
+  const bin = lib.getState('vastrun_bin') || await lib.findVastrun();
   console.log(`vastrun post: main ${finished ? `exited ${exit}` : 'did not finish'}; destroying label ${label}`);
   const res = await lib.run(bin, ['down', '--label', label, '--yes', '--json']);
   process.stdout.write(res.stdout);
