@@ -29,6 +29,10 @@ function setOutput(name, value) {
   appendFile(process.env.GITHUB_OUTPUT, `${name}=${value}\n`);
 }
 
+function addPath(dir) {
+  appendFile(process.env.GITHUB_PATH, `${dir}\n`);
+}
+
 function saveState(name, value) {
   appendFile(process.env.GITHUB_STATE, `${name}=${value}\n`);
 }
@@ -277,5 +281,5 @@ function parseArgs(s) {
 }
 
 module.exports = {
-  input, setOutput, saveState, getState, mask, findVastrun, installBinary, ownVersion, run, parseArgs, checksumFor,
+  input, setOutput, addPath, saveState, getState, mask, findVastrun, installBinary, ownVersion, run, parseArgs, checksumFor,
 };

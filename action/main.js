@@ -3,8 +3,8 @@ const lib = require('./lib');
 
 async function main() {
   const command = lib.input('command', 'ci');
-  if (!['ci', 'up', 'down'].includes(command)) {
-    console.log(`::error title=vastrun::unknown command "${command}" (use ci, up or down)`);
+  if (!['ci', 'up', 'down', 'reap', 'install'].includes(command)) {
+    console.log(`::error title=vastrun::unknown command "${command}" (use ci, up, down, reap or install)`);
     process.exitCode = 2;
     return;
   }
@@ -13,8 +13,14 @@ async function main() {
   const bin = await lib.findVastrun();
   lib.saveState('vastrun_bin', bin);
   lib.saveState('command', command);
+  if (command === 'install') {
+    // Later steps run vastrun themselves: the verified binary goes on PATH.
+    lib.addPath(require('path').dirname(bin));
+    lib.setOutput('vastrun-path', bin);
+    return;
+  }
   const args = [command, '--yes', '--json'];
-  if (command !== 'down') args.push('-f', lib.input('config', 'vastrun.yaml'));
+  if (command === 'ci' || command === 'up') args.push('-f', lib.input('config', 'vastrun.yaml'));
   if (lib.input('evidence-dir')) args.push('--evidence-dir', lib.input('evidence-dir'));
   if (lib.input('sim') === 'true') args.push('--sim');
   args.push(...extra);

@@ -1,7 +1,7 @@
 // Tests the Action's binary install against a local HTTP server serving a
 // release layout: the GoReleaser snapshot in VASTRUN_RELEASE_DIST (what
 // .ci/run builds), else a layout built here with the same names. Runs with
-// node's built-in test runner: node --test action/test/
+// node's built-in test runner: node --test 'action/test/*.test.mjs'
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
@@ -224,4 +224,21 @@ test('main refuses a tampered release and never runs it', async () => {
   assert.match(res.stdout, /::error title=vastrun::SHA-256 mismatch/);
   assert.equal(fs.readFileSync(path.join(dir, 'out'), 'utf8'), '', 'no outputs: vastrun never ran');
   assert.ok(!('vastrun_bin' in kv(path.join(dir, 'state')).m));
+});
+
+test('install puts the verified binary on PATH and runs nothing; post has nothing to do', async () => {
+  const dir = project('install');
+  fs.writeFileSync(path.join(dir, 'path'), '');
+  const res = await runMain(dir, { INPUT_COMMAND: 'install', 'INPUT_RELEASE-URL': `${base}/good`, GITHUB_PATH: path.join(dir, 'path') });
+  assert.equal(res.code, 0, res.stdout);
+  const bindir = path.join(dir, 'toolcache', 'vastrun', version, goarch);
+  assert.equal(fs.readFileSync(path.join(dir, 'path'), 'utf8'), `${bindir}\n`);
+  const { m, keys } = kv(path.join(dir, 'out'));
+  assert.deepEqual(keys, ['vastrun-path']);
+  assert.equal(m['vastrun-path'], path.join(bindir, 'vastrun'));
+  const state = {};
+  for (const [k, v] of Object.entries(kv(path.join(dir, 'state')).m)) state[`STATE_${k}`] = v;
+  const post = spawnSync(process.execPath, [path.join(root, 'action', 'post.js')], { cwd: dir, env: { PATH: process.env.PATH, ...state }, encoding: 'utf8' });
+  assert.equal(post.status, 0, post.stdout);
+  assert.match(post.stdout, /nothing to clean up/);
 });
