@@ -66,6 +66,7 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim wait-file NAME      wait until a live instance's workspace has NAME
 //	sim fault JSON          inject a fault (see sim.Fault)
 //	sim label               set $LABEL to the newest instance's label
+//	sim private REPO U T    make REPO private to user U with token T
 func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: sim start|live|rented|wait-live|wait-file|fault|label ...")
@@ -109,6 +110,8 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 		var f sim.Fault
 		ts.Check(json.Unmarshal([]byte(args[1]), &f))
 		ts.Check(scriptSim(ts).Inject(f))
+	case "private":
+		scriptSim(ts).SetPrivateImage(args[1], args[2], args[3])
 	case "preempt":
 		live := scriptSim(ts).Snapshot().Live
 		if len(live) != 1 {
