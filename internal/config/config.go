@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -63,6 +64,12 @@ type Config struct {
 	Verify      Verify            `yaml:"verify"`
 	Train       Train             `yaml:"train"`
 	Canary      Canary            `yaml:"canary"`
+
+	// Workdir (e.g. ".") sends the repository's files git keeps (tracked,
+	// plus untracked ones .gitignore does not exclude) with the upload:
+	// extras, as one compressed archive of at most WorkdirMaxMB.
+	Workdir      string  `yaml:"workdir"`
+	WorkdirMaxMB float64 `yaml:"workdir_max_mb"`
 }
 
 // Canary configures `vastrun canary`: the same smoke contract run locally
@@ -244,6 +251,9 @@ func (c *Config) fillDefaults() {
 	if c.StateDir == "" {
 		c.StateDir = ".vastrun"
 	}
+	if c.WorkdirMaxMB == 0 {
+		c.WorkdirMaxMB = 256
+	}
 	t := &c.Train
 	if t.CheckpointDir == "" {
 		t.CheckpointDir = "checkpoints"
@@ -301,6 +311,15 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Policy().Validate(); err != nil {
 		errs = append(errs, err.Error())
+	}
+	if c.Workdir != "" {
+		w := filepath.ToSlash(filepath.Clean(c.Workdir))
+		if filepath.IsAbs(c.Workdir) || w == ".." || strings.HasPrefix(w, "../") {
+			errs = append(errs, fmt.Sprintf("workdir %q must be a directory inside the repository, such as .", c.Workdir))
+		}
+	}
+	if c.WorkdirMaxMB < 0 {
+		errs = append(errs, "workdir_max_mb must be positive")
 	}
 	if l := c.ImageLogin; l.IsSet() {
 		if l.Registry == "" || l.UserEnv == "" || l.TokenEnv == "" {

@@ -127,6 +127,9 @@ func (e *Engine) prepare(ctx context.Context) error {
 	if _, err := e.imageLogin(); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
+	if err := e.checkWorkdir(ctx); err != nil {
+		return &StepError{Step: stepFreeze, Err: err}
+	}
 	if err := e.freeze(ctx); err != nil {
 		return err
 	}
