@@ -84,6 +84,10 @@ type Canary struct {
 	Ports        []int    `yaml:"ports"`
 	HealthURL    string   `yaml:"health_url"`
 	EnvNames     []string `yaml:"env_names"` // environment the image needs (names only)
+
+	// HealthTimeout bounds how long health_url may take to answer 2xx on
+	// the instance, reached through an SSH forward (default 1m).
+	HealthTimeout Duration `yaml:"health_timeout"`
 }
 
 // ImageLogin names the credentials of a private registry. The file holds
