@@ -26,7 +26,7 @@ func openSSHClient(t *testing.T) *remote.Client {
 		if os.Getenv("VASTRUN_TEST_SSHD_REQUIRED") != "" {
 			t.Fatal("VASTRUN_TEST_SSHD_REQUIRED is set but VASTRUN_TEST_SSHD_ADDR is not")
 		}
-		t.Skip(`start one with: eval "$(scripts/start-sshd.sh /tmp/sshd)"`)
+		t.Skip(`start one with: eval "$(scripts/start-sshd.sh DIR)"`)
 	}
 	b, err := os.ReadFile(keyPath)
 	if err != nil {
