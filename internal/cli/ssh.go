@@ -106,9 +106,6 @@ forwards. Nothing is rented or destroyed; runs that are not live are refused.`,
 			case len(args) == 1:
 				o.RunID = args[0]
 			}
-			if o.Workflow.RunID != "" && o.RunID == "" {
-				o.RunID = o.Workflow.RunID
-			}
 			for _, s := range forwards {
 				fw, err := ParseForward(s)
 				if err != nil {
