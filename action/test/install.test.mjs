@@ -242,3 +242,56 @@ test('install puts the verified binary on PATH and runs nothing; post has nothin
   assert.equal(post.status, 0, post.stdout);
   assert.match(post.stdout, /nothing to clean up/);
 });
+
+// cosign itself cannot run here (it needs Sigstore's servers), so a
+// stand-in on PATH records how the action calls it and answers as told:
+// what is tested is the action's wiring — the identity and issuer it
+// demands, and that a refusal stops the install.
+function fakeCosign(exitCode) {
+  const dir = fs.mkdtempSync(path.join(tmp, 'cosign-'));
+  const log = path.join(dir, 'argv');
+  fs.writeFileSync(path.join(dir, 'cosign'), `#!/bin/sh\nprintf '%s\\n' "$@" > '${log}'\necho 'stand-in cosign verdict' >&2\nexit ${exitCode}\n`, { mode: 0o755 });
+  return { dir, log };
+}
+
+test('with cosign on PATH, the signature of checksums.txt is checked and a refusal stops the install', async () => {
+  layouts.signed = path.join(tmp, 'signed');
+  copyLayout(dist, layouts.signed);
+  fs.writeFileSync(path.join(layouts.signed, 'checksums.txt.sigstore.json'), '{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json"}');
+  const oldPath = process.env.PATH;
+  try {
+    const ok = fakeCosign(0);
+    process.env.PATH = `${ok.dir}:${oldPath}`;
+    const q = quiet();
+    const bin = await lib.installBinary({ version, releaseURL: `${base}/signed`, toolCache: path.join(tmp, 'cache-signed'), log: q.log });
+    assert.ok(fs.existsSync(bin));
+    const argv = fs.readFileSync(ok.log, 'utf8').split('\n');
+    assert.equal(argv[0], 'verify-blob');
+    assert.equal(argv[argv.indexOf('--certificate-identity') + 1], `https://github.com/vastrun/vastrun/.github/workflows/release.yml@refs/tags/v${version}`);
+    assert.equal(argv[argv.indexOf('--certificate-oidc-issuer') + 1], 'https://token.actions.githubusercontent.com');
+    assert.ok(argv.some((a) => a.endsWith('checksums.txt.sigstore.json')) && argv.some((a) => a.endsWith('/checksums.txt')));
+    assert.ok(q.lines.some((l) => l.includes('cosign verified')), q.lines.join('\n'));
+
+    const bad = fakeCosign(1);
+    process.env.PATH = `${bad.dir}:${oldPath}`;
+    const cache = path.join(tmp, 'cache-badsig');
+    await assert.rejects(
+      lib.installBinary({ version, releaseURL: `${base}/signed`, toolCache: cache, log: () => {} }),
+      /cosign refused the signature of checksums.txt: stand-in cosign verdict/,
+    );
+    assert.ok(!fs.existsSync(path.join(cache, 'vastrun')), 'nothing may land in the tool cache');
+  } finally {
+    process.env.PATH = oldPath;
+  }
+});
+
+test('install-mode: source builds the action\'s own checkout with Go', async () => {
+  const dir = project('source');
+  fs.writeFileSync(path.join(dir, 'path'), '');
+  const res = await runMain(dir, { INPUT_COMMAND: 'install', 'INPUT_INSTALL-MODE': 'source', GITHUB_ACTION_PATH: root, GITHUB_PATH: path.join(dir, 'path'), HOME: process.env.HOME || dir, GOCACHE: process.env.GOCACHE || '', GOPATH: process.env.GOPATH || '', GOFLAGS: process.env.GOFLAGS || '' });
+  assert.equal(res.code, 0, res.stdout);
+  const { m } = kv(path.join(dir, 'out'));
+  const v = spawnSync(m['vastrun-path'], ['version', '--json'], { encoding: 'utf8' });
+  assert.equal(v.status, 0, v.stderr);
+  assert.equal(JSON.parse(v.stdout).version, `${version}-source`);
+});
