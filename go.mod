@@ -3,6 +3,7 @@ module github.com/vastrun/vastrun
 go 1.26.0
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/gliderlabs/ssh v0.3.8
 	github.com/google/go-containerregistry v0.22.1
 	github.com/johannesboyne/gofakes3 v1.2.0

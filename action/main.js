@@ -3,25 +3,33 @@ const lib = require('./lib');
 
 async function main() {
   const command = lib.input('command', 'ci');
-  if (!['ci', 'up', 'down'].includes(command)) {
-    console.log(`::error title=vastrun::unknown command "${command}" (use ci, up or down)`);
+  if (!['ci', 'up', 'down', 'reap', 'install'].includes(command)) {
+    console.log(`::error title=vastrun::unknown command "${command}" (use ci, up, down, reap or install)`);
     process.exitCode = 2;
     return;
   }
   lib.mask(lib.input('vast-api-key'));
-  const bin = lib.findVastrun();
+  const extra = lib.parseArgs(lib.input('args'));
+  const bin = await lib.findVastrun();
   lib.saveState('vastrun_bin', bin);
   lib.saveState('command', command);
+  if (command === 'install') {
+    // Later steps run vastrun themselves: the verified binary goes on PATH.
+    lib.addPath(require('path').dirname(bin));
+    lib.setOutput('vastrun-path', bin);
+    return;
+  }
   const args = [command, '--yes', '--json'];
-  if (command !== 'down') args.push('-f', lib.input('config', 'vastrun.yaml'));
+  if (command === 'ci' || command === 'up') args.push('-f', lib.input('config', 'vastrun.yaml'));
   if (lib.input('evidence-dir')) args.push('--evidence-dir', lib.input('evidence-dir'));
   if (lib.input('sim') === 'true') args.push('--sim');
-  args.push(...lib.splitArgs(lib.input('args')));
+  args.push(...extra);
   lib.saveState('sim', lib.input('sim') === 'true' ? 'true' : 'false');
 
   const res = await lib.run(bin, args);
   let doc = {};
   try { doc = JSON.parse(res.stdout); } catch (_) { /* not every exit prints JSON */ }
+  // Each output once, under the names action.yml documents.
   lib.setOutput('exit-code', String(res.code));
   if (doc.outcome) lib.setOutput('outcome', doc.outcome);
   if (doc.run_id) lib.setOutput('run-id', doc.run_id);
@@ -29,6 +37,7 @@ async function main() {
   const inst = doc.instance_id || (doc.attempts && doc.attempts.length ? doc.attempts[doc.attempts.length - 1].instance_id : '');
   if (inst) lib.setOutput('instance-id', String(inst));
   if (doc.evidence_dir) lib.setOutput('receipt', `${doc.evidence_dir}/receipt.json`);
+  lib.setOutput('vastrun-path', bin);
   // The post step cleans up only if main did not finish its own teardown.
   lib.saveState('main_exit', String(res.code));
   process.exitCode = res.code;

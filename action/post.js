@@ -10,7 +10,7 @@ async function post() {
   const label = lib.getState('label');
   const finished = exit !== '';
   const keep = command === 'up' && exit === '0'; // up keeps its instance for later jobs
-  if (keep || (finished && exit !== '7') || command === 'down') {
+  if (keep || (finished && exit !== '7') || ['down', 'reap', 'install'].includes(command)) {
     console.log('vastrun post: nothing to clean up');
     return;
   }
@@ -22,7 +22,7 @@ async function post() {
     console.log('vastrun post: the embedded simulator ended with main; nothing is billed');
     return;
   }
-  const bin = lib.getState('vastrun_bin') || lib.findVastrun();
+  const bin = lib.getState('vastrun_bin') || await lib.findVastrun();
   console.log(`vastrun post: main ${finished ? `exited ${exit}` : 'did not finish'}; destroying label ${label}`);
   const res = await lib.run(bin, ['down', '--label', label, '--yes', '--json']);
   process.stdout.write(res.stdout);

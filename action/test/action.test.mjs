@@ -1,5 +1,5 @@
 // Tests the GitHub Action's main and post steps against vastrun's
-// simulator, with node's built-in test runner: node --test action/test/
+// simulator, with node's built-in test runner: node --test 'action/test/*.test.mjs'
 import { test, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';

@@ -45,7 +45,11 @@ output_delta (field-level diff of the JSON results), both_failed.`,
 				return &UsageError{Err: fmt.Errorf("%s has no canary.smoke", o.ConfigPath), Hint: "run 'vastrun canary init' to propose one"}
 			}
 			if resolve && !image.IsPinned(cfg.Image) {
-				pinned, err := image.Resolve(ctx, cfg.Image, image.Options{Insecure: insecure})
+				ro := image.Options{Insecure: insecure}
+				if l := cfg.ImageLogin; l.IsSet() { // the credentials Vast will pull with
+					ro.Login = &image.Login{Registry: l.Registry, User: f.Getenv(l.UserEnv), Token: f.Getenv(l.TokenEnv)}
+				}
+				pinned, err := image.Resolve(ctx, cfg.Image, ro)
 				if err != nil {
 					return err
 				}

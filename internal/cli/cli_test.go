@@ -272,3 +272,20 @@ func (instantClock) After(time.Duration) <-chan time.Time {
 	ch <- time.Now()
 	return ch
 }
+
+// TestVersionStamped: the values a release stamps with -ldflags win over the
+// toolchain's VCS stamp, in both the JSON and the text form.
+func TestVersionStamped(t *testing.T) {
+	oldV, oldC, oldD := Version, Commit, Date
+	t.Cleanup(func() { Version, Commit, Date = oldV, oldC, oldD })
+	Version, Commit, Date = "1.2.3", "0123abc", "2026-12-01T00:00:00Z"
+	r := runCLI(t, context.Background(), nil, "version", "--json")
+	var v versionInfo
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.Version != "1.2.3" || v.Commit != "0123abc" || v.Date != "2026-12-01T00:00:00Z" {
+		t.Fatalf("%v %+v", err, v)
+	}
+	r = runCLI(t, context.Background(), nil, "version")
+	if !strings.Contains(r.stdout, "vastrun 1.2.3 (go") || !strings.Contains(r.stdout, "commit 0123abc, built 2026-12-01T00:00:00Z") {
+		t.Fatalf("text form: %q", r.stdout)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -40,7 +41,7 @@ func TestScripts(t *testing.T) {
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport},
 	})
 }
 
@@ -66,6 +67,7 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim wait-file NAME      wait until a live instance's workspace has NAME
 //	sim fault JSON          inject a fault (see sim.Fault)
 //	sim label               set $LABEL to the newest instance's label
+//	sim private REPO U T    make REPO private to user U with token T
 func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: sim start|live|rented|wait-live|wait-file|fault|label ...")
@@ -109,6 +111,8 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 		var f sim.Fault
 		ts.Check(json.Unmarshal([]byte(args[1]), &f))
 		ts.Check(scriptSim(ts).Inject(f))
+	case "private":
+		scriptSim(ts).SetPrivateImage(args[1], args[2], args[3])
 	case "preempt":
 		live := scriptSim(ts).Snapshot().Live
 		if len(live) != 1 {
@@ -231,4 +235,19 @@ func cmdCkpt(ts *testscript.TestScript, neg bool, args []string) {
 	default:
 		ts.Fatalf("unknown ckpt subcommand %q", args[0])
 	}
+}
+
+// cmdFreeport sets $NAME to a loopback TCP port that was free a moment ago
+// (for a -L forward's local end):
+//
+//	freeport NAME
+func cmdFreeport(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: freeport NAME")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	ts.Setenv(args[0], strconv.Itoa(port))
 }

@@ -9,8 +9,15 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Version is set at build time with -ldflags "-X github.com/vastrun/vastrun/internal/cli.Version=v1.2.3".
-var Version = "dev"
+// Version, Commit and Date are stamped at build time by the release
+// (.goreleaser.yaml) with -ldflags "-X github.com/vastrun/vastrun/internal/cli.Version=1.2.3 ...".
+// A plain go build or go install leaves them empty and vastrun falls back
+// to the module version and VCS stamp the Go toolchain records.
+var (
+	Version = "dev"
+	Commit  = ""
+	Date    = ""
+)
 
 // VersionOptions are the inputs of `vastrun version`.
 type VersionOptions struct {
@@ -40,16 +47,20 @@ type versionInfo struct {
 	Schema    string `json:"schema"`
 	Version   string `json:"version"`
 	Commit    string `json:"commit,omitempty"`
+	Date      string `json:"date,omitempty"`
 	GoVersion string `json:"go_version"`
 	Platform  string `json:"platform"`
 }
 
 func runVersion(opts *VersionOptions) error {
-	v := versionInfo{Schema: "vastrun.version/v1", Version: Version, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	v := versionInfo{Schema: "vastrun.version/v1", Version: Version, Commit: Commit, Date: Date, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
+			switch {
+			case s.Key == "vcs.revision" && v.Commit == "":
 				v.Commit = s.Value
+			case s.Key == "vcs.time" && v.Date == "":
+				v.Date = s.Value
 			}
 		}
 		if v.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
@@ -61,6 +72,13 @@ func runVersion(opts *VersionOptions) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
-	fmt.Fprintf(opts.IO.Out, "vastrun %s (%s, %s)\n", v.Version, v.GoVersion, v.Platform)
+	extra := ""
+	if v.Commit != "" {
+		extra += ", commit " + v.Commit
+	}
+	if v.Date != "" {
+		extra += ", built " + v.Date
+	}
+	fmt.Fprintf(opts.IO.Out, "vastrun %s (%s, %s%s)\n", v.Version, v.GoVersion, v.Platform, extra)
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -46,6 +47,7 @@ func (d Duration) Duration() time.Duration { return time.Duration(d) }
 type Config struct {
 	Version     int               `yaml:"version"`
 	Image       string            `yaml:"image"`
+	ImageLogin  ImageLogin        `yaml:"image_login"`
 	Test        string            `yaml:"test"`
 	Upload      []string          `yaml:"upload"`
 	Gate        []string          `yaml:"gate"`
@@ -62,6 +64,12 @@ type Config struct {
 	Verify      Verify            `yaml:"verify"`
 	Train       Train             `yaml:"train"`
 	Canary      Canary            `yaml:"canary"`
+
+	// Workdir (e.g. ".") sends the repository's files git keeps (tracked,
+	// plus untracked ones .gitignore does not exclude) with the upload:
+	// extras, as one compressed archive of at most WorkdirMaxMB.
+	Workdir      string  `yaml:"workdir"`
+	WorkdirMaxMB float64 `yaml:"workdir_max_mb"`
 }
 
 // Canary configures `vastrun canary`: the same smoke contract run locally
@@ -76,7 +84,24 @@ type Canary struct {
 	Ports        []int    `yaml:"ports"`
 	HealthURL    string   `yaml:"health_url"`
 	EnvNames     []string `yaml:"env_names"` // environment the image needs (names only)
+
+	// HealthTimeout bounds how long health_url may take to answer 2xx on
+	// the instance, reached through an SSH forward (default 1m).
+	HealthTimeout Duration `yaml:"health_timeout"`
 }
+
+// ImageLogin names the credentials of a private registry. The file holds
+// only the names of environment variables; their values are read at run
+// time, sent to Vast as image_login, used to resolve tags to digests, and
+// masked everywhere vastrun writes.
+type ImageLogin struct {
+	Registry string `yaml:"registry"`  // e.g. ghcr.io; must be the image's registry
+	UserEnv  string `yaml:"user_env"`  // variable holding the user name
+	TokenEnv string `yaml:"token_env"` // variable holding the token or password
+}
+
+// IsSet reports whether any image_login key is present.
+func (l ImageLogin) IsSet() bool { return l.Registry != "" || l.UserEnv != "" || l.TokenEnv != "" }
 
 // IsCanary reports whether the config has a canary contract.
 func (c *Config) IsCanary() bool { return strings.TrimSpace(c.Canary.Smoke) != "" }
@@ -230,6 +255,9 @@ func (c *Config) fillDefaults() {
 	if c.StateDir == "" {
 		c.StateDir = ".vastrun"
 	}
+	if c.WorkdirMaxMB == 0 {
+		c.WorkdirMaxMB = 256
+	}
 	t := &c.Train
 	if t.CheckpointDir == "" {
 		t.CheckpointDir = "checkpoints"
@@ -288,6 +316,28 @@ func (c *Config) Validate() error {
 	if err := c.Policy().Validate(); err != nil {
 		errs = append(errs, err.Error())
 	}
+	if c.Workdir != "" {
+		w := filepath.ToSlash(filepath.Clean(c.Workdir))
+		if filepath.IsAbs(c.Workdir) || w == ".." || strings.HasPrefix(w, "../") {
+			errs = append(errs, fmt.Sprintf("workdir %q must be a directory inside the repository, such as .", c.Workdir))
+		}
+	}
+	if c.WorkdirMaxMB < 0 {
+		errs = append(errs, "workdir_max_mb must be positive")
+	}
+	if l := c.ImageLogin; l.IsSet() {
+		if l.Registry == "" || l.UserEnv == "" || l.TokenEnv == "" {
+			errs = append(errs, "image_login needs registry, user_env and token_env (the names of environment variables, never the values)")
+		}
+		for _, kv := range [][2]string{{"user_env", l.UserEnv}, {"token_env", l.TokenEnv}} {
+			if kv[1] != "" && !envName.MatchString(kv[1]) {
+				errs = append(errs, fmt.Sprintf("image_login.%s must be an environment variable name (letters, digits, _), not a value", kv[0]))
+			}
+		}
+		if l.Registry != "" && c.Image != "" && ImageRegistry(c.Image) != l.Registry {
+			errs = append(errs, fmt.Sprintf("image_login.registry %q is not the image's registry %q", l.Registry, ImageRegistry(c.Image)))
+		}
+	}
 	for _, s := range c.Secrets {
 		if !envName.MatchString(s) {
 			errs = append(errs, fmt.Sprintf("secrets entry %q must be an environment variable name (letters, digits, _)", s))
@@ -307,6 +357,17 @@ func (c *Config) Validate() error {
 		return errors.New(strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// ImageRegistry is the registry host of an image reference, as docker
+// reads it: the first path element when it has a dot, a colon or is
+// localhost, else Docker Hub (docker.io).
+func ImageRegistry(ref string) string {
+	first, _, found := strings.Cut(ref, "/")
+	if found && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return first
+	}
+	return "docker.io"
 }
 
 // Policy is the GPU section as a selection policy.

@@ -84,3 +84,36 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestImageLogin(t *testing.T) {
+	c, err := Parse([]byte(good + "image_login: {registry: ghcr.io, user_env: REG_USER, token_env: REG_TOKEN}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ImageLogin != (ImageLogin{Registry: "ghcr.io", UserEnv: "REG_USER", TokenEnv: "REG_TOKEN"}) {
+		t.Fatalf("%+v", c.ImageLogin)
+	}
+	for _, tc := range []struct{ extra, want string }{
+		{"image_login: {registry: ghcr.io, user_env: REG_USER}\n", "image_login needs registry, user_env and token_env"},
+		{"image_login: {registry: ghcr.io, user_env: REG_USER, token_env: ghp_abc-123}\n", "image_login.token_env must be an environment variable name"},
+		{"image_login: {registry: docker.io, user_env: U, token_env: T}\n", `image_login.registry "docker.io" is not the image's registry "ghcr.io"`},
+		{"image_login: {registry: ghcr.io, user: x}\n", `unknown key "user" in image_login`},
+	} {
+		_, err := Parse([]byte(good + tc.extra))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want %q", tc.extra, err, tc.want)
+		}
+		// A value mistaken for a name is never echoed back.
+		if err != nil && strings.Contains(err.Error(), "ghp_abc-123") {
+			t.Errorf("the error repeats a token: %v", err)
+		}
+	}
+	for ref, want := range map[string]string{
+		"ghcr.io/acme/app@sha256:ab": "ghcr.io", "acme/app:1": "docker.io", "ubuntu": "docker.io",
+		"localhost/x:1": "localhost", "127.0.0.1:5000/x:1": "127.0.0.1:5000",
+	} {
+		if got := ImageRegistry(ref); got != want {
+			t.Errorf("ImageRegistry(%q) = %q, want %q", ref, got, want)
+		}
+	}
+}

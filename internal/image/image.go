@@ -53,6 +53,23 @@ type Options struct {
 	// Keychain supplies credentials; default: the docker config
 	// (~/.docker/config.json, DOCKER_CONFIG) and its credential helpers.
 	Keychain authn.Keychain
+	// Login, when set, is tried first for its registry: the config's
+	// image_login, the same credentials Vast pulls with.
+	Login *Login
+}
+
+// Login is a user and token for one registry.
+type Login struct {
+	Registry, User, Token string
+}
+
+// Resolve implements authn.Keychain for the login's registry only.
+func (l *Login) Resolve(r authn.Resource) (authn.Authenticator, error) {
+	reg := r.RegistryStr()
+	if reg == l.Registry || (l.Registry == "docker.io" && reg == name.DefaultRegistry) {
+		return &authn.Basic{Username: l.User, Password: l.Token}, nil
+	}
+	return authn.Anonymous, nil
 }
 
 // Resolve returns ref pinned by digest: "repo:tag" → "repo@sha256:...". A
@@ -70,6 +87,9 @@ func Resolve(ctx context.Context, ref string, o Options) (string, error) {
 	kc := o.Keychain
 	if kc == nil {
 		kc = authn.DefaultKeychain
+	}
+	if o.Login != nil {
+		kc = authn.NewMultiKeychain(o.Login, kc)
 	}
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
 	if o.Transport != nil {

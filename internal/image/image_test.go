@@ -3,10 +3,12 @@ package image
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
@@ -73,5 +75,47 @@ func TestCheckPinned(t *testing.T) {
 	}
 	if err := CheckPinned("localhost:5000/app"); !strings.Contains(err.Error(), "latest") {
 		t.Errorf("an untagged reference defaults to latest: %v", err)
+	}
+}
+
+// TestResolveWithLogin: a registry that demands basic auth (as a private
+// GHCR repository does) resolves a tag only with the image_login
+// credentials, and the anonymous attempt is refused.
+func TestResolveWithLogin(t *testing.T) {
+	reg := registry.New()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "ci-bot" || p != "s3cr3t-token" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="private"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED"}]}`, http.StatusUnauthorized)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ctx := context.Background()
+	login := &Login{Registry: host, User: "ci-bot", Token: "s3cr3t-token"}
+
+	img, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.ParseReference(host+"/acme/private:v1", name.Insecure)
+	if err := remote.Write(ref, img, remote.WithAuthFromKeychain(login)); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+
+	anon := authn.NewMultiKeychain() // no docker config: anonymous
+	if _, err := Resolve(ctx, host+"/acme/private:v1", Options{Insecure: true, Keychain: anon}); err == nil {
+		t.Fatal("resolved a private image without a login")
+	}
+	wrong := &Login{Registry: host, User: "ci-bot", Token: "nope"}
+	if _, err := Resolve(ctx, host+"/acme/private:v1", Options{Insecure: true, Keychain: anon, Login: wrong}); err == nil {
+		t.Fatal("resolved a private image with a wrong token")
+	}
+	got, err := Resolve(ctx, host+"/acme/private:v1", Options{Insecure: true, Keychain: anon, Login: login})
+	if err != nil || got != host+"/acme/private@"+d.String() {
+		t.Fatalf("with the login: %q %v (want digest %s)", got, err, d)
 	}
 }

@@ -60,6 +60,7 @@ type CanaryReport struct {
 	LocalNote  string        `json:"local_note,omitempty"`
 	GPU        *SmokeOutcome `json:"gpu,omitempty"`
 	CUDA       *CUDACheck    `json:"cuda,omitempty"`
+	Health     *HealthCheck  `json:"health,omitempty"` // canary.health_url through an SSH forward
 	Comparison string        `json:"comparison,omitempty"`
 	Delta      []FieldDelta  `json:"delta,omitempty"`
 	// FailureEvidence names the file with driver, CUDA, image and command
@@ -281,6 +282,12 @@ func (e *Engine) gpuCanary(ctx context.Context, c *remote.Client, inst provider.
 	gpu.Passed = res.ExitCode == cc.ExpectExit && len(gpu.MissingFields) == 0
 	e.canary.GPU = &gpu
 	e.canary.CUDA = e.cudaCheck(ctx, c, env)
+	if cc.HealthURL != "" {
+		h := e.checkHealth(ctx, c)
+		e.canary.Health = h
+		e.infof("health %s through an SSH forward: passed=%t after %d attempt(s) %s", h.URL, h.Passed, h.Attempts, h.Error)
+		gpu.Passed = gpu.Passed && h.Passed
+	}
 
 	local := e.canary.Local
 	switch {

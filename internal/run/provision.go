@@ -25,6 +25,10 @@ const maxAttempts = 2
 // rent creates one instance from o, journaling intent first. An ambiguous
 // outcome is reconciled by label, never retried blindly.
 func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceID, error) {
+	login, err := e.imageLogin() // checked in prepare; read again here, before the intent
+	if err != nil {
+		return 0, err
+	}
 	p := e.Config.Policy()
 	total := policy.TotalDPH(o, p.DiskGB)
 	a := Attempt{MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, DPHTotal: total, DPHBase: o.DPHBase, StorageDPH: total - o.DPHBase}
@@ -40,7 +44,7 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	e.infof("renting offer %d (%s x%d, $%.4f/h) as %s", o.ID, o.GPUName, o.NumGPUs, total, e.state.Label)
 	res, err := e.Market.CreateInstance(ctx, provider.CreateRequest{
 		OfferID: o.ID, Image: e.Config.Image, DiskGB: p.DiskGB, Label: e.state.Label,
-		Runtype: "ssh_direc ssh_proxy", CancelUnavail: true,
+		Runtype: "ssh_direc ssh_proxy", CancelUnavail: true, ImageLogin: login,
 	})
 	switch {
 	case err == nil:

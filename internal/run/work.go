@@ -52,8 +52,12 @@ func (e *Engine) testEnv() (map[string]string, error) {
 	return env, nil
 }
 
-// upload copies the config's upload paths to the same relative paths.
+// upload copies the config's upload paths to the same relative paths; with
+// workdir set, the workdir and those paths travel as one archive instead.
 func (e *Engine) upload(c *remote.Client) error {
+	if e.Config.Workdir != "" {
+		return e.syncWorkdir(c)
+	}
 	for _, u := range e.Config.Upload {
 		local := filepath.Join(e.RepoDir, u)
 		if _, err := os.Stat(local); err != nil {

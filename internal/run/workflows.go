@@ -124,6 +124,12 @@ func (e *Engine) prepare(ctx context.Context) error {
 	if _, err := e.testEnv(); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
+	if _, err := e.imageLogin(); err != nil {
+		return &StepError{Step: stepFreeze, Err: err}
+	}
+	if err := e.checkWorkdir(ctx); err != nil {
+		return &StepError{Step: stepFreeze, Err: err}
+	}
 	if err := e.freeze(ctx); err != nil {
 		return err
 	}

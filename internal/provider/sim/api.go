@@ -226,6 +226,7 @@ type createBody struct {
 	Runtype       *string         `json:"runtype"`
 	Args          []string        `json:"args"`
 	Price         *float64        `json:"price"`
+	ImageLogin    *string         `json:"image_login"`
 	CancelUnavail *bool           `json:"cancel_unavail"`
 	TemplateHash  *string         `json:"template_hash_id"`
 }
@@ -358,6 +359,9 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64) *instance {
 		in.pullFails = true
 	case fs.pullFailMachines[o.MachineID], fs.pullFailImages[b.Image]:
 		in.pullFails = true
+	}
+	if msg := s.pullDenied(b.Image, b.ImageLogin); msg != "" {
+		in.pullFails, in.pullMsg = true, msg
 	}
 	if fs.sshRefuseNewFor > 0 {
 		in.sshRefuseUntil = now.Add(fs.sshRefuseNewFor)

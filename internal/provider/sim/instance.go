@@ -35,6 +35,7 @@ type instance struct {
 	nextState                   string
 	loadFor                     time.Duration
 	pullFails                   bool
+	pullMsg                     string        // the docker error when pullFails; default "manifest unknown"
 	preemptAfter                time.Duration // >0: pause this long after running starts
 	killPending                 bool          // processes must die (paused by a scheduled fault)
 	Destroyed                   bool
@@ -122,6 +123,9 @@ func (in *instance) enter(state string, at time.Time) {
 		if in.pullFails {
 			in.Actual = "created"
 			in.StatusMsg = fmt.Sprintf("Error response from daemon: manifest for %s not found: manifest unknown: manifest unknown", in.Image)
+			if in.pullMsg != "" {
+				in.StatusMsg = in.pullMsg
+			}
 			in.logf(at, "%s", in.StatusMsg)
 			return
 		}

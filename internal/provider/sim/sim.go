@@ -58,6 +58,8 @@ type Server struct {
 	startCredit float64
 	// maxLive is, per label, the most live contracts it ever had at once.
 	maxLive map[string]int
+	// private holds the repositories only one login may pull (SetPrivateImage).
+	private map[string]privateRepo
 }
 
 type apiKey struct {

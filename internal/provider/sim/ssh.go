@@ -170,6 +170,9 @@ func (s *Server) startSSH(in *instance) error {
 	srv := &ssh.Server{
 		Handler:          s.sessionHandler(in),
 		PublicKeyHandler: func(ctx ssh.Context, key ssh.PublicKey) bool { return s.keyAuthorized(in, key) },
+		// Port forwarding (-L) reaches the instance's own loopback only.
+		ChannelHandlers:             map[string]ssh.ChannelHandler{"session": ssh.DefaultSessionHandler, "direct-tcpip": ssh.DirectTCPIPHandler},
+		LocalPortForwardingCallback: forwardAllowed,
 		SubsystemHandlers: map[string]ssh.SubsystemHandler{
 			"sftp": func(sess ssh.Session) {
 				srv, err := sftp.NewServer(sess, sftp.WithServerWorkingDirectory(in.workspace()))
@@ -255,20 +258,13 @@ func (s *Server) sessionHandler(in *instance) ssh.Handler {
 		cmd.Dir = in.workspace()
 		cmd.Env = s.sessionEnv(in, sess.Environ())
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Stdout = sess
-		cmd.Stderr = sess.Stderr()
 		cmd.WaitDelay = 2 * time.Second // a background child must not hold the session open forever
-		stdin, err := cmd.StdinPipe()
+		drain, err := startSession(sess, cmd)
 		if err != nil {
-			sess.Exit(255)
-			return
-		}
-		if err := cmd.Start(); err != nil {
 			fmt.Fprintf(sess.Stderr(), "sh: %v\n", err)
 			sess.Exit(127)
 			return
 		}
-		go func() { io.Copy(stdin, sess); stdin.Close() }()
 		pgid := cmd.Process.Pid
 		st := stateOf(in)
 		st.mu.Lock()
@@ -291,6 +287,7 @@ func (s *Server) sessionHandler(in *instance) ssh.Handler {
 			}
 		}()
 		err = cmd.Wait()
+		drain()
 		sess.Signals(nil)
 		close(done)
 		st.mu.Lock()
