@@ -25,6 +25,15 @@ const maxAttempts = 2
 // rent creates one instance from o, journaling intent first. An ambiguous
 // outcome is reconciled by label, never retried blindly.
 func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceID, error) {
+	// One live contract per label, whatever the timing: a rental starts only
+	// when the journal knows of no instance that may still be live and of no
+	// create whose outcome is unknown (retireEarlier and reconcile see to it).
+	if ids := e.state.Unconfirmed(); len(ids) > 0 {
+		return 0, &StepError{Step: stepRent, Err: fmt.Errorf("%w: instances %v", ErrEarlierRentalLive, ids)}
+	}
+	if e.state.AmbiguousRent() {
+		return 0, &StepError{Step: stepRent, Err: fmt.Errorf("%w: an earlier create's outcome is unknown", ErrEarlierRentalLive)}
+	}
 	p := e.Config.Policy()
 	total := policy.TotalDPH(o, p.DiskGB)
 	a := Attempt{MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, DPHTotal: total, DPHBase: o.DPHBase, StorageDPH: total - o.DPHBase}
@@ -60,6 +69,25 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	}
 }
 
+// ErrEarlierRentalLive means a rent was refused because an earlier rental of
+// the run may still be live.
+var ErrEarlierRentalLive = errors.New("an earlier rental of this run is not confirmed destroyed, so nothing new is rented")
+
+// retireEarlier destroys, confirmed, every instance of the run whose
+// destruction the journal does not record as confirmed, before anything new
+// is rented. A controller killed between journaling "failover" and
+// "confirm" leaves such an instance live (paused instances still count):
+// renting beside it would make two live contracts for one label.
+func (e *Engine) retireEarlier(ctx context.Context) error {
+	for _, id := range e.state.Unconfirmed() {
+		e.infof("instance %d of this run is not confirmed destroyed: destroying it before renting another", id)
+		if err := e.destroyConfirm(context.WithoutCancel(ctx), id, time.Time{}); err != nil {
+			return &StepError{Step: stepRent, Instance: id, Err: fmt.Errorf("%w: %w", ErrEarlierRentalLive, err)}
+		}
+	}
+	return nil
+}
+
 // rented records the new id in the journal and in the CI's durable state.
 func (e *Engine) rented(id provider.InstanceID, how string) error {
 	step := stepRent
@@ -89,7 +117,11 @@ func (e *Engine) reconcile(ctx context.Context, hint provider.InstanceID) (provi
 		if err == nil {
 			ids := make([]provider.InstanceID, 0, len(list))
 			for _, in := range list {
-				ids = append(ids, in.ID)
+				// An instance the journal already knows (an earlier attempt,
+				// an extra) is never what this create rented.
+				if e.state.attemptFor(in.ID) == nil && !containsID(e.state.Extras, in.ID) {
+					ids = append(ids, in.ID)
+				}
 			}
 			if hint != 0 && !containsID(ids, hint) {
 				if _, serr := e.Market.ShowInstance(ctx, hint); serr == nil {
@@ -264,6 +296,9 @@ func orDash(s string) string {
 // rental that never becomes ready once on a different machine.
 func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client, provider.Instance, error) {
 	for attempt := 1; ; attempt++ {
+		if err := e.retireEarlier(ctx); err != nil {
+			return nil, provider.Instance{}, err
+		}
 		t0 := e.now()
 		offer, err := e.selectOffer(ctx, exclude)
 		e.timings.add("select", e.now().Sub(t0))

@@ -71,46 +71,59 @@ func (a autoClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
-// crashMarket freezes forever at call number crashAt (0: never), as if the
-// process had been SIGKILLed in the middle of that call.
+// crashMarket freezes forever at call number crashAt (0: never), or at the
+// call crashOn picks, as if the process had been SIGKILLed in the middle of
+// that call. Once frozen, every later call freezes too: a killed process
+// makes no more calls from any goroutine.
 type crashMarket struct {
 	run.Market
 	calls   atomic.Int64
 	crashAt int64
+	// crashOn, when set, is asked before each call with the method's name
+	// and the call's number; true freezes the process there.
+	crashOn func(method string, n int64) bool
 	crashed chan struct{}
 	once    sync.Once
+	frozen  atomic.Bool
 }
 
-func (m *crashMarket) hit() {
-	if m.crashAt > 0 && m.calls.Add(1) == m.crashAt {
+func (m *crashMarket) hit(method string) {
+	n := m.calls.Add(1)
+	if m.frozen.Load() || (m.crashAt > 0 && n == m.crashAt) || (m.crashOn != nil && m.crashOn(method, n)) {
+		m.frozen.Store(true)
 		m.once.Do(func() { close(m.crashed) })
 		select {} // the process is gone: nothing after this runs
 	}
 }
 
 func (m *crashMarket) SearchOffers(ctx context.Context, q provider.Query) ([]provider.Offer, error) {
-	m.hit()
+	m.hit("search")
 	return m.Market.SearchOffers(ctx, q)
 }
 func (m *crashMarket) CreateInstance(ctx context.Context, r provider.CreateRequest) (provider.CreateResult, error) {
-	m.hit()
+	m.hit("create")
 	return m.Market.CreateInstance(ctx, r)
 }
 func (m *crashMarket) ShowInstance(ctx context.Context, id provider.InstanceID) (provider.Instance, error) {
-	m.hit()
+	m.hit("show")
 	return m.Market.ShowInstance(ctx, id)
 }
 func (m *crashMarket) ListInstances(ctx context.Context, o provider.ListOptions) ([]provider.Instance, error) {
-	m.hit()
+	m.hit("list")
 	return m.Market.ListInstances(ctx, o)
 }
 func (m *crashMarket) DestroyInstance(ctx context.Context, id provider.InstanceID) error {
-	m.hit()
+	m.hit("destroy")
 	return m.Market.DestroyInstance(ctx, id)
 }
 func (m *crashMarket) AttachSSHKey(ctx context.Context, id provider.InstanceID, k string) error {
-	m.hit()
+	m.hit("attach_ssh")
 	return m.Market.AttachSSHKey(ctx, id, k)
+}
+
+func (m *crashMarket) Charges(ctx context.Context, q provider.ChargeQuery) ([]provider.Charge, error) {
+	m.hit("charges")
+	return m.Market.Charges(ctx, q)
 }
 
 type lockedBuf struct {

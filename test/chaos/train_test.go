@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,8 +97,45 @@ func TestChaosTrain(t *testing.T) {
 	}
 }
 
-func runTrainSchedule(t *testing.T, seed uint64, bin string, script []byte) (violations []string, summary string) {
+// trainSchedule is one training run's faults and crash point.
+type trainSchedule struct {
+	faults  []sim.Fault
+	crashAt int64                             // freeze at this API call (0: never)
+	crashOn func(method string, n int64) bool // or at the call this picks
+	what    string                            // how crashOn picks, for reports
+}
+
+// randomTrainSchedule draws a schedule from seed.
+func randomTrainSchedule(seed uint64) trainSchedule {
 	rng := rand.New(rand.NewPCG(seed, seed*104729))
+	var sc trainSchedule
+	add := func(f sim.Fault) { sc.faults = append(sc.faults, f) }
+	add(sim.Fault{Kind: sim.FaultPreemptAfter, Seconds: float64(20 + rng.IntN(60)), Count: 1 + rng.IntN(2)})
+	if rng.Float64() < 0.5 {
+		add(sim.Fault{Kind: sim.FaultRateLimit, Endpoint: "*", Count: 1 + rng.IntN(5)})
+	}
+	if rng.Float64() < 0.4 {
+		add(sim.Fault{Kind: sim.FaultFail, Endpoint: []string{"show", "list", "destroy"}[rng.IntN(3)], Count: 1 + rng.IntN(3), Status: 503})
+	}
+	if rng.Float64() < 0.4 {
+		add(sim.Fault{Kind: sim.FaultDestroyNoop, Count: 1 + rng.IntN(3)})
+	}
+	if rng.Float64() < 0.4 {
+		add(sim.Fault{Kind: sim.FaultReadLag, Count: 1 + rng.IntN(3)})
+	}
+	if rng.Float64() < 0.5 {
+		sc.crashAt = 5 + rng.Int64N(40)
+	}
+	return sc
+}
+
+func runTrainSchedule(t *testing.T, seed uint64, bin string, script []byte) (violations []string, summary string) {
+	return runTrain(t, seed, bin, script, randomTrainSchedule(seed))
+}
+
+// runTrain runs one training schedule; seed fixes the simulator and secrets.
+func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSchedule) (violations []string, summary string) {
+	rng := rand.New(rand.NewPCG(seed, seed*104729+1))
 	clk := clock.NewScaled(time.Now(), 20)
 	s, err := sim.New(sim.Config{Clock: clk, Seed: seed})
 	if err != nil {
@@ -106,30 +144,14 @@ func runTrainSchedule(t *testing.T, seed uint64, bin string, script []byte) (vio
 	srv := httptest.NewServer(s)
 	defer func() { srv.Close(); s.Close() }()
 	var faults []string
-	inject := func(f sim.Fault) {
+	for _, f := range sc.faults {
 		if s.Inject(f) == nil {
 			b, _ := jsonFault(f)
 			faults = append(faults, b)
 		}
 	}
-	inject(sim.Fault{Kind: sim.FaultPreemptAfter, Seconds: float64(20 + rng.IntN(60)), Count: 1 + rng.IntN(2)})
-	if rng.Float64() < 0.5 {
-		inject(sim.Fault{Kind: sim.FaultRateLimit, Endpoint: "*", Count: 1 + rng.IntN(5)})
-	}
-	if rng.Float64() < 0.4 {
-		inject(sim.Fault{Kind: sim.FaultFail, Endpoint: []string{"show", "list", "destroy"}[rng.IntN(3)], Count: 1 + rng.IntN(3), Status: 503})
-	}
-	if rng.Float64() < 0.4 {
-		inject(sim.Fault{Kind: sim.FaultDestroyNoop, Count: 1 + rng.IntN(3)})
-	}
-	if rng.Float64() < 0.4 {
-		inject(sim.Fault{Kind: sim.FaultReadLag, Count: 1 + rng.IntN(3)})
-	}
-	crashAt := int64(0)
-	if rng.Float64() < 0.5 {
-		crashAt = 5 + rng.Int64N(40)
-	}
-	summary = fmt.Sprintf("faults=%v crashAt=%d", faults, crashAt)
+	crashAt := sc.crashAt
+	summary = fmt.Sprintf("faults=%v crashAt=%d%s", faults, crashAt, sc.what)
 	bad := func(format string, args ...any) { violations = append(violations, fmt.Sprintf(format, args...)) }
 
 	root := t.TempDir()
@@ -151,7 +173,7 @@ func runTrainSchedule(t *testing.T, seed uint64, bin string, script []byte) (vio
 		}
 	}
 	client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
-	market := &crashMarket{Market: client, crashAt: crashAt, crashed: make(chan struct{})}
+	market := &crashMarket{Market: client, crashAt: crashAt, crashOn: sc.crashOn, crashed: make(chan struct{})}
 	e := newEngine(market, filepath.Join(root, "state"), filepath.Join(root, "ev"))
 	done := make(chan struct{})
 	var receipt *run.Receipt
@@ -234,4 +256,38 @@ func receiptRunID(r *run.Receipt) string {
 		return ""
 	}
 	return r.RunID
+}
+
+// TestChaosTrainSeed2DoubleRental pins the schedule that found a double
+// rental: train seed 2 (preempt_after ×2 at 23 s) with the controller frozen
+// at API call 37, then `resume`. On a loaded machine call 37 was the destroy
+// of the preempted instance: the journal said "failover" (so resume did not
+// re-attach) but not "confirmed" (so the instance was still live), and resume
+// rented a replacement beside it. Here the freeze is pinned to that destroy
+// (the first and the second preemption), so it does not depend on timing.
+func TestChaosTrainSeed2DoubleRental(t *testing.T) {
+	bin := agentBinary(t)
+	script, err := os.ReadFile(filepath.Join("..", "..", "examples", "train", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := randomTrainSchedule(2)
+	if len(sc.faults) != 1 || sc.faults[0].Kind != sim.FaultPreemptAfter || sc.faults[0].Count != 2 || sc.crashAt != 37 {
+		t.Fatalf("seed 2 no longer draws the schedule this test pins: %+v", sc)
+	}
+	for _, nth := range []int{1, 2} {
+		t.Run(fmt.Sprintf("frozen_at_destroy_%d", nth), func(t *testing.T) {
+			pinned := sc
+			pinned.crashAt = 0
+			var destroys atomic.Int64
+			pinned.crashOn = func(method string, _ int64) bool {
+				return method == "destroy" && destroys.Add(1) == int64(nth)
+			}
+			pinned.what = fmt.Sprintf(" (frozen at destroy #%d)", nth)
+			v, summary := runTrain(t, 2, bin, script, pinned)
+			if len(v) > 0 {
+				t.Fatalf("%s: %s", summary, strings.Join(v, "; "))
+			}
+		})
+	}
 }
