@@ -105,6 +105,9 @@ type Engine struct {
 	StorageEnv map[string]string
 	Simulated  bool
 	Workflow   string
+	// SSHKeepAlive is how often SSH connections are probed for a stall
+	// (0: remote's default; see remote.Dialer.KeepAlive).
+	SSHKeepAlive time.Duration
 
 	// Filled as the run proceeds.
 	runDir     string

@@ -369,7 +369,9 @@ func (e *Engine) connect(ctx context.Context, id provider.InstanceID, inst provi
 	if attachErr != nil {
 		return nil, &StepError{Step: "attach SSH key", Instance: id, Err: attachErr}
 	}
-	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: e.runDir + "/known_hosts"}
+	// The client redials a dropped or stalled connection itself (same
+	// pinned host key), pacing its redials on the run's clock.
+	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: e.runDir + "/known_hosts", Clock: e.Clock, KeepAlive: e.SSHKeepAlive}
 	eps := endpoints(inst)
 	wait := time.Second
 	for {
