@@ -320,6 +320,18 @@ func (cn *conn) alive(timeout time.Duration) bool {
 // next call; the caller decides whether the command may be run again.
 var ErrConnectionLost = errors.New("ssh connection lost while the command ran")
 
+// ErrRedialFailed means the connection dropped and could not be dialled
+// again: the instance may be gone, or its SSH down for longer than the
+// redial backoff lasts.
+var ErrRedialFailed = errors.New("ssh redial failed")
+
+// Lost reports whether err is a transport failure of a Client (the
+// connection dropped mid-command, or could not be redialled), as opposed to
+// a command that ran and failed.
+func Lost(err error) bool {
+	return errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrRedialFailed)
+}
+
 // ErrClosed means the Client was closed.
 var ErrClosed = errors.New("ssh client closed")
 
@@ -411,7 +423,7 @@ func (c *Client) conn(ctx context.Context) (*conn, error) {
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("ssh redial: %d dials failed: %w", tries, last)
+	return nil, fmt.Errorf("%w: %d dials failed: %w", ErrRedialFailed, tries, last)
 }
 
 // drop discards cn if it is still the current connection.
