@@ -104,13 +104,16 @@ controller dies (heartbeat TTL). See docs/train.md.`,
 // NewCmdResume builds `vastrun resume`.
 func NewCmdResume(f *Factory) *cobra.Command {
 	o := &WorkflowOptions{}
+	var acceptChange bool
 	cmd := &cobra.Command{
 		Use:   "resume [RUN]",
 		Short: "Continue a training run whose controller died, from its journal",
 		Long: `Continue a training run from its journal. If its instance is still running,
 vastrun re-attaches to it (no second rental); if it is gone or paused, vastrun
 destroys what is left and continues on a replacement from the last committed
-checkpoint.`,
+checkpoint. The run's frozen manifest (checked against the journal's hash)
+must match the configuration given: a changed field is refused by name,
+unless --accept-config-change.`,
 		Example: "  vastrun resume --yes -f train.yaml              # the latest run\n  vastrun resume mx1seio0a3dm --yes -f train.yaml",
 		Args:    usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -130,11 +133,17 @@ checkpoint.`,
 			if err := e.Open(dir); err != nil {
 				return err
 			}
+			e.AcceptConfigChange = acceptChange
 			r, runErr := e.ResumeTrain(ctx)
+			var cc *run.ConfigChangedError
+			if errors.As(runErr, &cc) {
+				return &UsageError{Err: runErr, Hint: fmt.Sprintf("resume with the configuration the run was started with (%s), or pass --accept-config-change to go on with the new one (journaled)", filepath.Join(dir, "manifest.json"))}
+			}
 			return reportRun(f, r, runErr)
 		},
 	}
 	o.addFlags(cmd, true)
+	cmd.Flags().BoolVar(&acceptChange, "accept-config-change", false, "go on although the configuration differs from the run's frozen manifest (the change is journaled)")
 	return cmd
 }
 

@@ -86,8 +86,14 @@ func (e *Engine) RunTrain(ctx context.Context) (*Receipt, error) {
 
 // ResumeTrain continues a run whose controller died, from its journal
 // (opened with Open), re-attaching to a live instance instead of renting.
+// A configuration that differs from the run's frozen manifest is refused
+// before anything is touched (see AcceptConfigChange).
 func (e *Engine) ResumeTrain(ctx context.Context) (*Receipt, error) {
 	e.Workflow = "train"
+	if err := e.adoptFrozen(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e.trainDriver(ctx, false)
 }
 
@@ -98,8 +104,7 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 	// Each run has its own prefix: a new run never resumes another's
 	// checkpoints, and `resume` finds its own again by run id.
 	c := &e.Config.Train
-	c.CheckpointURI = strings.TrimRight(c.CheckpointURI, "/") + "/" + e.state.RunID
-	c.OutputURI = strings.TrimRight(c.OutputURI, "/") + "/" + e.state.RunID
+	c.CheckpointURI, c.OutputURI = runScoped(c.CheckpointURI, e.state.RunID), runScoped(c.OutputURI, e.state.RunID)
 	e.train = &TrainReport{CheckpointURI: c.CheckpointURI, Resumes: []ResumeProof{}}
 	if fresh {
 		if err := e.prepare(ctx); err != nil {
@@ -119,6 +124,7 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 			exclude = append(exclude, a.MachineID)
 		}
 	}
+	reconnects := 0
 	for attempts := 0; ; attempts++ {
 		var inst provider.Instance
 		var err error
@@ -129,6 +135,14 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 		end, err := e.trainOn(ctx, client, inst, deadline)
 		client.Close()
 		client = nil
+		// SSH lost for good mid-step: look at the instance again (attach
+		// re-attaches if it runs, replaces it if not) instead of failing.
+		if err != nil && remote.Lost(err) && ctx.Err() == nil && reconnects < 3 {
+			reconnects++
+			attempts--
+			e.infof("SSH to instance %d lost (%v); checking the instance again", inst.ID, err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +156,9 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 		}
 		// Interrupted: destroy it (confirmed), exclude its machine, replace.
 		t0 := e.now()
-		e.record("event", stepFailover, instanceData{Instance: inst.ID, Reason: end.interrupted})
+		if err := e.record("event", stepFailover, instanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
+			return nil, err // teardown destroys it
+		}
 		e.infof("instance %d interrupted (%s): destroying it and renting a replacement", inst.ID, end.interrupted)
 		if err := e.destroyConfirm(context.WithoutCancel(ctx), inst.ID, time.Time{}); err != nil {
 			return nil, err
@@ -175,7 +191,9 @@ func (e *Engine) attach(ctx context.Context, exclude []int64) (*remote.Client, p
 			return client, inst, err
 		case err == nil || errors.Is(err, provider.ErrNotFound):
 			// Gone or not running: destroy whatever is left, then replace.
-			e.record("event", stepFailover, instanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"})
+			if err := e.record("event", stepFailover, instanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"}); err != nil {
+				return nil, inst, err
+			}
 			if err := e.destroyConfirm(context.WithoutCancel(ctx), a.InstanceID, time.Time{}); err != nil {
 				return nil, inst, err
 			}
@@ -347,7 +365,9 @@ setsid nohup sh -c '%s; echo $? > %s' > %s 2>&1 < /dev/null &
 echo $! > .vastrun/train.pid`,
 		remote.ShellQuote(t.CheckpointDir), remote.ShellQuote(t.OutputDir), trainExit, resumeProof, heartbeat,
 		agentCmd, strings.ReplaceAll(t.Command, "'", `'\''`), trainExit, trainLog)
-	e.record("intent", stepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step})
+	if err := e.record("intent", stepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
+		return err // no intent, no workload
+	}
 	if err := c.Run(ctx, remote.Command{Env: env, Script: script}); err != nil {
 		return fmt.Errorf("start training on instance %d: %w", inst.ID, err)
 	}

@@ -227,6 +227,14 @@ func (e *Engine) settle(ctx context.Context, recovered any, client *remote.Clien
 	case errors.Is(err, ErrTrainFailed):
 		outcome = OutcomeFailed
 	}
+	// A run whose journal could not be written never counts as a success,
+	// even if the step that hit it did not report it.
+	if e.journalErr != nil && !errors.Is(err, ErrJournal) {
+		if err == nil {
+			outcome = Outcome(e.journalErr)
+		}
+		err = errors.Join(err, e.journalErr)
+	}
 	if keep && err == nil {
 		outcome = OutcomeUp
 	} else if e.rentAttempted() {
