@@ -37,6 +37,7 @@ const (
 	trainLog     = ".vastrun/train.log"
 	resumeDir    = ".vastrun/restore"
 	resumeProof  = ".vastrun/resumed_from"
+	launchMark   = ".vastrun/launched"
 	minTrainPoll = time.Second
 )
 
@@ -248,7 +249,17 @@ func (e *Engine) trainEnv(restored int64) map[string]string {
 // workload and agent started detached), then monitors it.
 func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.Instance, deadline time.Time) (trainEnd, error) {
 	t := e.Config.Train
-	running, _ := c.Output(ctx, `[ -f .vastrun/train.pid ] && kill -0 "$(cat .vastrun/train.pid)" 2>/dev/null && echo yes; [ -f `+trainExit+` ] && echo finished`)
+	// Launched but its pid not written yet (a launch cut off by a dropped
+	// connection) counts as running: a second workload must never start.
+	// A launched workload that died without an exit status may be started
+	// again. The probe always exits 0, so an error is a transport failure.
+	running, err := c.Output(ctx, `if [ -f `+trainExit+` ]; then echo finished
+elif [ -f .vastrun/train.pid ] && kill -0 "$(cat .vastrun/train.pid)" 2>/dev/null; then echo yes
+elif [ -d `+launchMark+` ] && [ ! -f .vastrun/train.pid ]; then echo yes
+else rm -rf `+launchMark+`; fi; true`)
+	if err != nil {
+		return trainEnd{}, fmt.Errorf("check the workload on instance %d: %w", inst.ID, err)
+	}
 	if !strings.Contains(running, "yes") && !strings.Contains(running, "finished") {
 		if err := e.startTraining(ctx, c, inst); err != nil {
 			return trainEnd{}, err
@@ -359,7 +370,10 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 	agentCmd := fmt.Sprintf("%s agent watch --store %s --dir %s --keep %d --heartbeat %s --ttl %s --deadline %s --status %s --poll 1s --quiet %s",
 		remoteBin, remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, heartbeat,
 		t.HeartbeatTTL.Duration(), e.state.Started.Add(t.RuntimeDeadline.Duration()).UTC().Format(time.RFC3339), agentStatus, t.QuietPeriod.Duration())
-	script := fmt.Sprintf(`mkdir -p .vastrun %s %s && rm -f %s %s && touch %s
+	// The mark makes the launch happen at most once per instance, even when
+	// a dropped connection makes this script's fate unknown.
+	script := fmt.Sprintf(`mkdir -p .vastrun && { mkdir `+launchMark+` 2>/dev/null || exit 0; }
+mkdir -p %s %s && rm -f %s %s .vastrun/train.pid && touch %s
 setsid nohup %s > .vastrun/agent.log 2>&1 < /dev/null &
 setsid nohup sh -c '%s; echo $? > %s' > %s 2>&1 < /dev/null &
 echo $! > .vastrun/train.pid`,

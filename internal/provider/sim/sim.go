@@ -58,6 +58,8 @@ type Server struct {
 	startCredit float64
 	// maxLive is, per label, the most live contracts it ever had at once.
 	maxLive map[string]int
+	// sshFaultsFired counts ssh_drop and ssh_stall actions.
+	sshFaultsFired int
 }
 
 type apiKey struct {

@@ -32,6 +32,7 @@ func (s *Server) armSSHFault(f Fault, now time.Time) error {
 		for _, in := range s.instances {
 			if !in.Destroyed && (f.Instance == 0 || in.ID == f.Instance) {
 				s.actOnConns(in, f.Kind)
+				s.sshFaultsFired++
 			}
 		}
 		return nil
@@ -65,6 +66,7 @@ func (s *Server) sshFaultDue(in *instance) string {
 		}
 		sc.next[in.ID] = now.Add(sc.every)
 		sc.fired[in.ID]++
+		s.sshFaultsFired++
 		s.log.Info("ssh fault", "kind", sc.kind, "instance", in.ID, "times", sc.fired[in.ID])
 		return sc.kind
 	}
