@@ -107,8 +107,8 @@ func NewCmdResume(f *Factory) *cobra.Command {
 	var acceptChange bool
 	cmd := &cobra.Command{
 		Use:   "resume [RUN]",
-		Short: "Continue a training run whose controller died, from its journal",
-		Long: `Continue a training run from its journal. If its instance is still running,
+		Short: "Continue a training or ci run whose controller died, from its journal",
+		Long: `Continue a training or ci run from its journal. If its instance is still running,
 vastrun re-attaches to it (no second rental); if it is gone or paused, vastrun
 destroys what is left and continues on a replacement from the last committed
 checkpoint. The run's frozen manifest (checked against the journal's hash)
@@ -118,7 +118,7 @@ unless --accept-config-change.`,
 		Args:    usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			e, err := trainEngine(ctx, f, o)
+			cfg, err := o.loadConfig()
 			if err != nil {
 				return err
 			}
@@ -126,15 +126,33 @@ unless --accept-config-change.`,
 			if len(args) == 1 {
 				id = args[0]
 			}
-			dir, err := runDir(e.StateRoot, id)
+			dir, err := runDir(cfg.StateDir, id)
 			if err != nil {
-				return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(e.StateRoot, "current")}
+				return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(cfg.StateDir, "current")}
+			}
+			st, err := run.LoadState(dir)
+			if err != nil {
+				return err
+			}
+			var e *run.Engine
+			resume := (*run.Engine).ResumeTrain
+			switch st.Workflow {
+			case "train":
+				e, err = trainEngine(ctx, f, o)
+			case "ci":
+				e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+				resume = (*run.Engine).ResumeCI
+			default:
+				return &UsageError{Err: fmt.Errorf("run %s is a %q run; resume continues train and ci runs", st.RunID, st.Workflow), Hint: "tear it down with: vastrun down --run " + st.RunID}
+			}
+			if err != nil {
+				return err
 			}
 			if err := e.Open(dir); err != nil {
 				return err
 			}
 			e.AcceptConfigChange = acceptChange
-			r, runErr := e.ResumeTrain(ctx)
+			r, runErr := resume(e, ctx)
 			var cc *run.ConfigChangedError
 			if errors.As(runErr, &cc) {
 				return &UsageError{Err: runErr, Hint: fmt.Sprintf("resume with the configuration the run was started with (%s), or pass --accept-config-change to go on with the new one (journaled)", filepath.Join(dir, "manifest.json"))}

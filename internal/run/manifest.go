@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -182,6 +183,17 @@ func (e *Engine) adoptFrozen(ctx context.Context) error {
 			return err
 		}
 		e.infof("continuing with a changed configuration (%s), as --accept-config-change asks", strings.Join(fields, ", "))
+	}
+	// The new evidence directory gets the manifest the run was frozen with.
+	if err := os.MkdirAll(e.EvidenceDir, 0o755); err != nil {
+		return fmt.Errorf("create evidence directory: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(e.runDir, "manifest.json")) // the very bytes the hash covers
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(e.EvidenceDir, "manifest.json"), b, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("write manifest: %w", err)
 	}
 	e.manifest = frozen
 	return nil
