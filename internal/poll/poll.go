@@ -38,6 +38,10 @@ type Policy struct {
 	Jitter func() float64
 	// Deadline, when set, ends the wait with ErrDeadline once passed.
 	Deadline time.Time
+	// Limit, when set, is asked before each wait for the longest wait now,
+	// in place of Max (a caller that knows the condition is near polls
+	// closer).
+	Limit func() time.Duration
 	// Permanent and Throttled classify f's errors; nil means the defaults
 	// named in the package documentation.
 	Permanent func(error) bool
@@ -100,6 +104,11 @@ func Until(ctx context.Context, clk clock.Clock, p Policy, f func(ctx context.Co
 		}
 		if err != nil && permanent(err) {
 			return err
+		}
+		if p.Limit != nil {
+			if l := p.Limit(); l > 0 {
+				wait = min(wait, l)
+			}
 		}
 		next := wait
 		if err != nil && throttled(err) {

@@ -234,16 +234,40 @@ func terminalReason(in provider.Instance, createdFor time.Duration) string {
 // waitReady polls with adaptive, jittered intervals until the instance runs
 // with SSH published, fails terminally, or the deadline passes.
 func (e *Engine) waitReady(ctx context.Context, id provider.InstanceID, deadline time.Time) (provider.Instance, error) {
-	interval := 2 * time.Second
 	start := e.now()
 	var createdSince time.Time
 	last := ""
 	var inst provider.Instance
-	for {
-		var err error
-		inst, err = e.Market.ShowInstance(ctx, id)
-		switch {
-		case err == nil:
+	var stepErr *StepError
+	fail := func(reason string) (bool, error) {
+		stepErr = &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed, Err: errors.New(reason)}
+		return false, stepErr
+	}
+	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: 2 * time.Second, Max: 15 * time.Second, Factor: 1.5, Jitter: e.jitter(), Deadline: deadline,
+		// "loading" comes right before "running": poll it closely, since
+		// every second between running and noticing is billed.
+		Limit: func() time.Duration {
+			if inst.ActualStatus == "loading" {
+				return 5 * time.Second
+			}
+			return 15 * time.Second
+		},
+		Permanent: func(err error) bool { return errors.Is(err, provider.ErrAuth) || errors.As(err, new(*StepError)) }},
+		func(ctx context.Context) (bool, error) {
+			var err error
+			inst, err = e.Market.ShowInstance(ctx, id)
+			switch {
+			case errors.Is(err, provider.ErrNotFound):
+				if e.now().Sub(start) > 2*time.Minute { // longer than any read lag
+					return fail("instance vanished")
+				}
+				return false, nil
+			case err != nil:
+				if !errors.Is(err, provider.ErrRateLimited) {
+					e.Log.Debug("readiness poll failed", "instance", id, "err", err)
+				}
+				return false, err
+			}
 			status := inst.ActualStatus
 			if status == "" {
 				status = "scheduling"
@@ -253,7 +277,7 @@ func (e *Engine) waitReady(ctx context.Context, id provider.InstanceID, deadline
 				last = desc
 			}
 			if inst.Running() {
-				return inst, e.record("done", stepReady, instanceData{Instance: id})
+				return true, nil
 			}
 			if inst.ActualStatus == "created" {
 				if createdSince.IsZero() {
@@ -267,35 +291,20 @@ func (e *Engine) waitReady(ctx context.Context, id provider.InstanceID, deadline
 				createdFor = e.now().Sub(createdSince)
 			}
 			if reason := terminalReason(inst, createdFor); reason != "" {
-				return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed, Err: errors.New(reason)}
+				return fail(reason)
 			}
-		case errors.Is(err, provider.ErrNotFound):
-			if e.now().Sub(start) > 2*time.Minute { // longer than any read lag
-				return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed, Err: errors.New("instance vanished")}
-			}
-		case errors.Is(err, provider.ErrRateLimited):
-			interval = min(interval*2, time.Minute)
-		case errors.Is(err, provider.ErrAuth), ctx.Err() != nil:
-			return inst, err
-		default:
-			e.Log.Debug("readiness poll failed", "instance", id, "err", err)
-		}
-		if !e.now().Before(deadline) {
-			return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed,
-				Err: fmt.Errorf("not running within the ready deadline (last: %s)", orDash(last))}
-		}
-		wait := min(e.jittered(interval), deadline.Sub(e.now()))
-		if err := e.sleep(ctx, max(wait, time.Millisecond)); err != nil {
-			return inst, err
-		}
-		// "loading" comes right before "running": poll it closely, since
-		// every second between running and noticing is billed.
-		limit := 15 * time.Second
-		if inst.ActualStatus == "loading" {
-			limit = 5 * time.Second
-		}
-		interval = min(interval*3/2, limit)
+			return false, nil
+		})
+	switch {
+	case err == nil:
+		return inst, e.record("done", stepReady, instanceData{Instance: id})
+	case stepErr != nil:
+		return inst, stepErr
+	case errors.Is(err, poll.ErrDeadline):
+		return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed,
+			Err: fmt.Errorf("not running within the ready deadline (last: %s)", orDash(last))}
 	}
+	return inst, err
 }
 
 func orDash(s string) string {

@@ -320,3 +320,27 @@ func TestChaosTrainSeed2DoubleRental(t *testing.T) {
 		})
 	}
 }
+
+// TestChaosTrainRegressionSeeds reruns training seeds that once violated
+// an invariant, whatever -seed and -train-seeds say.
+func TestChaosTrainRegressionSeeds(t *testing.T) {
+	bin := agentBinary(t)
+	script, err := os.ReadFile(filepath.Join("..", "..", "examples", "train", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		seed uint64
+		why  string
+	}{
+		{16, "the final checkpoint went missing: two agents committing one step overwrote each other's manifest"},
+		{23, "an ssh_stall during the restore ended the run instead of a re-attach"},
+		{26, "a preemption during the agent upload ended the run instead of a replacement"},
+	} {
+		t.Run(fmt.Sprintf("seed_%d", c.seed), func(t *testing.T) {
+			if v, summary := runTrainSchedule(t, c.seed, bin, script); len(v) > 0 {
+				t.Fatalf("%s (once: %s): %s", summary, c.why, strings.Join(v, "; "))
+			}
+		})
+	}
+}
