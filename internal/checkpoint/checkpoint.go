@@ -134,8 +134,31 @@ func (c Store) Commit(ctx context.Context, dir string, step int64, now time.Time
 		}
 		return Committed{}, fmt.Errorf("commit checkpoint %d: %w", step, ErrConflict)
 	}
-	if _, err := c.S.Put(ctx, c.stepDir(step)+"/manifest.json", bytes.NewReader(mb)); err != nil {
-		return Committed{}, fmt.Errorf("commit checkpoint %d: manifest: %w", step, err)
+	// Two committers of one step (the watching agent and a final --once)
+	// must not overwrite each other's manifest between the other's manifest
+	// and marker writes: that leaves a marker that matches no manifest, and
+	// the step silently stops counting. The first manifest written wins; a
+	// later committer with the same files adopts it.
+	if err := c.S.PutIfAbsent(ctx, c.stepDir(step)+"/manifest.json", mb); err != nil {
+		if !errors.Is(err, storage.ErrExists) {
+			return Committed{}, fmt.Errorf("commit checkpoint %d: manifest: %w", step, err)
+		}
+		prevb, rerr := c.readAll(ctx, c.stepDir(step)+"/manifest.json")
+		var prev Manifest
+		switch {
+		case rerr != nil:
+			return Committed{}, fmt.Errorf("commit checkpoint %d: manifest: %w", step, rerr)
+		case json.Unmarshal(prevb, &prev) == nil && prev.Step == step && sameFiles(prev, m):
+			mb, m = prevb, prev
+			sum = sha256.Sum256(mb)
+			digest = hex.EncodeToString(sum[:])
+		default:
+			// Left by a commit that died before its marker, for other
+			// bytes: no marker names it, so it may be replaced.
+			if _, err := c.S.Put(ctx, c.stepDir(step)+"/manifest.json", bytes.NewReader(mb)); err != nil {
+				return Committed{}, fmt.Errorf("commit checkpoint %d: manifest: %w", step, err)
+			}
+		}
 	}
 	if err := c.S.PutIfAbsent(ctx, c.stepDir(step)+"/COMMITTED", []byte(digest)); err != nil {
 		if errors.Is(err, storage.ErrExists) {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,5 +135,34 @@ func TestPruneNeverDeletesBeforeTheNextCommits(t *testing.T) {
 	}
 	if list, _ := c.Committed(ctx); len(list) != 1 || list[0].Step != 10 {
 		t.Fatalf("the only committed checkpoint was pruned: %+v", list)
+	}
+}
+
+// Two agents committing the same step at once (the watcher and a final
+// --once) must leave it committed: a marker that matches its manifest.
+func TestConcurrentCommitsOfOneStep(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		s := stores(t)["file"]
+		c := checkpoint.Store{S: s}
+		dir := writeCheckpoint(t, 30)
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Different times: the committers' manifests differ in bytes.
+				_, errs[i] = c.Commit(ctx, dir, 30, now.Add(time.Duration(i)*time.Second))
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d committer %d: %v", round, i, err)
+			}
+		}
+		if list, err := c.Committed(ctx); err != nil || len(list) != 1 || list[0].Step != 30 {
+			t.Fatalf("round %d: committed after racing commits: %+v %v", round, list, err)
+		}
 	}
 }

@@ -68,6 +68,7 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim fault JSON          inject a fault (see sim.Fault)
 //	sim label               set $LABEL to the newest instance's label
 //	sim private REPO U T    make REPO private to user U with token T
+//	sim ssh-faults N        assert N ssh_drop/ssh_stall faults acted
 func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: sim start|live|rented|wait-live|wait-file|fault|label ...")
@@ -119,6 +120,12 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("sim preempt: want exactly one live instance, have %d", len(live))
 		}
 		ts.Check(scriptSim(ts).Inject(sim.Fault{Kind: sim.FaultPreempt, Instance: live[0].ID}))
+	case "ssh-faults":
+		want, err := strconv.Atoi(args[1])
+		ts.Check(err)
+		if got := scriptSim(ts).Snapshot().SSHFaultsFired; (got == want) == neg {
+			ts.Fatalf("ssh faults fired: got %d, want %s%d", got, map[bool]string{true: "not ", false: ""}[neg], want)
+		}
 	case "label":
 		st := scriptSim(ts).Snapshot()
 		all := append(st.Gone, st.Live...)

@@ -104,18 +104,21 @@ controller dies (heartbeat TTL). See docs/train.md.`,
 // NewCmdResume builds `vastrun resume`.
 func NewCmdResume(f *Factory) *cobra.Command {
 	o := &WorkflowOptions{}
+	var acceptChange bool
 	cmd := &cobra.Command{
 		Use:   "resume [RUN]",
-		Short: "Continue a training run whose controller died, from its journal",
-		Long: `Continue a training run from its journal. If its instance is still running,
+		Short: "Continue a training or ci run whose controller died, from its journal",
+		Long: `Continue a training or ci run from its journal. If its instance is still running,
 vastrun re-attaches to it (no second rental); if it is gone or paused, vastrun
 destroys what is left and continues on a replacement from the last committed
-checkpoint.`,
+checkpoint. The run's frozen manifest (checked against the journal's hash)
+must match the configuration given: a changed field is refused by name,
+unless --accept-config-change.`,
 		Example: "  vastrun resume --yes -f train.yaml              # the latest run\n  vastrun resume mx1seio0a3dm --yes -f train.yaml",
 		Args:    usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			e, err := trainEngine(ctx, f, o)
+			cfg, err := o.loadConfig()
 			if err != nil {
 				return err
 			}
@@ -123,18 +126,42 @@ checkpoint.`,
 			if len(args) == 1 {
 				id = args[0]
 			}
-			dir, err := runDir(e.StateRoot, id)
+			dir, err := runDir(cfg.StateDir, id)
 			if err != nil {
-				return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(e.StateRoot, "current")}
+				return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(cfg.StateDir, "current")}
+			}
+			st, err := run.LoadState(dir)
+			if err != nil {
+				return err
+			}
+			var e *run.Engine
+			resume := (*run.Engine).ResumeTrain
+			switch st.Workflow {
+			case "train":
+				e, err = trainEngine(ctx, f, o)
+			case "ci":
+				e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+				resume = (*run.Engine).ResumeCI
+			default:
+				return &UsageError{Err: fmt.Errorf("run %s is a %q run; resume continues train and ci runs", st.RunID, st.Workflow), Hint: "tear it down with: vastrun down --run " + st.RunID}
+			}
+			if err != nil {
+				return err
 			}
 			if err := e.Open(dir); err != nil {
 				return err
 			}
-			r, runErr := e.ResumeTrain(ctx)
+			e.AcceptConfigChange = acceptChange
+			r, runErr := resume(e, ctx)
+			var cc *run.ConfigChangedError
+			if errors.As(runErr, &cc) {
+				return &UsageError{Err: runErr, Hint: fmt.Sprintf("resume with the configuration the run was started with (%s), or pass --accept-config-change to go on with the new one (journaled)", filepath.Join(dir, "manifest.json"))}
+			}
 			return reportRun(f, r, runErr)
 		},
 	}
 	o.addFlags(cmd, true)
+	cmd.Flags().BoolVar(&acceptChange, "accept-config-change", false, "go on although the configuration differs from the run's frozen manifest (the change is journaled)")
 	return cmd
 }
 

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -56,6 +57,17 @@ type Journal struct {
 	path string
 	seq  int
 	now  func() time.Time
+	// fault, when set, is asked before each write (fault injection).
+	fault func(Record) error
+}
+
+// SetWriteFault makes every later Append ask f first: a non-nil error
+// fails that Append as a full disk would, with nothing written. It exists
+// so that tests can prove a run stops when its journal cannot be written.
+func (j *Journal) SetWriteFault(f func(Record) error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.fault = f
 }
 
 // Open creates (0700) dir if needed, opens its journal for appending and
@@ -118,10 +130,24 @@ func (j *Journal) Append(typ, step string, data any) (Record, error) {
 		return Record{}, err
 	}
 	line = append(line, '\n')
+	if j.fault != nil {
+		if err := j.fault(rec); err != nil {
+			return Record{}, fmt.Errorf("journal %s %s: write: %w", typ, step, err)
+		}
+	}
+	// A failed write (a full disk) may leave part of the line: cut back to
+	// where it started, so that a later record starts on a line of its own.
+	end, serr := j.f.Seek(0, io.SeekEnd)
 	if _, err := j.f.Write(line); err != nil {
+		if serr == nil {
+			j.f.Truncate(end)
+		}
 		return Record{}, fmt.Errorf("journal %s %s: write: %w", typ, step, err)
 	}
 	if err := j.f.Sync(); err != nil {
+		if serr == nil {
+			j.f.Truncate(end)
+		}
 		return Record{}, fmt.Errorf("journal %s %s: fsync: %w", typ, step, err)
 	}
 	j.seq = rec.Seq

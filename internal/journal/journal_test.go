@@ -97,3 +97,32 @@ func TestTornLastLineIsIgnoredButDamageIsNot(t *testing.T) {
 		t.Fatalf("a sequence gap must be an error: %v", err)
 	}
 }
+
+func TestWriteFaultWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	j, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if _, err := j.Append("event", "start", map[string]string{"run_id": "r"}); err != nil {
+		t.Fatal(err)
+	}
+	full := errors.New("no space left on device")
+	j.SetWriteFault(func(r Record) error {
+		if r.Type == "intent" {
+			return full
+		}
+		return nil
+	})
+	if _, err := j.Append("intent", "rent", nil); !errors.Is(err, full) {
+		t.Fatalf("append under a write fault: %v", err)
+	}
+	if _, err := j.Append("event", "after", nil); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := j.Records()
+	if err != nil || len(recs) != 2 || recs[1].Step != "after" || recs[1].Seq != 2 {
+		t.Fatalf("records after a failed append: %+v %v", recs, err)
+	}
+}

@@ -29,7 +29,11 @@ type SessionOptions struct {
 // is *ExitError. When ctx ends first the session is closed (with a pty the
 // instance's shell gets SIGHUP, as with OpenSSH) and ctx.Err() is returned.
 func (c *Client) Session(ctx context.Context, o SessionOptions) error {
-	sess, err := c.c.NewSession()
+	cn, err := c.conn(ctx)
+	if err != nil {
+		return err
+	}
+	sess, err := cn.c.NewSession()
 	if err != nil {
 		return fmt.Errorf("ssh session: %w", err)
 	}
@@ -104,7 +108,14 @@ func (c *Client) Forward(ctx context.Context, ln net.Listener, remote string, on
 		go func() {
 			defer wg.Done()
 			defer conn.Close()
-			up, err := c.c.Dial("tcp", remote)
+			cn, err := c.conn(ctx)
+			if err != nil {
+				if onErr != nil {
+					onErr(fmt.Errorf("forward to %s: %w", remote, err))
+				}
+				return
+			}
+			up, err := cn.c.Dial("tcp", remote)
 			if err != nil {
 				if onErr != nil {
 					onErr(fmt.Errorf("forward to %s on the instance: %w", remote, err))

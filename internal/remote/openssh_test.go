@@ -111,6 +111,38 @@ func TestOpenSSH(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// A dropped connection (its sshd process killed) is redialled: the probe
+	// after it runs on a new connection, with the same pinned host key.
+	before := c.Redials()
+	if err := c.Run(ctx, remote.Command{Script: "kill -KILL $PPID"}); !errors.Is(err, remote.ErrConnectionLost) {
+		t.Fatalf("run whose connection died under it: %v", err)
+	}
+	if out, err := c.Output(ctx, "echo back"); err != nil || out != "back\n" || c.Redials() != before+1 {
+		t.Fatalf("probe after the drop: %q %v (redials %d -> %d)", out, err, before, c.Redials())
+	}
+
+	// A stalled connection (its sshd process stopped: TCP open, nothing
+	// answered) is found dead by the keepalive and redialled.
+	ds := d
+	ds.KeepAlive = 200 * time.Millisecond
+	cs, err := ds.Dial(ctx, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	spid, err := cs.Output(ctx, "echo $PPID")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spid = strings.TrimSpace(spid)
+	t.Cleanup(func() { c2.Output(context.Background(), "kill -KILL "+spid+" 2>/dev/null; true") })
+	if _, err := c2.Output(ctx, "kill -STOP "+spid); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cs.Output(ctx, "echo unstalled"); err != nil || out != "unstalled\n" || cs.Redials() != 1 {
+		t.Fatalf("probe on a stalled connection: %q %v (%d redials)", out, err, cs.Redials())
+	}
+
 	// A changed host key is refused.
 	other, _ := remote.EnsureKeyPair(t.TempDir(), "")
 	os.WriteFile(kh, []byte(fmt.Sprintf("[%s]:%d %s\n", host, p, strings.Fields(other.AuthorizedKey)[0]+" "+strings.Fields(other.AuthorizedKey)[1])), 0o600)

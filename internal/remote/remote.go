@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/pkg/sftp"
+
+	"github.com/vastrun/vastrun/internal/clock"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 )
@@ -97,7 +99,22 @@ type Dialer struct {
 	KnownHostsPath string
 	User           string        // default root
 	Timeout        time.Duration // per attempt; default 15s
+	// Clock paces redials after a dropped connection (default: the wall clock).
+	Clock clock.Clock
+	// Redials is how many dials in a row a call may make after its
+	// connection dropped before it gives up (default 6).
+	Redials int
+	// KeepAlive is how often a connection is probed; one that leaves a
+	// probe unanswered for DeadAfter probes is closed as dead, so a stalled
+	// session is redialled instead of hanging (default 15s; negative: off).
+	// It is measured on the wall clock: it bounds a network peer's silence,
+	// which is real time whatever the run's clock says.
+	KeepAlive time.Duration
 }
+
+// DeadAfter is how many keepalive intervals a connection may leave a probe
+// unanswered before it is closed as dead.
+const DeadAfter = 3
 
 // ErrHostKeyChanged means the instance presented a different host key than
 // the one pinned earlier in this run.
@@ -138,11 +155,23 @@ func (d Dialer) hostKeyCallback() ssh.HostKeyCallback {
 	}
 }
 
-// Dial connects to the first endpoint that answers.
+// Dial connects to the first endpoint that answers. The returned Client
+// redials the same endpoints (with the same pinned host key) when its
+// connection drops; see [Client].
 func (d Dialer) Dial(ctx context.Context, eps []Endpoint) (*Client, error) {
 	if len(eps) == 0 {
 		return nil, errors.New("ssh: the instance publishes no SSH endpoint")
 	}
+	c := &Client{d: d, eps: append([]Endpoint(nil), eps...)}
+	cn, err := d.dial(ctx, c.eps)
+	if err != nil {
+		return nil, err
+	}
+	c.cur = cn
+	return c, nil
+}
+
+func (d Dialer) dial(ctx context.Context, eps []Endpoint) (*conn, error) {
 	timeout := d.Timeout
 	if timeout <= 0 {
 		timeout = 15 * time.Second
@@ -154,9 +183,9 @@ func (d Dialer) Dial(ctx context.Context, eps []Endpoint) (*Client, error) {
 	cfg := &ssh.ClientConfig{User: user, Auth: []ssh.AuthMethod{ssh.PublicKeys(d.Key)}, HostKeyCallback: d.hostKeyCallback(), Timeout: timeout}
 	var errs []error
 	for _, ep := range eps {
-		c, err := dialOne(ctx, ep.String(), cfg, timeout)
+		sc, err := dialOne(ctx, ep.String(), cfg, timeout)
 		if err == nil {
-			return c, nil
+			return newConn(sc, d.keepAlive()), nil
 		}
 		if errors.Is(err, ErrHostKeyChanged) {
 			return nil, err
@@ -166,40 +195,278 @@ func (d Dialer) Dial(ctx context.Context, eps []Endpoint) (*Client, error) {
 	return nil, fmt.Errorf("ssh: %w", errors.Join(errs...))
 }
 
-func dialOne(ctx context.Context, addr string, cfg *ssh.ClientConfig, timeout time.Duration) (*Client, error) {
+func (d Dialer) keepAlive() time.Duration {
+	if d.KeepAlive == 0 {
+		return 15 * time.Second
+	}
+	return d.KeepAlive
+}
+
+func dialOne(ctx context.Context, addr string, cfg *ssh.ClientConfig, timeout time.Duration) (*ssh.Client, error) {
 	var nd net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := nd.DialContext(dctx, "tcp", addr)
+	nc, err := nd.DialContext(dctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	// The handshake is not context-aware: bound it with a deadline on the
 	// connection, and close the connection if ctx ends first.
 	deadline, _ := dctx.Deadline()
-	conn.SetDeadline(deadline)
-	stop := context.AfterFunc(dctx, func() { conn.Close() })
-	sc, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
+	nc.SetDeadline(deadline)
+	stop := context.AfterFunc(dctx, func() { nc.Close() })
+	sc, chans, reqs, err := ssh.NewClientConn(nc, addr, cfg)
 	stopped := stop()
 	if err != nil {
-		conn.Close()
+		nc.Close()
 		return nil, err
 	}
 	if !stopped {
 		sc.Close()
 		return nil, ctx.Err()
 	}
-	conn.SetDeadline(time.Time{})
-	return &Client{c: ssh.NewClient(sc, chans, reqs)}, nil
+	nc.SetDeadline(time.Time{})
+	return ssh.NewClient(sc, chans, reqs), nil
 }
 
-// Client is one SSH connection to an instance.
+// conn is one SSH connection; dead closes when it is gone.
+type conn struct {
+	c    *ssh.Client
+	dead chan struct{}
+	stop chan struct{}
+	once sync.Once
+}
+
+func newConn(c *ssh.Client, keepAlive time.Duration) *conn {
+	cn := &conn{c: c, dead: make(chan struct{}), stop: make(chan struct{})}
+	go func() { c.Wait(); close(cn.dead) }()
+	if keepAlive > 0 {
+		go cn.keepAlive(keepAlive)
+	}
+	return cn
+}
+
+// keepAlive probes the peer every interval and closes the connection when
+// a probe goes unanswered for DeadAfter intervals: a stalled peer (a dead
+// NAT entry, a hung host) then fails every pending call instead of hanging it.
+func (cn *conn) keepAlive(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-cn.stop:
+			return
+		case <-cn.dead:
+			return
+		case <-t.C:
+		}
+		answered := make(chan struct{})
+		go func() {
+			// Any reply, even "unsupported", proves the peer is alive.
+			cn.c.SendRequest("keepalive@openssh.com", true, nil)
+			close(answered)
+		}()
+		timer := time.NewTimer(DeadAfter * interval)
+		select {
+		case <-answered:
+			timer.Stop()
+		case <-cn.stop:
+			timer.Stop()
+			return
+		case <-timer.C:
+			cn.close()
+			return
+		}
+	}
+}
+
+func (cn *conn) close() {
+	cn.once.Do(func() { close(cn.stop) })
+	cn.c.Close()
+}
+
+func (cn *conn) isDead() bool {
+	select {
+	case <-cn.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// alive asks the peer for a reply within timeout: it tells a failed call on
+// a live connection (a permanent error) from one whose connection is gone.
+func (cn *conn) alive(timeout time.Duration) bool {
+	if cn.isDead() {
+		return false
+	}
+	ok := make(chan bool, 1)
+	go func() {
+		_, _, err := cn.c.SendRequest("keepalive@openssh.com", true, nil)
+		ok <- err == nil
+	}()
+	select {
+	case v := <-ok:
+		return v
+	case <-cn.dead:
+		return false
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// ErrConnectionLost means the SSH connection dropped while a command was
+// running, so whether it finished is unknown. The Client redials for the
+// next call; the caller decides whether the command may be run again.
+var ErrConnectionLost = errors.New("ssh connection lost while the command ran")
+
+// ErrRedialFailed means the connection dropped and could not be dialled
+// again: the instance may be gone, or its SSH down for longer than the
+// redial backoff lasts.
+var ErrRedialFailed = errors.New("ssh redial failed")
+
+// Lost reports whether err is a transport failure of a Client (the
+// connection dropped mid-command, or could not be redialled), as opposed to
+// a command that ran and failed.
+func Lost(err error) bool {
+	return errors.Is(err, ErrConnectionLost) || errors.Is(err, ErrRedialFailed)
+}
+
+// ErrClosed means the Client was closed.
+var ErrClosed = errors.New("ssh client closed")
+
+// Client runs commands on one instance over SSH. It redials when its
+// connection drops (or stalls: see [Dialer.KeepAlive]), with backoff on
+// [Dialer.Clock] and the same pinned host key:
+//
+//   - a call that failed before its command could have started (no session,
+//     the exec request unanswered) is made again on the new connection;
+//   - [Client.Output], [Client.Upload] and [Client.Download] are made again
+//     after any transport failure: Output is for probes that may run twice,
+//     and file copies overwrite;
+//   - [Client.Run] whose connection dropped after the command started
+//     returns an error wrapping [ErrConnectionLost]; the next call redials.
+//
+// A command that ran and exited non-zero is an *ExitError, never retried.
+// It is safe for concurrent use.
 type Client struct {
-	c *ssh.Client
+	d   Dialer
+	eps []Endpoint
+
+	mu      sync.Mutex
+	cur     *conn
+	closed  bool
+	redials int
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.c.Close() }
+// Close closes the connection; later calls fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.cur == nil {
+		return nil
+	}
+	cn := c.cur
+	c.cur = nil
+	cn.close()
+	return nil
+}
+
+// Redials is how many times the connection was re-established.
+func (c *Client) Redials() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.redials
+}
+
+// conn returns a live connection, redialling (with backoff) when the
+// current one is gone.
+func (c *Client) conn(ctx context.Context) (*conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if c.cur != nil && !c.cur.isDead() {
+		return c.cur, nil
+	}
+	if c.cur != nil {
+		c.cur.close()
+		c.cur = nil
+	}
+	clk := c.d.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	tries := c.d.Redials
+	if tries <= 0 {
+		tries = 6
+	}
+	wait := 500 * time.Millisecond
+	var last error
+	for i := 0; i < tries; i++ {
+		if i > 0 {
+			if err := clock.Sleep(ctx, clk, wait); err != nil {
+				return nil, fmt.Errorf("ssh redial: %w (last: %v)", err, last)
+			}
+			wait = min(wait*2, 10*time.Second)
+		}
+		cn, err := c.d.dial(ctx, c.eps)
+		if err == nil {
+			c.cur = cn
+			c.redials++
+			return cn, nil
+		}
+		last = err
+		if errors.Is(err, ErrHostKeyChanged) || ctx.Err() != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: %d dials failed: %w", ErrRedialFailed, tries, last)
+}
+
+// drop discards cn if it is still the current connection.
+func (c *Client) drop(cn *conn) {
+	c.mu.Lock()
+	if c.cur == cn {
+		c.cur = nil
+	}
+	c.mu.Unlock()
+	cn.close()
+}
+
+// retry runs op on a live connection until it succeeds, fails permanently,
+// or the redials are spent. op reports whether its failure may be retried.
+func (c *Client) retry(ctx context.Context, op func(*conn) (retry bool, err error)) error {
+	tries := c.d.Redials
+	if tries <= 0 {
+		tries = 6
+	}
+	var last error
+	for i := 0; i <= tries; i++ {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			if last != nil {
+				return fmt.Errorf("%w (after: %v)", err, last)
+			}
+			return err
+		}
+		again, err := op(cn)
+		if err == nil || !again || ctx.Err() != nil {
+			return err
+		}
+		last = err
+		c.drop(cn)
+	}
+	return last
+}
+
+// transport reports whether err from a call on cn came from the connection
+// rather than from the remote side answering.
+func transport(cn *conn, err error) bool {
+	return err != nil && !cn.alive(5*time.Second)
+}
 
 // Command is something to run on the instance.
 type Command struct {
@@ -244,34 +511,59 @@ func (cmd Command) script(pidFile string) string {
 
 // Run runs cmd and waits. A non-zero exit is *ExitError. When ctx ends
 // first, the job is sent SIGTERM (and killed through its pid file), the
-// session is closed and ctx.Err() is returned.
+// session is closed and ctx.Err() is returned. A dropped connection is
+// handled as [Client] describes.
 func (c *Client) Run(ctx context.Context, cmd Command) error {
-	sess, err := c.c.NewSession()
+	return c.retry(ctx, func(cn *conn) (bool, error) {
+		started, err := c.runOn(ctx, cn, cmd)
+		if err == nil || ctx.Err() != nil {
+			return false, err
+		}
+		var ee *ExitError
+		if errors.As(err, &ee) {
+			return false, err
+		}
+		if !started {
+			return true, err // nothing ran: safe to start it on a new connection
+		}
+		if transport(cn, err) {
+			c.drop(cn)
+			return false, fmt.Errorf("%w: %w", ErrConnectionLost, err)
+		}
+		return false, err
+	})
+}
+
+// runOn runs cmd on cn; started says whether the command may have run.
+func (c *Client) runOn(ctx context.Context, cn *conn, cmd Command) (started bool, err error) {
+	sess, err := cn.c.NewSession()
 	if err != nil {
-		return fmt.Errorf("ssh session: %w", err)
+		return false, fmt.Errorf("ssh session: %w", err)
 	}
 	defer sess.Close()
 	pidFile := ".vastrun/job-" + randomToken() + ".pid"
 	sess.Stdin = strings.NewReader(cmd.script(pidFile))
 	sess.Stdout = orDiscard(cmd.Stdout)
 	sess.Stderr = orDiscard(cmd.Stderr)
+	// Start returns once the exec request is answered, before stdin (the
+	// script) is sent: if it fails, the shell has read nothing to run.
 	if err := sess.Start("/bin/sh -s"); err != nil {
-		return fmt.Errorf("start remote command: %w", err)
+		return false, fmt.Errorf("start remote command: %w", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- sess.Wait() }()
 	select {
 	case err := <-done:
-		c.quiet(`rm -f ` + pidFile)
-		return exitError(err)
+		quiet(cn, `rm -f `+pidFile)
+		return true, exitError(err)
 	case <-ctx.Done():
 		sess.Signal(ssh.SIGTERM) // refused for root by OpenSSH; the pid file covers that
 		// TERM now, synchronously (one short session); the KILL a second
 		// later runs detached on the instance, so a caller tearing down is
 		// not held up by it.
-		c.quiet(`p=$(cat ` + pidFile + ` 2>/dev/null); rm -f ` + pidFile + `; [ -n "$p" ] || exit 0; pkill -TERM -P "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; (sleep 1; pkill -KILL -P "$p"; kill -KILL "$p") >/dev/null 2>&1 </dev/null & true`)
+		quiet(cn, `p=$(cat `+pidFile+` 2>/dev/null); rm -f `+pidFile+`; [ -n "$p" ] || exit 0; pkill -TERM -P "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; (sleep 1; pkill -KILL -P "$p"; kill -KILL "$p") >/dev/null 2>&1 </dev/null & true`)
 		sess.Close()
-		return ctx.Err()
+		return true, ctx.Err()
 	}
 }
 
@@ -282,8 +574,8 @@ func randomToken() string {
 }
 
 // quiet runs a housekeeping script on a fresh session, bounded in time.
-func (c *Client) quiet(script string) {
-	s, err := c.c.NewSession()
+func quiet(cn *conn, script string) {
+	s, err := cn.c.NewSession()
 	if err != nil {
 		return
 	}
@@ -311,18 +603,28 @@ func exitError(err error) error {
 	return err
 }
 
-// Output runs a script and returns its stdout.
+// Output runs a script and returns its stdout. It is for probes: a script
+// whose connection dropped is run again on a new one, so it must be safe to
+// run twice.
 func (c *Client) Output(ctx context.Context, script string) (string, error) {
-	var out, errb strings.Builder
-	err := c.Run(ctx, Command{Script: script, Stdout: &out, Stderr: &errb})
-	if err != nil {
-		var ee *ExitError
-		if errors.As(err, &ee) && errb.Len() > 0 {
-			return out.String(), fmt.Errorf("%w: %s", err, strings.TrimSpace(lastLines(errb.String(), 3)))
+	var out string
+	err := c.retry(ctx, func(cn *conn) (bool, error) {
+		var o, errb strings.Builder
+		_, err := c.runOn(ctx, cn, Command{Script: script, Stdout: &o, Stderr: &errb})
+		out = o.String()
+		if err == nil || ctx.Err() != nil {
+			return false, err
 		}
-		return out.String(), err
-	}
-	return out.String(), nil
+		var ee *ExitError
+		if errors.As(err, &ee) {
+			if errb.Len() > 0 {
+				return false, fmt.Errorf("%w: %s", err, strings.TrimSpace(lastLines(errb.String(), 3)))
+			}
+			return false, err
+		}
+		return transport(cn, err), err
+	})
+	return out, err
 }
 
 func lastLines(s string, n int) string {
@@ -342,8 +644,16 @@ func orDiscard(w io.Writer) io.Writer {
 
 // Upload copies local files or directories to remote paths relative to
 // the login directory.
+// A copy cut off by a dropped connection is made again, whole.
 func (c *Client) Upload(local, remote string) error {
-	sc, err := sftp.NewClient(c.c)
+	return c.retry(context.Background(), func(cn *conn) (bool, error) {
+		err := upload(cn, local, remote)
+		return transport(cn, err), err
+	})
+}
+
+func upload(cn *conn, local, remote string) error {
+	sc, err := sftp.NewClient(cn.c)
 	if err != nil {
 		return fmt.Errorf("sftp: %w", err)
 	}
@@ -387,8 +697,19 @@ var ErrRemoteMissing = errors.New("remote file does not exist")
 
 // Download copies one remote file (relative to the login directory) to a
 // local path, at most limit bytes.
+// A copy cut off by a dropped connection is made again, whole.
 func (c *Client) Download(remote, local string, limit int64) error {
-	sc, err := sftp.NewClient(c.c)
+	return c.retry(context.Background(), func(cn *conn) (bool, error) {
+		err := download(cn, remote, local, limit)
+		if errors.Is(err, ErrRemoteMissing) {
+			return false, err
+		}
+		return transport(cn, err), err
+	})
+}
+
+func download(cn *conn, remote, local string, limit int64) error {
+	sc, err := sftp.NewClient(cn.c)
 	if err != nil {
 		return fmt.Errorf("sftp: %w", err)
 	}

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -105,6 +106,15 @@ type Engine struct {
 	StorageEnv map[string]string
 	Simulated  bool
 	Workflow   string
+	// AcceptConfigChange lets a resumed run go on with a configuration that
+	// differs from its frozen manifest (the change is journaled).
+	AcceptConfigChange bool
+	// JournalFault, when set, is installed on the run's journal (see
+	// journal.Journal.SetWriteFault): tests use it to fill the disk.
+	JournalFault func(journal.Record) error
+	// SSHKeepAlive is how often SSH connections are probed for a stall
+	// (0: remote's default; see remote.Dialer.KeepAlive).
+	SSHKeepAlive time.Duration
 
 	// Filled as the run proceeds.
 	runDir     string
@@ -119,6 +129,10 @@ type Engine struct {
 	phaseTimes map[string]time.Time
 	train      *TrainReport
 	canary     *CanaryReport
+	// journalErr is the first failed journal write; unjournaled holds what
+	// happened but could not be written, applied to state in memory.
+	journalErr  error
+	unjournaled []journal.Record
 	// beforeRent runs at the end of prepare (the canary's local contract).
 	beforeRent func(ctx context.Context) error
 }
@@ -202,21 +216,55 @@ func (e *Engine) jittered(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*j()))
 }
 
+// jitter is the jitter source for poll policies.
+func (e *Engine) jitter() func() float64 {
+	if e.Jitter == nil {
+		return rand.Float64
+	}
+	return e.Jitter
+}
+
+// ErrJournal means a journal record could not be written (a full disk, a
+// failing device). The step that needed it fails; intents that could not
+// be written are not acted on; teardown still runs.
+var ErrJournal = errors.New("the run's journal could not be written")
+
+// record journals one record and updates the state from it. When the write
+// fails, the error (wrapping ErrJournal) is returned to the step and kept
+// for the outcome; what happened is still applied in memory so teardown
+// and the receipt see it — except a failed intent, whose side effect the
+// caller must not perform.
 func (e *Engine) record(typ, step string, data any) error {
 	if _, err := e.j.Append(typ, step, data); err != nil {
-		return err
+		jerr := fmt.Errorf("%w: %w", ErrJournal, err)
+		if e.journalErr == nil {
+			e.journalErr = jerr
+		}
+		if typ != "intent" || step == stepDestroy {
+			b, _ := json.Marshal(data)
+			e.unjournaled = append(e.unjournaled, journal.Record{V: journal.Version, Time: e.now().UTC(), Type: typ, Step: step, Data: b})
+			if recs, rerr := e.j.Records(); rerr == nil {
+				if st, rerr := Replay(append(recs, e.unjournaled...)); rerr == nil {
+					e.state = st
+				}
+			}
+		}
+		return jerr
 	}
 	recs, err := e.j.Records()
 	if err != nil {
 		return err
 	}
-	st, err := Replay(recs)
+	st, err := Replay(append(recs, e.unjournaled...))
 	if err != nil {
 		return err
 	}
 	e.state = st
 	return writeStateFile(e.runDir, st, e.EvidenceDir)
 }
+
+// JournalErr is the first journal write that failed in this run, or nil.
+func (e *Engine) JournalErr() error { return e.journalErr }
 
 // RunDir is the run's state directory.
 func (e *Engine) RunDir() string { return e.runDir }
@@ -240,6 +288,9 @@ func (e *Engine) Begin(workflow string) error {
 	j, err := journal.Open(e.runDir, e.now)
 	if err != nil {
 		return err
+	}
+	if e.JournalFault != nil {
+		j.SetWriteFault(e.JournalFault)
 	}
 	e.j = j
 	if err := e.record("event", stepStart, startData{RunID: runID, Label: l.String(), Workflow: workflow}); err != nil {
@@ -269,6 +320,9 @@ func (e *Engine) Open(runDir string) error {
 	if st.RunID == "" {
 		j.Close()
 		return fmt.Errorf("run directory %s holds no run", runDir)
+	}
+	if e.JournalFault != nil {
+		j.SetWriteFault(e.JournalFault)
 	}
 	e.j, e.state, e.runDir = j, st, runDir
 	e.defaultEvidence(st.RunID)
@@ -303,8 +357,8 @@ func CurrentRunDir(stateRoot string) (string, error) {
 	return filepath.Join(stateRoot, "runs", strings.TrimSpace(string(b))), nil
 }
 
-// freeze writes the manifest before anything is rented.
-func (e *Engine) freeze(ctx context.Context) error {
+// spec builds the run's manifest from the configuration.
+func (e *Engine) spec(ctx context.Context) Manifest {
 	c := e.Config
 	var env []string
 	for k := range c.Env {
@@ -324,6 +378,12 @@ func (e *Engine) freeze(ctx context.Context) error {
 			Cadence: t.Cadence, CheckpointURI: t.CheckpointURI, OutputDir: t.OutputDir, OutputURI: t.OutputURI, Keep: t.Keep,
 			RuntimeDeadline: t.RuntimeDeadline.String(), HeartbeatTTL: t.HeartbeatTTL.String()}
 	}
+	return m
+}
+
+// freeze writes the manifest before anything is rented.
+func (e *Engine) freeze(ctx context.Context) error {
+	m := e.spec(ctx)
 	hash, b, err := m.Hash()
 	if err != nil {
 		return err
@@ -362,10 +422,14 @@ func (e *Engine) selectOffer(ctx context.Context, exclude []int64) (*provider.Of
 	e.selected = decisions
 	writeSelection(e.EvidenceDir, decisions)
 	if chosen == nil {
-		e.record("failed", stepSelect, map[string]any{"offers_seen": len(offers)})
+		if err := e.record("failed", stepSelect, map[string]any{"offers_seen": len(offers)}); err != nil {
+			return nil, err
+		}
 		return nil, &StepError{Step: stepSelect, Outcome: OutcomeNoOffer, Err: fmt.Errorf("%w (%d offers seen; see selection.json in the evidence)", ErrNoOffer, len(offers))}
 	}
-	e.record("done", stepSelect, map[string]any{"offer_id": chosen.ID, "machine_id": chosen.MachineID, "dph_total": policy.TotalDPH(*chosen, p.DiskGB)})
+	if err := e.record("done", stepSelect, map[string]any{"offer_id": chosen.ID, "machine_id": chosen.MachineID, "dph_total": policy.TotalDPH(*chosen, p.DiskGB)}); err != nil {
+		return nil, err
+	}
 	return chosen, nil
 }
 
@@ -405,7 +469,9 @@ func (e *Engine) approve(o provider.Offer, attempt int) error {
 	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: e.Config.Budget.MaxSpend,
 		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: e.Config.Image, Attempt: attempt}
 	if spent := e.spentSoFar(); spent+plan.WorstCase > plan.MaxSpendUSD {
-		e.record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent})
+		if err := e.record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent}); err != nil {
+			return err
+		}
 		return &StepError{Step: stepApprove, Outcome: OutcomeBudget, Err: fmt.Errorf(
 			"worst case $%.4f (at $%.4f/h for ready %s + job %s + teardown %s) plus $%.4f spent exceeds budget.max_spend $%.2f: raise the budget or shorten the timeouts",
 			plan.WorstCase, dph, e.Config.Timeouts.Ready, e.Config.Timeouts.Job, e.Config.Timeouts.Teardown, spent, plan.MaxSpendUSD)}
@@ -419,7 +485,9 @@ func (e *Engine) approve(o provider.Offer, attempt int) error {
 		return err
 	}
 	if !ok {
-		e.record("failed", stepApprove, map[string]any{"offer_id": o.ID})
+		if err := e.record("failed", stepApprove, map[string]any{"offer_id": o.ID}); err != nil {
+			return err
+		}
 		return &StepError{Step: stepApprove, Outcome: OutcomeNotApproved, Err: ErrNeedsApproval}
 	}
 	return e.record("done", stepApprove, map[string]any{"offer_id": o.ID, "dph_total": dph, "worst_case_usd": plan.WorstCase})

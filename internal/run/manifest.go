@@ -1,15 +1,19 @@
 package run
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -63,6 +67,136 @@ func (m Manifest) Hash() (string, []byte, error) {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:]), append(b, '\n'), nil
+}
+
+// ErrConfigChanged means the configuration no longer matches the run's
+// frozen manifest; *ConfigChangedError names the fields.
+var ErrConfigChanged = errors.New("the configuration differs from the run's frozen manifest")
+
+// ConfigChangedError lists the manifest fields (JSON paths) that differ.
+type ConfigChangedError struct {
+	Run    string
+	Fields []string
+}
+
+func (e *ConfigChangedError) Error() string {
+	return fmt.Sprintf("run %s: %v: %s", e.Run, ErrConfigChanged, strings.Join(e.Fields, ", "))
+}
+
+// Is makes errors.Is(err, ErrConfigChanged) true.
+func (e *ConfigChangedError) Is(target error) bool { return target == ErrConfigChanged }
+
+// ErrManifestMismatch means manifest.json is not the one the journal froze.
+var ErrManifestMismatch = errors.New("manifest.json does not match the hash in the journal")
+
+// LoadManifest reads a run directory's manifest.json and checks it against
+// the hash its journal recorded at freeze time.
+func LoadManifest(runDir, hash string) (Manifest, error) {
+	p := path.Join(runDir, "manifest.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("read the frozen manifest: %w", err)
+	}
+	body := bytes.TrimSuffix(b, []byte("\n")) // Hash covers the JSON without the final newline
+	sum := sha256.Sum256(body)
+	if got := hex.EncodeToString(sum[:]); hash == "" || got != hash {
+		return Manifest{}, fmt.Errorf("%s: %w (journal %q, file %s): it was damaged or edited", p, ErrManifestMismatch, hash, got)
+	}
+	var m Manifest
+	if err := json.Unmarshal(body, &m); err != nil {
+		return Manifest{}, fmt.Errorf("%s: %w", p, err)
+	}
+	return m, nil
+}
+
+// runScoped is a store URI with the run's own prefix: a new run never
+// resumes another's checkpoints, and resume finds its own by run id.
+func runScoped(uri, runID string) string { return strings.TrimRight(uri, "/") + "/" + runID }
+
+// runFacts are manifest fields that describe the run, not its
+// configuration: they are not compared on resume.
+var runFacts = []string{"schema", "run_id", "label", "workflow", "commit", "ci_run", "evidence_dir", "created_at"}
+
+// diffSpec lists the JSON paths of the configuration fields that differ
+// between two manifests, sorted.
+func diffSpec(frozen, now Manifest) []string {
+	toMap := func(m Manifest) map[string]any {
+		b, _ := json.Marshal(m)
+		var out map[string]any
+		json.Unmarshal(b, &out)
+		for _, k := range runFacts {
+			delete(out, k)
+		}
+		return out
+	}
+	var diffs []string
+	var walk func(prefix string, a, b any)
+	walk = func(prefix string, a, b any) {
+		am, aok := a.(map[string]any)
+		bm, bok := b.(map[string]any)
+		if aok && bok {
+			keys := map[string]bool{}
+			for k := range am {
+				keys[k] = true
+			}
+			for k := range bm {
+				keys[k] = true
+			}
+			for k := range keys {
+				p := k
+				if prefix != "" {
+					p = prefix + "." + k
+				}
+				walk(p, am[k], bm[k])
+			}
+			return
+		}
+		ab, _ := json.Marshal(a)
+		bb, _ := json.Marshal(b)
+		if !bytes.Equal(ab, bb) {
+			diffs = append(diffs, prefix)
+		}
+	}
+	walk("", toMap(frozen), toMap(now))
+	sort.Strings(diffs)
+	return diffs
+}
+
+// adoptFrozen makes a resumed run use its frozen manifest: it checks
+// manifest.json against the journal's hash and refuses, naming the fields,
+// when the configuration now differs — unless AcceptConfigChange, which
+// is journaled with the fields.
+func (e *Engine) adoptFrozen(ctx context.Context) error {
+	frozen, err := LoadManifest(e.runDir, e.state.ManifestHash)
+	if err != nil {
+		return &StepError{Step: stepFreeze, Err: err}
+	}
+	now := e.spec(ctx)
+	if now.Train != nil { // the store prefixes a run gets when it starts
+		now.Train.CheckpointURI, now.Train.OutputURI = runScoped(now.Train.CheckpointURI, e.state.RunID), runScoped(now.Train.OutputURI, e.state.RunID)
+	}
+	if fields := diffSpec(frozen, now); len(fields) > 0 {
+		if !e.AcceptConfigChange {
+			return &StepError{Step: stepFreeze, Err: &ConfigChangedError{Run: e.state.RunID, Fields: fields}}
+		}
+		if err := e.record("event", "config_change", map[string]any{"fields": fields, "frozen_manifest_sha256": e.state.ManifestHash}); err != nil {
+			return err
+		}
+		e.infof("continuing with a changed configuration (%s), as --accept-config-change asks", strings.Join(fields, ", "))
+	}
+	// The new evidence directory gets the manifest the run was frozen with.
+	if err := os.MkdirAll(e.EvidenceDir, 0o755); err != nil {
+		return fmt.Errorf("create evidence directory: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(e.runDir, "manifest.json")) // the very bytes the hash covers
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(e.EvidenceDir, "manifest.json"), b, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("write manifest: %w", err)
+	}
+	e.manifest = frozen
+	return nil
 }
 
 var digestRef = regexp.MustCompile(`^[a-z0-9]+(?:[._/:-][a-z0-9]+)*@sha256:[a-f0-9]{64}$`)

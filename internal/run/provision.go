@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/policy"
+	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/remote"
 )
 
@@ -25,6 +27,15 @@ const maxAttempts = 2
 // rent creates one instance from o, journaling intent first. An ambiguous
 // outcome is reconciled by label, never retried blindly.
 func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceID, error) {
+	// One live contract per label, whatever the timing: a rental starts only
+	// when the journal knows of no instance that may still be live and of no
+	// create whose outcome is unknown (retireEarlier and reconcile see to it).
+	if ids := e.state.Unconfirmed(); len(ids) > 0 {
+		return 0, &StepError{Step: stepRent, Err: fmt.Errorf("%w: instances %v", ErrEarlierRentalLive, ids)}
+	}
+	if e.state.AmbiguousRent() {
+		return 0, &StepError{Step: stepRent, Err: fmt.Errorf("%w: an earlier create's outcome is unknown", ErrEarlierRentalLive)}
+	}
 	login, err := e.imageLogin() // checked in prepare; read again here, before the intent
 	if err != nil {
 		return 0, err
@@ -56,12 +67,35 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 		var oe *provider.OutcomeUnknownError
 		errors.As(err, &oe)
 		e.infof("create answered ambiguously (%v); reconciling by label %s", err, e.state.Label)
-		e.record("event", stepRent, map[string]any{"ambiguous": err.Error()})
+		if jerr := e.record("event", stepRent, map[string]any{"ambiguous": err.Error()}); jerr != nil {
+			return 0, jerr // teardown sweeps the label: the rent intent is journaled
+		}
 		return e.reconcile(ctx, oe.InstanceID)
 	default:
-		e.record("failed", stepRent, instanceData{Reason: err.Error()})
+		if jerr := e.record("failed", stepRent, instanceData{Reason: err.Error()}); jerr != nil {
+			return 0, errors.Join(err, jerr)
+		}
 		return 0, err
 	}
+}
+
+// ErrEarlierRentalLive means a rent was refused because an earlier rental of
+// the run may still be live.
+var ErrEarlierRentalLive = errors.New("an earlier rental of this run is not confirmed destroyed, so nothing new is rented")
+
+// retireEarlier destroys, confirmed, every instance of the run whose
+// destruction the journal does not record as confirmed, before anything new
+// is rented. A controller killed between journaling "failover" and
+// "confirm" leaves such an instance live (paused instances still count):
+// renting beside it would make two live contracts for one label.
+func (e *Engine) retireEarlier(ctx context.Context) error {
+	for _, id := range e.state.Unconfirmed() {
+		e.infof("instance %d of this run is not confirmed destroyed: destroying it before renting another", id)
+		if err := e.destroyConfirm(context.WithoutCancel(ctx), id, time.Time{}); err != nil {
+			return &StepError{Step: stepRent, Instance: id, Err: fmt.Errorf("%w: %w", ErrEarlierRentalLive, err)}
+		}
+	}
+	return nil
 }
 
 // rented records the new id in the journal and in the CI's durable state.
@@ -86,52 +120,59 @@ var errNotRented = errors.New("the ambiguous create did not rent anything")
 // until the listing is complete and shows the rental, or the grace ends.
 // hint is a contract id the error body mentioned, if any.
 func (e *Engine) reconcile(ctx context.Context, hint provider.InstanceID) (provider.InstanceID, error) {
-	deadline := e.now().Add(reconcileGrace)
-	wait := 2 * time.Second
-	for {
-		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
-		if err == nil {
+	var keep provider.InstanceID
+	var adoptErr error
+	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: 2 * time.Second, Max: 15 * time.Second, Jitter: e.jitter(), Deadline: e.now().Add(reconcileGrace)},
+		func(ctx context.Context) (bool, error) {
+			list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+			if err != nil {
+				e.Log.Debug("label listing failed during reconcile", "err", err)
+				return false, err
+			}
 			ids := make([]provider.InstanceID, 0, len(list))
 			for _, in := range list {
-				ids = append(ids, in.ID)
+				// An instance the journal already knows (an earlier attempt,
+				// an extra) is never what this create rented.
+				if e.state.attemptFor(in.ID) == nil && !containsID(e.state.Extras, in.ID) {
+					ids = append(ids, in.ID)
+				}
 			}
 			if hint != 0 && !containsID(ids, hint) {
 				if _, serr := e.Market.ShowInstance(ctx, hint); serr == nil {
 					ids = append(ids, hint)
 				}
 			}
-			if len(ids) > 0 {
-				keep := chooseKeeper(ids, hint)
-				if err := e.rented(keep, "adopted"); err != nil {
-					return keep, err
-				}
-				e.infof("adopted instance %d found by label", keep)
-				for _, id := range ids {
-					if id != keep {
-						e.infof("instance %d is a duplicate for label %s: destroying it", id, e.state.Label)
-						e.record("event", stepAdopt, instanceData{Instance: id, Reason: "duplicate"})
+			if len(ids) == 0 {
+				return false, nil
+			}
+			keep = chooseKeeper(ids, hint)
+			if adoptErr = e.rented(keep, "adopted"); adoptErr != nil {
+				return true, nil
+			}
+			e.infof("adopted instance %d found by label", keep)
+			for _, id := range ids {
+				if id != keep {
+					e.infof("instance %d is a duplicate for label %s: destroying it", id, e.state.Label)
+					if adoptErr = e.record("event", stepAdopt, instanceData{Instance: id, Reason: "duplicate"}); adoptErr != nil {
+						return true, nil
 					}
 				}
-				return keep, nil
 			}
-		} else {
-			e.Log.Debug("label listing failed during reconcile", "err", err)
+			return true, nil
+		})
+	var de *poll.DeadlineError
+	switch {
+	case err == nil:
+		return keep, adoptErr
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
+	case errors.As(err, &de) && de.Last == nil:
+		if rerr := e.record("failed", stepRent, instanceData{Reason: "ambiguous create: nothing carries the label after the grace period"}); rerr != nil {
+			return 0, rerr
 		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		if !e.now().Before(deadline) {
-			if err != nil {
-				return 0, &StepError{Step: stepRent, Err: fmt.Errorf("outcome unknown and label %s could not be listed: %w (teardown will sweep the label)", e.state.Label, err)}
-			}
-			e.record("failed", stepRent, instanceData{Reason: "ambiguous create: nothing carries the label after the grace period"})
-			return 0, errNotRented
-		}
-		if err := e.sleep(ctx, e.jittered(wait)); err != nil {
-			return 0, err
-		}
-		wait = min(wait*2, 15*time.Second)
+		return 0, errNotRented
 	}
+	return 0, &StepError{Step: stepRent, Err: fmt.Errorf("outcome unknown and label %s could not be listed: %w (teardown will sweep the label)", e.state.Label, err)}
 }
 
 func containsID(ids []provider.InstanceID, id provider.InstanceID) bool {
@@ -156,18 +197,22 @@ func chooseKeeper(ids []provider.InstanceID, hint provider.InstanceID) provider.
 
 // dedupe enforces one live contract per label after a rental: any other
 // instance carrying the label is recorded as an extra and destroyed.
-func (e *Engine) dedupe(ctx context.Context, keep provider.InstanceID) {
+func (e *Engine) dedupe(ctx context.Context, keep provider.InstanceID) error {
 	list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
 	if err != nil {
-		return // teardown lists again, completely, before it confirms
+		return nil // teardown lists again, completely, before it confirms
 	}
+	var jerr error
 	for _, in := range list {
 		if in.ID != keep && e.state.attemptFor(in.ID) == nil {
-			e.record("event", stepAdopt, instanceData{Instance: in.ID, Reason: "duplicate"})
+			// Destroying is the safe side: it goes ahead even when the
+			// journal cannot say so, and the step fails after it.
+			jerr = errors.Join(jerr, e.record("event", stepAdopt, instanceData{Instance: in.ID, Reason: "duplicate"}))
 			e.infof("instance %d also carries label %s: destroying the duplicate", in.ID, e.state.Label)
 			e.destroyConfirm(ctx, in.ID, time.Time{})
 		}
 	}
+	return jerr
 }
 
 var imageErrorRE = regexp.MustCompile(`(?i)error response from daemon|manifest (for|unknown)|not found: manifest|pull access denied|unauthorized|oci runtime|no such image|error pulling|failed to pull|permission denied`)
@@ -193,16 +238,40 @@ func terminalReason(in provider.Instance, createdFor time.Duration) string {
 // waitReady polls with adaptive, jittered intervals until the instance runs
 // with SSH published, fails terminally, or the deadline passes.
 func (e *Engine) waitReady(ctx context.Context, id provider.InstanceID, deadline time.Time) (provider.Instance, error) {
-	interval := 2 * time.Second
 	start := e.now()
 	var createdSince time.Time
 	last := ""
 	var inst provider.Instance
-	for {
-		var err error
-		inst, err = e.Market.ShowInstance(ctx, id)
-		switch {
-		case err == nil:
+	var stepErr *StepError
+	fail := func(reason string) (bool, error) {
+		stepErr = &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed, Err: errors.New(reason)}
+		return false, stepErr
+	}
+	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: 2 * time.Second, Max: 15 * time.Second, Factor: 1.5, Jitter: e.jitter(), Deadline: deadline,
+		// "loading" comes right before "running": poll it closely, since
+		// every second between running and noticing is billed.
+		Limit: func() time.Duration {
+			if inst.ActualStatus == "loading" {
+				return 5 * time.Second
+			}
+			return 15 * time.Second
+		},
+		Permanent: func(err error) bool { return errors.Is(err, provider.ErrAuth) || errors.As(err, new(*StepError)) }},
+		func(ctx context.Context) (bool, error) {
+			var err error
+			inst, err = e.Market.ShowInstance(ctx, id)
+			switch {
+			case errors.Is(err, provider.ErrNotFound):
+				if e.now().Sub(start) > 2*time.Minute { // longer than any read lag
+					return fail("instance vanished")
+				}
+				return false, nil
+			case err != nil:
+				if !errors.Is(err, provider.ErrRateLimited) {
+					e.Log.Debug("readiness poll failed", "instance", id, "err", err)
+				}
+				return false, err
+			}
 			status := inst.ActualStatus
 			if status == "" {
 				status = "scheduling"
@@ -212,7 +281,7 @@ func (e *Engine) waitReady(ctx context.Context, id provider.InstanceID, deadline
 				last = desc
 			}
 			if inst.Running() {
-				return inst, e.record("done", stepReady, instanceData{Instance: id})
+				return true, nil
 			}
 			if inst.ActualStatus == "created" {
 				if createdSince.IsZero() {
@@ -226,35 +295,20 @@ func (e *Engine) waitReady(ctx context.Context, id provider.InstanceID, deadline
 				createdFor = e.now().Sub(createdSince)
 			}
 			if reason := terminalReason(inst, createdFor); reason != "" {
-				return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed, Err: errors.New(reason)}
+				return fail(reason)
 			}
-		case errors.Is(err, provider.ErrNotFound):
-			if e.now().Sub(start) > 2*time.Minute { // longer than any read lag
-				return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed, Err: errors.New("instance vanished")}
-			}
-		case errors.Is(err, provider.ErrRateLimited):
-			interval = min(interval*2, time.Minute)
-		case errors.Is(err, provider.ErrAuth), ctx.Err() != nil:
-			return inst, err
-		default:
-			e.Log.Debug("readiness poll failed", "instance", id, "err", err)
-		}
-		if !e.now().Before(deadline) {
-			return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed,
-				Err: fmt.Errorf("not running within the ready deadline (last: %s)", orDash(last))}
-		}
-		wait := min(e.jittered(interval), deadline.Sub(e.now()))
-		if err := e.sleep(ctx, max(wait, time.Millisecond)); err != nil {
-			return inst, err
-		}
-		// "loading" comes right before "running": poll it closely, since
-		// every second between running and noticing is billed.
-		limit := 15 * time.Second
-		if inst.ActualStatus == "loading" {
-			limit = 5 * time.Second
-		}
-		interval = min(interval*3/2, limit)
+			return false, nil
+		})
+	switch {
+	case err == nil:
+		return inst, e.record("done", stepReady, instanceData{Instance: id})
+	case stepErr != nil:
+		return inst, stepErr
+	case errors.Is(err, poll.ErrDeadline):
+		return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed,
+			Err: fmt.Errorf("not running within the ready deadline (last: %s)", orDash(last))}
 	}
+	return inst, err
 }
 
 func orDash(s string) string {
@@ -268,6 +322,9 @@ func orDash(s string) string {
 // rental that never becomes ready once on a different machine.
 func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client, provider.Instance, error) {
 	for attempt := 1; ; attempt++ {
+		if err := e.retireEarlier(ctx); err != nil {
+			return nil, provider.Instance{}, err
+		}
 		t0 := e.now()
 		offer, err := e.selectOffer(ctx, exclude)
 		e.timings.add("select", e.now().Sub(t0))
@@ -290,7 +347,9 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 		if err != nil {
 			return nil, provider.Instance{}, err
 		}
-		e.dedupe(ctx, id)
+		if err := e.dedupe(ctx, id); err != nil {
+			return nil, provider.Instance{}, err
+		}
 		t0 = e.now()
 		deadline := e.now().Add(time.Duration(e.Config.Timeouts.Ready))
 		inst, err := e.waitReady(ctx, id, deadline)
@@ -307,7 +366,9 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 			return nil, inst, err
 		}
 		// Terminal or too slow: destroy it (confirmed) and try once elsewhere.
-		e.record("event", stepFailover, instanceData{Instance: id, Reason: se.Err.Error()})
+		if jerr := e.record("event", stepFailover, instanceData{Instance: id, Reason: se.Err.Error()}); jerr != nil {
+			return nil, inst, errors.Join(err, jerr) // teardown destroys it
+		}
 		e.infof("instance %d failed: %v; destroying it", id, se.Err)
 		if cerr := e.destroyConfirm(context.WithoutCancel(ctx), id, time.Time{}); cerr != nil {
 			return nil, inst, fmt.Errorf("%w; and its destruction is not confirmed: %v", err, cerr)
@@ -326,45 +387,42 @@ func (e *Engine) connect(ctx context.Context, id provider.InstanceID, inst provi
 	if err != nil {
 		return nil, err
 	}
-	var attachErr error
-	for try := 0; try < 5; try++ {
-		if attachErr = e.Market.AttachSSHKey(ctx, id, kp.AuthorizedKey); attachErr == nil {
-			break
-		}
-		if errors.Is(attachErr, provider.ErrAuth) || e.sleep(ctx, time.Duration(try+1)*2*time.Second) != nil {
-			break
-		}
+	// Attaching twice is harmless: the decorator retries it.
+	attach := &retry.Market{Inner: e.Market, Clock: e.Clock, MaxTries: 5, Initial: 2 * time.Second}
+	if err := attach.AttachSSHKey(ctx, id, kp.AuthorizedKey); err != nil {
+		return nil, &StepError{Step: "attach SSH key", Instance: id, Err: err}
 	}
-	if attachErr != nil {
-		return nil, &StepError{Step: "attach SSH key", Instance: id, Err: attachErr}
-	}
-	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: e.runDir + "/known_hosts"}
+	// The client redials a dropped or stalled connection itself (same
+	// pinned host key), pacing its redials on the run's clock.
+	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: e.runDir + "/known_hosts", Clock: e.Clock, KeepAlive: e.SSHKeepAlive}
 	eps := endpoints(inst)
-	wait := time.Second
-	for {
-		c, err := d.Dial(ctx, eps)
-		if err == nil {
-			return c, nil
-		}
-		if errors.Is(err, remote.ErrHostKeyChanged) {
-			return nil, &StepError{Step: "ssh", Instance: id, Outcome: OutcomeVerifyFailed, Err: err}
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if !e.now().Before(deadline) {
-			return nil, &StepError{Step: "ssh", Instance: id, Outcome: OutcomeReadyFailed, Err: fmt.Errorf("SSH never answered before the ready deadline: %w", err)}
-		}
-		e.Log.Debug("ssh not answering yet", "instance", id, "err", err)
-		if err := e.sleep(ctx, e.jittered(wait)); err != nil {
-			return nil, err
-		}
-		wait = min(wait*2, 10*time.Second)
-		// Refresh endpoints: ports can be published late.
-		if fresh, err := e.Market.ShowInstance(ctx, id); err == nil && len(endpoints(fresh)) > 0 {
-			eps = endpoints(fresh)
-		}
+	var c *remote.Client
+	tries := 0
+	err = poll.Until(ctx, e.Clock, poll.Policy{Initial: time.Second, Max: 10 * time.Second, Jitter: e.jitter(), Deadline: deadline,
+		Permanent: func(err error) bool { return errors.Is(err, remote.ErrHostKeyChanged) }},
+		func(ctx context.Context) (bool, error) {
+			if tries++; tries > 1 {
+				// Refresh endpoints: ports can be published late.
+				if fresh, err := e.Market.ShowInstance(ctx, id); err == nil && len(endpoints(fresh)) > 0 {
+					eps = endpoints(fresh)
+				}
+			}
+			var err error
+			if c, err = d.Dial(ctx, eps); err != nil {
+				e.Log.Debug("ssh not answering yet", "instance", id, "err", err)
+				return false, err
+			}
+			return true, nil
+		})
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.Is(err, remote.ErrHostKeyChanged):
+		return nil, &StepError{Step: "ssh", Instance: id, Outcome: OutcomeVerifyFailed, Err: err}
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
 	}
+	return nil, &StepError{Step: "ssh", Instance: id, Outcome: OutcomeReadyFailed, Err: fmt.Errorf("SSH never answered before the ready deadline: %w", err)}
 }
 
 func endpoints(in provider.Instance) []remote.Endpoint {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
 )
 
@@ -37,37 +38,30 @@ var ErrStillPresent = errors.New("instance still present after destroy")
 // ("show", "label_listing"), retrying with backoff until deadline (on
 // c.Clock) passes or ctx ends.
 func (c Confirmer) DestroyConfirm(ctx context.Context, id provider.InstanceID, label string, deadline time.Time) ([]string, error) {
-	wait := time.Second
+	var via []string
 	var last error
-	for {
+	err := poll.Until(ctx, c.Clock, poll.Policy{Initial: time.Second, Max: 15 * time.Second, Deadline: deadline}, func(ctx context.Context) (bool, error) {
 		if c.OnIntent != nil {
 			c.OnIntent(id)
 		}
-		err := c.Market.DestroyInstance(ctx, id)
-		if err == nil {
-			if c.OnDone != nil {
-				c.OnDone(id)
-			}
-			via, cerr := c.confirm(ctx, id, label)
-			if cerr == nil {
-				return via, nil
-			}
-			last = cerr
-		} else {
-			last = err
-			if errors.Is(err, provider.ErrAuth) {
-				return nil, fmt.Errorf("destroy instance %d: %w", id, err) // retrying cannot help
-			}
+		if last = c.Market.DestroyInstance(ctx, id); last != nil {
+			return false, last // auth ends the wait: retrying cannot help
 		}
-		left := deadline.Sub(c.Clock.Now())
-		if left <= 0 {
-			return nil, fmt.Errorf("destroy instance %d: not confirmed before the teardown deadline: %w", id, last)
+		if c.OnDone != nil {
+			c.OnDone(id)
 		}
-		if err := clock.Sleep(ctx, c.Clock, min(wait, left)); err != nil {
-			return nil, fmt.Errorf("destroy instance %d: %w (last: %v)", id, err, last)
-		}
-		wait = min(wait*2, 15*time.Second)
+		via, last = c.confirm(ctx, id, label)
+		return last == nil, last
+	})
+	switch {
+	case err == nil:
+		return via, nil
+	case errors.Is(err, poll.ErrDeadline):
+		return nil, fmt.Errorf("destroy instance %d: not confirmed before the teardown deadline: %w", id, last)
+	case ctx.Err() != nil && last != nil:
+		return nil, fmt.Errorf("destroy instance %d: %w (last: %v)", id, ctx.Err(), last)
 	}
+	return nil, fmt.Errorf("destroy instance %d: %w", id, err)
 }
 
 // SweepSettle is how long a label listing must stay clean before absence
@@ -80,41 +74,43 @@ const SweepSettle = 20 * time.Second
 func (c Confirmer) SweepLabel(ctx context.Context, label string, deadline time.Time, settle time.Duration) ([]provider.InstanceID, error) {
 	var destroyed []provider.InstanceID
 	var cleanSince time.Time
-	wait := time.Second
-	for {
-		list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}})
-		now := c.Clock.Now()
-		switch {
-		case err != nil:
-			cleanSince = time.Time{}
-		case len(list) == 0:
-			if cleanSince.IsZero() {
-				cleanSince = now
+	var destroyErr error
+	err := poll.Until(ctx, c.Clock, poll.Policy{Initial: time.Second, Max: min(10*time.Second, settle/2+time.Millisecond), Deadline: deadline},
+		func(ctx context.Context) (bool, error) {
+			list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}})
+			now := c.Clock.Now()
+			switch {
+			case err != nil:
+				cleanSince = time.Time{}
+				return false, err
+			case len(list) == 0:
+				if cleanSince.IsZero() {
+					cleanSince = now
+				}
+				return now.Sub(cleanSince) >= settle, nil
 			}
-			if now.Sub(cleanSince) >= settle {
-				return destroyed, nil
-			}
-		default:
 			cleanSince = time.Time{}
 			for _, in := range list {
 				if _, derr := c.DestroyConfirm(ctx, in.ID, label, deadline); derr != nil {
-					return destroyed, derr
+					destroyErr = derr
+					return true, nil // stop: DestroyConfirm already spent the time
 				}
 				destroyed = append(destroyed, in.ID)
 			}
-			continue
-		}
-		if !now.Before(deadline) {
-			if err != nil {
-				return destroyed, fmt.Errorf("sweep label %s: %w", label, err)
-			}
-			return destroyed, fmt.Errorf("sweep label %s: not clean for %s before the deadline", label, settle)
-		}
-		if err := clock.Sleep(ctx, c.Clock, min(wait, settle/2+time.Millisecond, deadline.Sub(now))); err != nil {
-			return destroyed, err
-		}
-		wait = min(wait*2, 10*time.Second)
+			return false, nil
+		})
+	var de *poll.DeadlineError
+	switch {
+	case destroyErr != nil:
+		return destroyed, destroyErr
+	case err == nil:
+		return destroyed, nil
+	case errors.As(err, &de) && de.Last != nil:
+		return destroyed, fmt.Errorf("sweep label %s: %w", label, de.Last)
+	case errors.As(err, &de):
+		return destroyed, fmt.Errorf("sweep label %s: not clean for %s before the deadline", label, settle)
 	}
+	return destroyed, err
 }
 
 func (c Confirmer) confirm(ctx context.Context, id provider.InstanceID, label string) ([]string, error) {
@@ -144,6 +140,8 @@ func (c Confirmer) confirm(ctx context.Context, id provider.InstanceID, label st
 func (e *Engine) confirmer() Confirmer {
 	return Confirmer{
 		Market: e.Market, Clock: e.Clock,
+		// Destroying is the safe side effect: it goes ahead even when its
+		// intent cannot be journaled (the run then fails on ErrJournal).
 		OnIntent: func(id provider.InstanceID) { e.record("intent", stepDestroy, instanceData{Instance: id}) },
 		OnDone:   func(id provider.InstanceID) { e.record("done", stepDestroy, instanceData{Instance: id}) },
 	}
@@ -159,6 +157,8 @@ func (e *Engine) destroyConfirm(ctx context.Context, id provider.InstanceID, dea
 	if err != nil {
 		return err
 	}
+	// A confirmation the journal cannot hold is still a confirmation: it is
+	// kept in memory for the receipt, and the run fails on the journal error.
 	e.record("done", stepConfirm, instanceData{Instance: id, Via: via})
 	e.infof("instance %d destroyed (confirmed by %v)", id, via)
 	return nil
@@ -180,20 +180,20 @@ func (e *Engine) Teardown(ctx context.Context) error {
 	// Sweep the label first: a lost create may have rented something the
 	// journal never saw. A failed listing is not "none": retry it.
 	var sweepErr error
-	for wait := time.Second; ; wait = min(wait*2, 10*time.Second) {
-		list, err := e.Market.ListInstances(tctx, provider.ListOptions{Labels: []string{e.state.Label}})
-		if err == nil {
-			for _, in := range list {
-				if e.state.attemptFor(in.ID) == nil && !containsID(e.state.Extras, in.ID) {
-					e.record("event", stepAdopt, instanceData{Instance: in.ID, Reason: "found by label at teardown"})
-				}
-			}
-			sweepErr = nil
-			break
+	var found []provider.InstanceID
+	err := poll.Until(tctx, e.Clock, poll.Policy{Initial: time.Second, Max: 10 * time.Second, Deadline: deadline}, func(ctx context.Context) (bool, error) {
+		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+		for _, in := range list {
+			found = append(found, in.ID)
 		}
+		return err == nil, err
+	})
+	if err != nil {
 		sweepErr = err
-		if !e.now().Before(deadline) || clock.Sleep(tctx, e.Clock, wait) != nil {
-			break
+	}
+	for _, id := range found {
+		if e.state.attemptFor(id) == nil && !containsID(e.state.Extras, id) {
+			e.record("event", stepAdopt, instanceData{Instance: id, Reason: "found by label at teardown"})
 		}
 	}
 	var errs []error

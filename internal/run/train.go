@@ -37,6 +37,7 @@ const (
 	trainLog     = ".vastrun/train.log"
 	resumeDir    = ".vastrun/restore"
 	resumeProof  = ".vastrun/resumed_from"
+	launchMark   = ".vastrun/launched"
 	minTrainPoll = time.Second
 )
 
@@ -86,8 +87,14 @@ func (e *Engine) RunTrain(ctx context.Context) (*Receipt, error) {
 
 // ResumeTrain continues a run whose controller died, from its journal
 // (opened with Open), re-attaching to a live instance instead of renting.
+// A configuration that differs from the run's frozen manifest is refused
+// before anything is touched (see AcceptConfigChange).
 func (e *Engine) ResumeTrain(ctx context.Context) (*Receipt, error) {
 	e.Workflow = "train"
+	if err := e.adoptFrozen(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
 	return e.trainDriver(ctx, false)
 }
 
@@ -98,8 +105,7 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 	// Each run has its own prefix: a new run never resumes another's
 	// checkpoints, and `resume` finds its own again by run id.
 	c := &e.Config.Train
-	c.CheckpointURI = strings.TrimRight(c.CheckpointURI, "/") + "/" + e.state.RunID
-	c.OutputURI = strings.TrimRight(c.OutputURI, "/") + "/" + e.state.RunID
+	c.CheckpointURI, c.OutputURI = runScoped(c.CheckpointURI, e.state.RunID), runScoped(c.OutputURI, e.state.RunID)
 	e.train = &TrainReport{CheckpointURI: c.CheckpointURI, Resumes: []ResumeProof{}}
 	if fresh {
 		if err := e.prepare(ctx); err != nil {
@@ -119,6 +125,7 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 			exclude = append(exclude, a.MachineID)
 		}
 	}
+	reconnects := 0
 	for attempts := 0; ; attempts++ {
 		var inst provider.Instance
 		var err error
@@ -129,6 +136,14 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 		end, err := e.trainOn(ctx, client, inst, deadline)
 		client.Close()
 		client = nil
+		// SSH lost for good mid-step: look at the instance again (attach
+		// re-attaches if it runs, replaces it if not) instead of failing.
+		if err != nil && remote.Lost(err) && ctx.Err() == nil && reconnects < 3 {
+			reconnects++
+			attempts--
+			e.infof("SSH to instance %d lost (%v); checking the instance again", inst.ID, err)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +157,9 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 		}
 		// Interrupted: destroy it (confirmed), exclude its machine, replace.
 		t0 := e.now()
-		e.record("event", stepFailover, instanceData{Instance: inst.ID, Reason: end.interrupted})
+		if err := e.record("event", stepFailover, instanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
+			return nil, err // teardown destroys it
+		}
 		e.infof("instance %d interrupted (%s): destroying it and renting a replacement", inst.ID, end.interrupted)
 		if err := e.destroyConfirm(context.WithoutCancel(ctx), inst.ID, time.Time{}); err != nil {
 			return nil, err
@@ -175,7 +192,9 @@ func (e *Engine) attach(ctx context.Context, exclude []int64) (*remote.Client, p
 			return client, inst, err
 		case err == nil || errors.Is(err, provider.ErrNotFound):
 			// Gone or not running: destroy whatever is left, then replace.
-			e.record("event", stepFailover, instanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"})
+			if err := e.record("event", stepFailover, instanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"}); err != nil {
+				return nil, inst, err
+			}
 			if err := e.destroyConfirm(context.WithoutCancel(ctx), a.InstanceID, time.Time{}); err != nil {
 				return nil, inst, err
 			}
@@ -230,7 +249,17 @@ func (e *Engine) trainEnv(restored int64) map[string]string {
 // workload and agent started detached), then monitors it.
 func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.Instance, deadline time.Time) (trainEnd, error) {
 	t := e.Config.Train
-	running, _ := c.Output(ctx, `[ -f .vastrun/train.pid ] && kill -0 "$(cat .vastrun/train.pid)" 2>/dev/null && echo yes; [ -f `+trainExit+` ] && echo finished`)
+	// Launched but its pid not written yet (a launch cut off by a dropped
+	// connection) counts as running: a second workload must never start.
+	// A launched workload that died without an exit status may be started
+	// again. The probe always exits 0, so an error is a transport failure.
+	running, err := c.Output(ctx, `if [ -f `+trainExit+` ]; then echo finished
+elif [ -f .vastrun/train.pid ] && kill -0 "$(cat .vastrun/train.pid)" 2>/dev/null; then echo yes
+elif [ -d `+launchMark+` ] && [ ! -f .vastrun/train.pid ]; then echo yes
+else rm -rf `+launchMark+`; fi; true`)
+	if err != nil {
+		return trainEnd{}, fmt.Errorf("check the workload on instance %d: %w", inst.ID, err)
+	}
 	if !strings.Contains(running, "yes") && !strings.Contains(running, "finished") {
 		if err := e.startTraining(ctx, c, inst); err != nil {
 			return trainEnd{}, err
@@ -341,13 +370,18 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 	agentCmd := fmt.Sprintf("%s agent watch --store %s --dir %s --keep %d --heartbeat %s --ttl %s --deadline %s --status %s --poll 1s --quiet %s",
 		remoteBin, remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, heartbeat,
 		t.HeartbeatTTL.Duration(), e.state.Started.Add(t.RuntimeDeadline.Duration()).UTC().Format(time.RFC3339), agentStatus, t.QuietPeriod.Duration())
-	script := fmt.Sprintf(`mkdir -p .vastrun %s %s && rm -f %s %s && touch %s
+	// The mark makes the launch happen at most once per instance, even when
+	// a dropped connection makes this script's fate unknown.
+	script := fmt.Sprintf(`mkdir -p .vastrun && { mkdir `+launchMark+` 2>/dev/null || exit 0; }
+mkdir -p %s %s && rm -f %s %s .vastrun/train.pid && touch %s
 setsid nohup %s > .vastrun/agent.log 2>&1 < /dev/null &
 setsid nohup sh -c '%s; echo $? > %s' > %s 2>&1 < /dev/null &
 echo $! > .vastrun/train.pid`,
 		remote.ShellQuote(t.CheckpointDir), remote.ShellQuote(t.OutputDir), trainExit, resumeProof, heartbeat,
 		agentCmd, strings.ReplaceAll(t.Command, "'", `'\''`), trainExit, trainLog)
-	e.record("intent", stepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step})
+	if err := e.record("intent", stepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
+		return err // no intent, no workload
+	}
 	if err := c.Run(ctx, remote.Command{Env: env, Script: script}); err != nil {
 		return fmt.Errorf("start training on instance %d: %w", inst.ID, err)
 	}

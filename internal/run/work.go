@@ -88,7 +88,9 @@ func (e *Engine) work(ctx context.Context, c *remote.Client, script string, env 
 
 	jctx, cancel := context.WithTimeout(ctx, time.Duration(e.Config.Timeouts.Job))
 	defer cancel()
-	e.record("intent", stepWork, map[string]any{"command": script})
+	if err := e.record("intent", stepWork, map[string]any{"command": script}); err != nil {
+		return &TestOutcome{Log: "test.log"}, &StepError{Step: stepWork, Err: err} // not run: no intent, no side effect
+	}
 	full := `VASTRUN_RESULT="$PWD/` + ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; rm -f "$VASTRUN_RESULT"; ` + script
 	err = c.Run(jctx, remote.Command{Script: full, Env: env, Stdout: out, Stderr: out})
 	out.Flush()
@@ -102,13 +104,15 @@ func (e *Engine) work(ctx context.Context, c *remote.Client, script string, env 
 		return res, ctx.Err()
 	case jctx.Err() != nil:
 		res.TimedOut, res.ExitCode = true, -1
-		e.record("failed", stepWork, map[string]any{"timeout": e.Config.Timeouts.Job.String()})
-		return res, &StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the test ran past the job timeout %s", e.Config.Timeouts.Job)}
+		jerr := e.record("failed", stepWork, map[string]any{"timeout": e.Config.Timeouts.Job.String()})
+		return res, errors.Join(&StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the test ran past the job timeout %s", e.Config.Timeouts.Job)}, jerr)
 	default:
 		return res, &StepError{Step: stepWork, Err: err}
 	}
 	e.fetchResult(c, res)
-	e.record("done", stepWork, map[string]any{"exit_code": res.ExitCode})
+	if err := e.record("done", stepWork, map[string]any{"exit_code": res.ExitCode}); err != nil {
+		return res, &StepError{Step: stepWork, Err: err}
+	}
 	return res, nil
 }
 

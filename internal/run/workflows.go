@@ -185,11 +185,43 @@ func (e *Engine) drive(ctx context.Context, workflow string, keep bool, body fun
 
 func (e *Engine) rentAttempted() bool { return e.state != nil && len(e.state.Attempts) > 0 }
 
+// ResumeCI continues a ci run whose controller died (opened with Open).
+// Its frozen manifest must match the configuration (see adoptFrozen). A
+// live instance of the run is re-attached to, never rented again; one that
+// is gone or not running is destroyed and replaced. The test runs again
+// (how its interrupted run ended is unknown), then teardown and receipt.
+func (e *Engine) ResumeCI(ctx context.Context) (receipt *Receipt, err error) {
+	e.Workflow = "ci"
+	if err := e.adoptFrozen(ctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	defer e.Close()
+	var client *remote.Client
+	defer func() { receipt, err = e.settle(ctx, recover(), client, false, err) }()
+	var exclude []int64
+	for _, a := range e.state.Attempts {
+		if a.Failure != "" {
+			exclude = append(exclude, a.MachineID)
+		}
+	}
+	var inst provider.Instance
+	if client, inst, err = e.attach(ctx, exclude); err != nil {
+		return nil, err
+	}
+	return nil, e.testOn(ctx, client, inst, e.now())
+}
+
 func (e *Engine) verifyAndTest(ctx context.Context, client *remote.Client, inst provider.Instance) error {
 	t0 := e.now()
 	if err := e.verify(ctx, client, inst); err != nil {
 		return err
 	}
+	return e.testOn(ctx, client, inst, t0)
+}
+
+// testOn uploads and runs the test on a verified instance.
+func (e *Engine) testOn(ctx context.Context, client *remote.Client, inst provider.Instance, t0 time.Time) error {
 	if err := e.upload(client); err != nil {
 		return &StepError{Step: "upload", Instance: inst.ID, Err: err}
 	}
@@ -232,6 +264,14 @@ func (e *Engine) settle(ctx context.Context, recovered any, client *remote.Clien
 		outcome = e.canary.Comparison
 	case errors.Is(err, ErrTrainFailed):
 		outcome = OutcomeFailed
+	}
+	// A run whose journal could not be written never counts as a success,
+	// even if the step that hit it did not report it.
+	if e.journalErr != nil && !errors.Is(err, ErrJournal) {
+		if err == nil {
+			outcome = Outcome(e.journalErr)
+		}
+		err = errors.Join(err, e.journalErr)
 	}
 	if keep && err == nil {
 		outcome = OutcomeUp

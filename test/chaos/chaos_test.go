@@ -71,47 +71,123 @@ func (a autoClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
-// crashMarket freezes forever at call number crashAt (0: never), as if the
-// process had been SIGKILLed in the middle of that call.
+// crashMarket freezes forever at call number crashAt (0: never), or at the
+// call crashOn picks, as if the process had been SIGKILLed in the middle of
+// that call. Once frozen, every later call freezes too: a killed process
+// makes no more calls from any goroutine.
 type crashMarket struct {
 	run.Market
 	calls   atomic.Int64
 	crashAt int64
+	// crashOn, when set, is asked before each call with the method's name
+	// and the call's number; true freezes the process there.
+	crashOn func(method string, n int64) bool
 	crashed chan struct{}
 	once    sync.Once
+	frozen  atomic.Bool
 }
 
-func (m *crashMarket) hit() {
-	if m.crashAt > 0 && m.calls.Add(1) == m.crashAt {
+func (m *crashMarket) hit(method string) {
+	n := m.calls.Add(1)
+	if m.frozen.Load() || (m.crashAt > 0 && n == m.crashAt) || (m.crashOn != nil && m.crashOn(method, n)) {
+		m.frozen.Store(true)
 		m.once.Do(func() { close(m.crashed) })
 		select {} // the process is gone: nothing after this runs
 	}
 }
 
 func (m *crashMarket) SearchOffers(ctx context.Context, q provider.Query) ([]provider.Offer, error) {
-	m.hit()
+	m.hit("search")
 	return m.Market.SearchOffers(ctx, q)
 }
 func (m *crashMarket) CreateInstance(ctx context.Context, r provider.CreateRequest) (provider.CreateResult, error) {
-	m.hit()
+	m.hit("create")
 	return m.Market.CreateInstance(ctx, r)
 }
 func (m *crashMarket) ShowInstance(ctx context.Context, id provider.InstanceID) (provider.Instance, error) {
-	m.hit()
+	m.hit("show")
 	return m.Market.ShowInstance(ctx, id)
 }
 func (m *crashMarket) ListInstances(ctx context.Context, o provider.ListOptions) ([]provider.Instance, error) {
-	m.hit()
+	m.hit("list")
 	return m.Market.ListInstances(ctx, o)
 }
 func (m *crashMarket) DestroyInstance(ctx context.Context, id provider.InstanceID) error {
-	m.hit()
+	m.hit("destroy")
 	return m.Market.DestroyInstance(ctx, id)
 }
 func (m *crashMarket) AttachSSHKey(ctx context.Context, id provider.InstanceID, k string) error {
-	m.hit()
+	m.hit("attach_ssh")
 	return m.Market.AttachSSHKey(ctx, id, k)
 }
+
+func (m *crashMarket) Charges(ctx context.Context, q provider.ChargeQuery) ([]provider.Charge, error) {
+	m.hit("charges")
+	return m.Market.Charges(ctx, q)
+}
+
+// slowMarket is the slow-controller mode: every call the engine makes to
+// the marketplace first waits delay on the run's clock, as a controller on
+// a loaded runner or behind a slow network does. Polls then land late,
+// faults fire between a read and the action taken on it, and deadlines
+// are reached mid-step.
+type slowMarket struct {
+	run.Market
+	clk   clock.Clock
+	delay func() time.Duration
+}
+
+func (m slowMarket) wait(ctx context.Context) { clock.Sleep(ctx, m.clk, m.delay()) }
+
+func (m slowMarket) SearchOffers(ctx context.Context, q provider.Query) ([]provider.Offer, error) {
+	m.wait(ctx)
+	return m.Market.SearchOffers(ctx, q)
+}
+func (m slowMarket) CreateInstance(ctx context.Context, r provider.CreateRequest) (provider.CreateResult, error) {
+	m.wait(ctx)
+	return m.Market.CreateInstance(ctx, r)
+}
+func (m slowMarket) ShowInstance(ctx context.Context, id provider.InstanceID) (provider.Instance, error) {
+	m.wait(ctx)
+	return m.Market.ShowInstance(ctx, id)
+}
+func (m slowMarket) ListInstances(ctx context.Context, o provider.ListOptions) ([]provider.Instance, error) {
+	m.wait(ctx)
+	return m.Market.ListInstances(ctx, o)
+}
+func (m slowMarket) DestroyInstance(ctx context.Context, id provider.InstanceID) error {
+	m.wait(ctx)
+	return m.Market.DestroyInstance(ctx, id)
+}
+func (m slowMarket) AttachSSHKey(ctx context.Context, id provider.InstanceID, k string) error {
+	m.wait(ctx)
+	return m.Market.AttachSSHKey(ctx, id, k)
+}
+func (m slowMarket) Charges(ctx context.Context, q provider.ChargeQuery) ([]provider.Charge, error) {
+	m.wait(ctx)
+	return m.Market.Charges(ctx, q)
+}
+
+// slowFor draws a slow-controller latency range (simulated seconds) for a
+// schedule, or nil for a controller at normal speed.
+func slowFor(rng *rand.Rand, p float64, lo, hi int) func() time.Duration {
+	if rng.Float64() >= p {
+		return nil
+	}
+	a := lo + rng.IntN(hi-lo+1)
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(rng.Uint64(), 1))
+	return func() time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Duration(a)*time.Second/2 + time.Duration(r.Int64N(int64(time.Duration(a)*time.Second)))
+	}
+}
+
+// sshKeepAlive is the chaos runs' SSH keepalive: short, so a stalled
+// connection is found within seconds of wall time, yet far above the
+// in-process SSH server's answer time even on a loaded runner.
+const sshKeepAlive = 500 * time.Millisecond
 
 type lockedBuf struct {
 	mu sync.Mutex
@@ -177,6 +253,12 @@ func schedule(rng *rand.Rand, s *sim.Server) []string {
 	if rng.Float64() < 0.25 {
 		inject(sim.Fault{Kind: sim.FaultSlowLoading, Seconds: float64(30 + rng.IntN(900))})
 	}
+	if rng.Float64() < 0.25 {
+		inject(sim.Fault{Kind: sim.FaultSSHDrop, Seconds: float64(5 + rng.IntN(60)), Count: 1 + rng.IntN(3)})
+	}
+	if rng.Float64() < 0.15 {
+		inject(sim.Fault{Kind: sim.FaultSSHStall, Seconds: float64(5 + rng.IntN(60)), Count: 1})
+	}
 	return applied
 }
 
@@ -196,7 +278,12 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 	if rng.Float64() < 0.3 {
 		crashAt = 1 + rng.Int64N(14)
 	}
-	market := &crashMarket{Market: client, crashAt: crashAt, crashed: make(chan struct{})}
+	var engineMarket run.Market = client
+	if slow := slowFor(rng, 0.2, 1, 8); slow != nil {
+		engineMarket = slowMarket{Market: client, clk: autoClock{clk}, delay: slow}
+		faults = append(faults, "slow-controller")
+	}
+	market := &crashMarket{Market: engineMarket, crashAt: crashAt, crashed: make(chan struct{})}
 
 	root := t.TempDir()
 	cfg, err := config.Parse([]byte(cfgYAML))
@@ -212,6 +299,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 		CI:     ci.Env{System: "gitlab", DotenvFile: dotenv}, Redactor: redact.New(s.APIKey()),
 		Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &annot, Config: cfg,
 		RepoDir: root, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev"), Simulated: true,
+		SSHKeepAlive: sshKeepAlive,
 	}
 	done := make(chan struct{})
 	var receipt *run.Receipt

@@ -42,6 +42,8 @@ type State struct {
 	// MaxLivePerLabel is, per label, the most live contracts it ever had
 	// at once (a duplicate-rental detector).
 	MaxLivePerLabel map[string]int `json:"max_live_per_label"`
+	// SSHFaultsFired counts the ssh_drop and ssh_stall faults that acted.
+	SSHFaultsFired int `json:"ssh_faults_fired"`
 }
 
 // Snapshot returns the current state, billing advanced to now.
@@ -49,7 +51,7 @@ func (s *Server) Snapshot() State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	st := State{Now: now, Live: []InstanceState{}, Gone: []InstanceState{}, MaxLivePerLabel: map[string]int{}}
+	st := State{Now: now, Live: []InstanceState{}, Gone: []InstanceState{}, MaxLivePerLabel: map[string]int{}, SSHFaultsFired: s.sshFaultsFired}
 	for l, n := range s.maxLive {
 		st.MaxLivePerLabel[l] = n
 	}

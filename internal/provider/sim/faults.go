@@ -54,6 +54,19 @@ const (
 	// as their image_uuid instead of what was requested: the host ran
 	// other bytes than the ones pinned.
 	FaultImageUUID = "image_uuid"
+	// FaultSSHDrop closes the live SSH connections of Instance (0: of every
+	// instance), as a network that drops TCP connections does. With Seconds
+	// 0 it acts once, now; with Seconds > 0 it repeats every Seconds of
+	// simulated time (the first period starts at an instance's first SSH
+	// traffic after the fault is set, and each drop lands on the next read
+	// or write), Count times per instance (0: until cleared). The processes
+	// the sessions started keep running, and new connections are accepted.
+	FaultSSHDrop = "ssh_drop"
+	// FaultSSHStall makes the live SSH connections of Instance (0: of every
+	// instance) hang without closing: nothing sent on them is answered, as
+	// on a dead network path or a hung host. Seconds and Count schedule it
+	// as for FaultSSHDrop. New connections work.
+	FaultSSHStall = "ssh_stall"
 	// FaultClear removes every pending fault.
 	FaultClear = "clear"
 )
@@ -103,6 +116,7 @@ type faults struct {
 	preemptAfterCount int
 	imageUUID         string
 	imageUUIDCount    int
+	ssh               []*sshSchedule
 }
 
 // Inject sets a fault. It is safe to call while requests are in flight.
@@ -222,6 +236,8 @@ func (s *Server) Inject(f Fault) error {
 			return fmt.Errorf("fault %s: status must be 200 or 410", f.Kind)
 		}
 		fs.v0ListStatus = f.Status
+	case FaultSSHDrop, FaultSSHStall:
+		return s.armSSHFault(f, now)
 	case FaultClear:
 		*fs = faults{v0ListStatus: http.StatusGone}
 	default:

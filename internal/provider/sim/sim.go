@@ -60,6 +60,8 @@ type Server struct {
 	maxLive map[string]int
 	// private holds the repositories only one login may pull (SetPrivateImage).
 	private map[string]privateRepo
+	// sshFaultsFired counts ssh_drop and ssh_stall actions.
+	sshFaultsFired int
 }
 
 type apiKey struct {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -113,6 +114,8 @@ type gatedListener struct {
 	net.Listener
 	allow func() bool
 	st    *sshState
+	srv   *Server
+	in    *instance
 }
 
 func (l *gatedListener) Accept() (net.Conn, error) {
@@ -125,7 +128,7 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		tc := &trackedConn{Conn: c, st: l.st}
+		tc := &trackedConn{Conn: c, st: l.st, srv: l.srv, in: l.in}
 		l.st.mu.Lock()
 		l.st.conns[tc] = true
 		l.st.mu.Unlock()
@@ -135,8 +138,11 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 
 type trackedConn struct {
 	net.Conn
-	st   *sshState
-	once sync.Once
+	st      *sshState
+	srv     *Server
+	in      *instance
+	once    sync.Once
+	stalled atomic.Bool // ssh_stall: nothing is processed any more
 }
 
 func (c *trackedConn) Close() error {
@@ -195,7 +201,7 @@ func (s *Server) startSSH(in *instance) error {
 		s.killSessions(in)
 	}
 	in.sshMu.Unlock()
-	go srv.Serve(&gatedListener{Listener: ln, allow: func() bool { return s.sshAllowed(in) }, st: st})
+	go srv.Serve(&gatedListener{Listener: ln, allow: func() bool { return s.sshAllowed(in) }, st: st, srv: s, in: in})
 	return nil
 }
 
