@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,6 +27,12 @@ func (s *Server) handleCurrentUser(w http.ResponseWriter, r *http.Request, _ int
 	if !ok {
 		return
 	}
+	// Since 2026-04-29 the route validates its input and refuses any query
+	// parameter but the legacy key (vast-cli #382: "owner: Extra inputs are
+	// not permitted").
+	if !onlyParams(w, r, "api_key") {
+		return
+	}
 	s.mu.Lock()
 	credit := round(s.startCredit-s.spentLocked(), 6)
 	var sshKey string
@@ -40,6 +47,23 @@ func (s *Server) handleCurrentUser(w http.ResponseWriter, r *http.Request, _ int
 		"balance_threshold_enabled": true, "got_signup_credit": false, "has_payout": false,
 		"last4": "4242", "ssh_key": sshKey, "sid": "sim",
 	})
+}
+
+// onlyParams answers 400 invalid_args, as Vast's input validation does,
+// when the query carries a parameter outside allowed.
+func onlyParams(w http.ResponseWriter, r *http.Request, allowed ...string) bool {
+	var extra []string
+	for name := range r.URL.Query() {
+		if !slices.Contains(allowed, name) {
+			extra = append(extra, name)
+		}
+	}
+	if len(extra) == 0 {
+		return true
+	}
+	sort.Strings(extra)
+	writeError(w, http.StatusBadRequest, "invalid_args", strings.Join(extra, ", ")+": Extra inputs are not permitted")
+	return false
 }
 
 // dayRange reads the required {"day": {"gte", "lte"}} (or "when") filter.

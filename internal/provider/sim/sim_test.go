@@ -135,6 +135,11 @@ func TestWireAuthFormsAndEnvelope(t *testing.T) {
 	if code != 404 || !strings.Contains(body, `"auth_error"`) || !strings.Contains(body, "Invalid user key") {
 		t.Fatalf("bad key: %d %s", code, body)
 	}
+	// The 2024 CLI's owner=me is refused since 2026-04-29 (vast-cli #382).
+	code, ctype, body = get(t, base+"?owner=me", map[string]string{"Authorization": "Bearer " + key})
+	if code != 400 || ctype != "application/json" || !strings.Contains(body, `"invalid_args"`) || !strings.Contains(body, "owner") {
+		t.Fatalf("owner=me on users/current: %d %q %s", code, ctype, body)
+	}
 	code, _, body = get(t, e.srv.URL+"/api/v0/instances/?owner=me", map[string]string{"Authorization": "Bearer " + key})
 	if code != 410 || !strings.Contains(body, "deprecated_endpoint") {
 		t.Fatalf("v0 list: %d %s", code, body)

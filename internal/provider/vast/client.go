@@ -530,10 +530,12 @@ func (c *Client) RequestLogs(ctx context.Context, id provider.InstanceID, lr pro
 	return "", fmt.Errorf("%s: logs not ready at result_url after 40 polls", op)
 }
 
-// CurrentUser reads GET /api/v0/users/current/.
+// CurrentUser reads GET /api/v0/users/current/. It sends no query: since
+// 2026-04-29 Vast answers 400 to any parameter there, owner=me included
+// (vast-cli #382).
 func (c *Client) CurrentUser(ctx context.Context) (provider.User, error) {
 	op := "show current user"
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/current/", query: url.Values{"owner": {"me"}}, idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/current/", idempotent: true})
 	if err != nil {
 		return provider.User{}, err
 	}
