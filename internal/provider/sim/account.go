@@ -98,9 +98,14 @@ func (s *Server) handleCharges(w http.ResponseWriter, r *http.Request, _ int64) 
 	for _, id := range ids {
 		in := s.instances[id]
 		in.advance(now)
-		start := unix(in.Created)
-		end := unix(in.billedTo)
-		if end < from || start > to {
+		// Charge windows are integer epochs (the document's type; the
+		// end rounds up so a window never ends before the billing it covers).
+		start := in.Created.Unix()
+		end := in.billedTo.Unix()
+		if in.billedTo.After(time.Unix(end, 0)) {
+			end++
+		}
+		if float64(end) < from || float64(start) > to {
 			continue
 		}
 		hours := in.RunSeconds / 3600
@@ -163,7 +168,7 @@ func (s *Server) handleInvoices(w http.ResponseWriter, r *http.Request, _ int64)
 	}
 	s.mu.Unlock()
 	results := []map[string]any{}
-	if t := unix(first); !first.IsZero() && t >= from && t <= to {
+	if t := first.Unix(); !first.IsZero() && float64(t) >= from && float64(t) <= to {
 		results = append(results, map[string]any{"start": t, "end": t, "type": "credit", "source": "stripe",
 			"description": "Account credit", "amount": -s.startCredit,
 			"metadata": map[string]any{"invoice_id": 1, "service": "stripe_payments"}, "items": []any{}})
@@ -181,11 +186,15 @@ func (s *Server) handleListAPIKeys(w http.ResponseWriter, r *http.Request, _ int
 		if k.Instance > 0 || k.Deleted {
 			continue
 		}
-		var rights any
+		// The document types rights as a string: a restricted key's
+		// permissions come JSON-encoded; a full-access key has none, and a
+		// personal key no team fields.
+		row := map[string]any{"id": k.ID, "user_id": 412233, "name": k.Name}
 		if k.Perms != nil {
-			rights = map[string]any{"api": k.Perms}
+			b, _ := json.Marshal(map[string]any{"api": k.Perms})
+			row["rights"] = string(b)
 		}
-		list = append(list, map[string]any{"id": k.ID, "user_id": 412233, "name": k.Name, "rights": rights, "team_id": nil, "team_name": nil})
+		list = append(list, row)
 	}
 	s.mu.Unlock()
 	sort.Slice(list, func(i, j int) bool { return list[i]["id"].(int64) < list[j]["id"].(int64) })

@@ -511,9 +511,12 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 	st := round(in.storageDPH(), 7)
 	searchPrice := map[string]any{"gpuCostPerHour": in.gpuDPH(), "diskHour": st, "totalHour": round(in.gpuDPH()+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(in.gpuDPH()+st, 7)}
 	nowPrice := map[string]any{"gpuCostPerHour": gpuNow, "diskHour": st, "totalHour": round(gpuNow+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(gpuNow+st, 7)}
-	var sshHost, sshPort any
-	if port > 0 {
-		sshHost, sshPort = "127.0.0.1", port
+	// Vast assigns the proxy endpoint with the contract, so ssh_host and
+	// ssh_port are set in every state (integers, never null, as the document
+	// says); without SSH servers the port is a reserved one nobody serves.
+	sshPort := port
+	if sshPort == 0 {
+		sshPort = 20000 + int(in.ID%20000)
 	}
 	return map[string]any{
 		"id": in.ID, "machine_id": o.MachineID, "host_id": o.HostID, "bundle_id": o.ID * 31,
@@ -521,7 +524,7 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 		"status_msg": statusMsg, "label": label, "template_id": nil, "template_hash_id": nil, "template_name": nil,
 		"image_uuid": in.ImageUUID, "image_args": nonNil(in.Args), "image_runtype": in.Runtype, "extra_env": env,
 		"onstart": in.Onstart, "jupyter_token": fmt.Sprintf("%032x", in.ID*7919),
-		"ssh_host": sshHost, "ssh_idx": "1", "ssh_port": sshPort, "machine_dir_ssh_port": nil,
+		"ssh_host": "127.0.0.1", "ssh_idx": "1", "ssh_port": sshPort, "machine_dir_ssh_port": sshPort + 1,
 		"public_ipaddr": "127.0.0.1", "local_ipaddrs": "10.4.0.12 172.17.0.1 \n", "ports": ports,
 		"direct_port_start": 41200, "direct_port_end": 41299, "direct_port_count": o.DirectPorts,
 		"start_date": unix(in.Created), "end_date": o.EndDate, "uptime_mins": uptime,

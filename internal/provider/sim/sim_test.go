@@ -21,6 +21,7 @@ import (
 	"github.com/pkg/sftp"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/openapitest"
 	"github.com/vastrun/vastrun/internal/provider/providertest"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
@@ -34,9 +35,18 @@ type env struct {
 	srv    *httptest.Server
 	clk    *clock.Fake
 	client *vast.Client
+	// api checks every exchange against Vast's OpenAPI document.
+	api *openapitest.Checker
 }
 
 func newEnv(t *testing.T, cfg sim.Config) *env {
+	t.Helper()
+	return newEnvChecked(t, cfg, openapitest.New(t))
+}
+
+// newEnvChecked is newEnv with a given contract checker (shared by the
+// cases of TestOpenAPIContract).
+func newEnvChecked(t *testing.T, cfg sim.Config, api *openapitest.Checker) *env {
 	t.Helper()
 	clk := clock.NewFake(epoch)
 	cfg.Clock = clk
@@ -45,7 +55,7 @@ func newEnv(t *testing.T, cfg sim.Config) *env {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(s)
-	e := &env{sim: s, srv: srv, clk: clk}
+	e := &env{sim: s, srv: srv, clk: clk, api: api}
 	e.client = e.clientWithKey(t, s.APIKey())
 	t.Cleanup(func() {
 		srv.Close()
@@ -57,7 +67,17 @@ func newEnv(t *testing.T, cfg sim.Config) *env {
 // clientWithKey makes a real client whose backoff sleeps advance the fake
 // clock, so retries cost no wall time.
 func (e *env) clientWithKey(t *testing.T, key string) *vast.Client {
-	c, err := vast.New(vast.Options{BaseURL: e.srv.URL, APIKey: key, Clock: advancingClock{e.clk}})
+	c, err := vast.New(vast.Options{BaseURL: e.srv.URL, APIKey: key, Clock: advancingClock{e.clk}, HTTPClient: e.api.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// rawClient is a real client whose requests are not held to the document,
+// for tests that send what Vast refuses on purpose.
+func (e *env) rawClient(t *testing.T) *vast.Client {
+	c, err := vast.New(vast.Options{BaseURL: e.srv.URL, APIKey: e.sim.APIKey(), Clock: advancingClock{e.clk}, HTTPClient: e.api.ResponsesOnly()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +123,9 @@ func get(t *testing.T, url string, header map[string]string) (int, string, strin
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
+	// Tests send odd requests on purpose; the simulator's answers must
+	// still be Vast's.
+	res, err := openapitest.New(t).ResponsesOnly().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +186,9 @@ func TestSearchLegacyFormsAndBadQueries(t *testing.T) {
 	if err != nil || res.StatusCode != 200 {
 		t.Fatalf("PUT search/asks: %v %v", err, res.Status)
 	}
-	_, err = e.client.SearchOffers(context.Background(), provider.Query{"no_such_field": map[string]any{"eq": 1}})
+	// A field Vast does not know, sent on purpose: only the answer is held
+	// to the document.
+	_, err = e.rawClient(t).SearchOffers(context.Background(), provider.Query{"no_such_field": map[string]any{"eq": 1}})
 	var apiErr *provider.APIError
 	if !errors.As(err, &apiErr) || apiErr.Status != 400 || !strings.Contains(apiErr.Msg, "no_such_field") {
 		t.Fatalf("unknown field: %v", err)

@@ -347,8 +347,9 @@ func (c *Client) CreateInstance(ctx context.Context, req provider.CreateRequest)
 // Both {"instances": null} and 404 mean the instance is gone.
 func (c *Client) ShowInstance(ctx context.Context, id provider.InstanceID) (provider.Instance, error) {
 	op := fmt.Sprintf("show instance %d", id)
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/%d/", id),
-		query: url.Values{"owner": {"me"}}, idempotent: true})
+	// No owner=me: the vendor's document declares no query here, and Vast's
+	// 2026 input validation refuses undeclared parameters where it runs.
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/%d/", id), idempotent: true})
 	if err != nil {
 		return provider.Instance{}, err
 	}
