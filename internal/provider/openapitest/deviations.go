@@ -28,6 +28,21 @@ var Deviations = []Deviation{
 	{Op: "GET /api/v0/instances", Field: "route",
 		Evidence: "§1.2: the deprecated collection answers 410 deprecated_endpoint (swm-gpu/swm#13, SkyPilot #10517, dstack PR #4031); the document no longer lists it"},
 
+	{Op: "PUT /api/v0/instances", Field: "route",
+		Evidence: "§2.4: bulk start/stop {ids, state}; the 2026 vast-cli's `stop instances`/`start instances` call it (vastai/api/instances.py, scripts/data/api_scopes.json)"},
+	{Op: "DELETE /api/v0/instances", Field: "route",
+		Evidence: "§2.4: bulk destroy {instance_ids}; the 2026 vast-cli's `destroy instances A B -y` calls it (vastai/api/instances.py)"},
+	{Op: "GET /api/v0/instances/filters", Field: "route",
+		Evidence: "§2.3: distinct filter values {\"filters\": [...]}, in the vendor route table (vast-cli scripts/data/api_scopes.json)"},
+	{Op: "GET /api/v0/gpu_names/unique", Field: "route",
+		Evidence: "the official CLI fetches and caches the GPU name list from it (vast-python vast.py; performance review §2 seeds that cache)"},
+	{Op: "GET /api/v0/users/me/invoices", Field: "route",
+		Evidence: "§2.9: legacy invoices ?owner=me&sdate&edate&inc_charges, the 2024 CLI's `show invoices` (vast-python vast.py show__invoices)"},
+	{Op: "GET /api/v0/invoices", Field: "route",
+		Evidence: "§2.9: invoice search ?select_cols&select_filters, in the vendor route table under billing_read (vast-cli scripts/data/api_scopes.json)"},
+	{Op: "PUT /api/v0/commands/rsync", Field: "route",
+		Evidence: "§2.7: copy with a local side (src_id or dst_id null); vast-cli `copy` calls it, then runs rsync over SSH (vastai/api/storage.py)"},
+
 	// Offer search.
 	{Op: "GET /api/v0/bundles", Field: "route",
 		Evidence: "§2.1: the legacy GET /bundles?q= form is still in the vendor's route table (vast-cli scripts/data/api_scopes.json)"},

@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -286,4 +287,88 @@ func (s *Server) handleDeleteSSHKey(w http.ResponseWriter, r *http.Request, id i
 		}
 	}
 	writeError(w, http.StatusBadRequest, "no_ssh_key", "No such ssh key")
+}
+
+// handleLegacyInvoices is GET /api/v0/users/me/invoices?owner=me&sdate=&edate=
+// &inc_charges=true, the 2024 CLI's `show invoices`: the credit top-up as a
+// payment and, with inc_charges, each contract's charge, in [sdate, edate].
+func (s *Server) handleLegacyInvoices(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "billing_read"); !ok {
+		return
+	}
+	if !onlyParams(w, r, "owner", "sdate", "edate", "inc_charges", "api_key") {
+		return
+	}
+	q := r.URL.Query()
+	from, to := 0.0, math.Inf(1)
+	for name, dst := range map[string]*float64{"sdate": &from, "edate": &to} {
+		if v := q.Get(name); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "invalid_args", name+" must be a unix time")
+				return
+			}
+			*dst = f
+		}
+	}
+	s.mu.Lock()
+	now := s.clock.Now()
+	invoices := []map[string]any{}
+	var first time.Time
+	spent := 0.0
+	for _, id := range s.order {
+		in := s.instances[id]
+		in.advance(now)
+		spent += in.GPUCost + in.DiskCost
+		if first.IsZero() || in.Created.Before(first) {
+			first = in.Created
+		}
+		if q.Get("inc_charges") != "true" {
+			continue
+		}
+		if ts := float64(in.billedTo.Unix()); ts >= from && ts <= to {
+			invoices = append(invoices, map[string]any{"type": "charge", "instance_id": in.ID, "timestamp": in.billedTo.Unix(),
+				"description": fmt.Sprintf("Instance %d (%s x%d)", in.ID, in.Offer.Model.name, in.Offer.NumGPUs),
+				"quantity":    round(in.RunSeconds/3600, 6), "rate": in.gpuDPH(), "amount": round(in.GPUCost+in.DiskCost, 6)})
+		}
+	}
+	s.mu.Unlock()
+	if ts := float64(first.Unix()); !first.IsZero() && ts >= from && ts <= to {
+		invoices = append([]map[string]any{{"type": "payment", "timestamp": first.Unix(), "description": "Account credit",
+			"quantity": 1, "rate": s.startCredit, "amount": s.startCredit}}, invoices...)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"invoices": invoices,
+		"current": map[string]any{"charges": round(spent, 6), "credit": round(s.startCredit-spent, 6)}})
+}
+
+// handleInvoiceSearch is GET /api/v0/invoices?select_cols=["*"]&select_filters=
+// {...}: invoice rows (the one credit top-up), filterable on when.
+func (s *Server) handleInvoiceSearch(w http.ResponseWriter, r *http.Request, _ int64) {
+	if _, ok := s.authorize(w, r, "billing_read"); !ok {
+		return
+	}
+	var filters map[string]map[string]any
+	if v := r.URL.Query().Get("select_filters"); v != "" {
+		if err := json.Unmarshal([]byte(v), &filters); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_args", "select_filters is not valid JSON")
+			return
+		}
+	}
+	s.mu.Lock()
+	var first time.Time
+	for _, in := range s.instances {
+		if first.IsZero() || in.Created.Before(first) {
+			first = in.Created
+		}
+	}
+	s.mu.Unlock()
+	rows := []map[string]any{}
+	if !first.IsZero() {
+		row := map[string]any{"id": 1, "user_id": 412233, "when": first.Unix(), "paid_on": first.Unix(),
+			"amount_cents": int64(math.Round(s.startCredit * 100)), "is_credit": true, "service": "stripe_payments"}
+		if rowMatches(row, filters) {
+			rows = append(rows, row)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"invoices": rows})
 }

@@ -84,6 +84,42 @@ func (s *Server) route(method, ver string, p []string) (string, int64, handlerFu
 		return "list", 0, s.handleListV1
 	case ver == "v0" && len(p) == 1 && p[0] == "instances" && method == http.MethodGet:
 		return "list_v0", 0, s.handleListV0
+	case ver == "v0" && len(p) == 1 && p[0] == "instances" && method == http.MethodPut:
+		return "bulk_state", 0, s.handleBulkState
+	case ver == "v0" && len(p) == 1 && p[0] == "instances" && method == http.MethodDelete:
+		return "bulk_destroy", 0, s.handleBulkDestroy
+	case ver == "v0" && len(p) == 2 && p[0] == "instances" && p[1] == "filters" && method == http.MethodGet:
+		return "filters", 0, s.handleFilters
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && method == http.MethodPut && p[1] == "reboot":
+		if id, ok := idAt(2); ok {
+			return "reboot", id, s.handleReboot
+		}
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && method == http.MethodPut && p[1] == "command":
+		if id, ok := idAt(2); ok {
+			return "execute", id, s.handleExecute
+		}
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && method == http.MethodPut && p[1] == "bid_price":
+		if id, ok := idAt(2); ok {
+			return "change_bid", id, s.handleChangeBid
+		}
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && method == http.MethodGet && p[1] == "balance":
+		if id, ok := idAt(2); ok {
+			return "deposit", id, s.handleDeposit
+		}
+	case ver == "v0" && len(p) == 2 && p[0] == "gpu_names" && p[1] == "unique" && method == http.MethodGet:
+		return "gpu_names", 0, s.handleGPUNames
+	case ver == "v0" && len(p) == 3 && p[0] == "users" && p[1] == "me" && p[2] == "invoices" && method == http.MethodGet:
+		return "legacy_invoices", 0, s.handleLegacyInvoices
+	case ver == "v0" && len(p) == 1 && p[0] == "invoices" && method == http.MethodGet:
+		return "invoice_search", 0, s.handleInvoiceSearch
+	case ver == "v0" && len(p) == 2 && p[0] == "users" && p[1] == "cloud_integrations" && method == http.MethodGet:
+		return "cloud_integrations", 0, s.handleCloudIntegrations
+	case ver == "v0" && len(p) == 2 && p[0] == "commands" && p[1] == "copy_direct" && method == http.MethodPut:
+		return "copy", 0, s.handleCopyDirect
+	case ver == "v0" && len(p) == 2 && p[0] == "commands" && p[1] == "rsync" && method == http.MethodPut:
+		return "copy", 0, s.handleRsync
+	case ver == "v0" && len(p) == 2 && p[0] == "commands" && p[1] == "rclone" && method == http.MethodPost:
+		return "copy", 0, s.handleRclone
 	case ver == "v0" && len(p) == 2 && p[0] == "instances":
 		id, ok := idAt(1)
 		if !ok {

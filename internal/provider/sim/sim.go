@@ -58,6 +58,7 @@ type Server struct {
 	startCredit float64
 	// maxLive is, per label, the most live contracts it ever had at once.
 	maxLive map[string]int
+	clouds  []*cloudIntegration // fixed at New: read without s.mu
 }
 
 type apiKey struct {
@@ -124,6 +125,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.addKey(&apiKey{Name: "default", Key: key})
 	s.offers = generateCatalog(cfg.Seed, cfg.Offers, unix(s.clock.Now()))
+	// One cloud integration, a directory standing in for a bucket.
+	s.clouds = []*cloudIntegration{{ID: 1, Name: "vastrun-sim-bucket", CloudType: "s3"}}
+	if err := os.MkdirAll(s.cloudDir(1), 0o700); err != nil {
+		return nil, fmt.Errorf("simulator cloud: %w", err)
+	}
 	return s, nil
 }
 

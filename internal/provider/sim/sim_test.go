@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -113,8 +114,25 @@ func TestConformance(t *testing.T) {
 			Market: e.client, BadKey: e.clientWithKey(t, strings.Repeat("0", 64)), NoKey: e.clientWithKey(t, ""),
 			Sleep: func(ctx context.Context, d time.Duration) error { e.clk.Advance(d); return ctx.Err() },
 			Image: "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", Query: q, ReadyTimeout: 5 * time.Minute,
+			Ops: e.client, Cloud: simCloud{e.sim},
 		}
 	})
+}
+
+// simCloud is the far side of the simulator's cloud integrations.
+type simCloud struct{ s *sim.Server }
+
+func (c simCloud) Put(id int64, name, content string) error {
+	p := filepath.Join(c.s.CloudDir(id), name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(p, []byte(content), 0o600)
+}
+
+func (c simCloud) Get(id int64, name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(c.s.CloudDir(id), name))
+	return string(b), err
 }
 
 func get(t *testing.T, url string, header map[string]string) (int, string, string) {

@@ -504,31 +504,7 @@ func (c *Client) RequestLogs(ctx context.Context, id provider.InstanceID, lr pro
 	if err := decode(op, res.body, &out); err != nil {
 		return "", err
 	}
-	if out.ResultURL == "" {
-		return "", fmt.Errorf("%s: response has no result_url", op)
-	}
-	delay := 300 * time.Millisecond
-	for try := 0; try < 40; try++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, out.ResultURL, nil)
-		if err != nil {
-			return "", fmt.Errorf("%s: bad result_url: %w", op, err)
-		}
-		r, err := c.http.Do(req)
-		if err == nil {
-			b, rerr := io.ReadAll(io.LimitReader(r.Body, 32<<20))
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK && rerr == nil {
-				return string(b), nil
-			}
-		}
-		if err := clock.Sleep(ctx, c.clock, delay); err != nil {
-			return "", fmt.Errorf("%s: %w", op, err)
-		}
-		if delay < 3*time.Second {
-			delay = delay * 3 / 2
-		}
-	}
-	return "", fmt.Errorf("%s: logs not ready at result_url after 40 polls", op)
+	return c.fetchResult(ctx, op, out.ResultURL)
 }
 
 // CurrentUser reads GET /api/v0/users/current/. It sends no query: since
