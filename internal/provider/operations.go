@@ -42,6 +42,8 @@ type Operations interface {
 	// RsyncTarget says where to run rsync over SSH to reach path on id.
 	RsyncTarget(ctx context.Context, id InstanceID, path string, upload bool) (SSHEndpoint, error)
 	CloudIntegrations(ctx context.Context) ([]CloudIntegration, error)
+	// Templates lists the template catalog (GET /api/v0/template/).
+	Templates(ctx context.Context) ([]Template, error)
 	// CloudCopy copies between an instance and a cloud integration and
 	// returns the transfer log.
 	CloudCopy(ctx context.Context, req CloudCopyRequest) (string, error)
@@ -84,4 +86,12 @@ type CloudCopyRequest struct {
 	Integration int64
 	Src, Dst    string
 	ToCloud     bool
+}
+
+// Template is a launch recipe a create can name by HashID.
+type Template struct {
+	ID     int64
+	HashID string
+	Name   string
+	Image  string
 }

@@ -60,6 +60,8 @@ var Deviations = []Deviation{
 		Evidence: "§11, §2.2: every client (vast-cli parse_env, dstack, SkyPilot) sends env as an object; the document types it as a docker-flags string"},
 	{Op: "PUT /api/v0/asks/{id}", Field: "request.body/runtype",
 		Evidence: "§11, §2.2: the 2026 vast-cli sends combined truncated tokens such as \"ssh_direc ssh_proxy\" (its create code); the document's enum lacks them"},
+	{Op: "PUT /api/v0/asks/{id}", Field: "request.body",
+		Evidence: "§2.2: image is required unless template_hash_id is given, the template supplying it (vendor create guide; vast-cli create --template_hash); the document requires image always (the schema's only required field, so nothing else is let through)"},
 	{Op: "PUT /api/v0/asks/{id}", Field: "request.body/price",
 		Evidence: "§11: the 2026 vast-cli sends price null for an on-demand rental (its create code)"},
 	{Op: "PUT /api/v0/asks/{id}", Field: "request.body/image_login",
@@ -68,6 +70,13 @@ var Deviations = []Deviation{
 	// Users.
 	{Op: "GET /api/v0/users/current", Field: "response.400.status",
 		Evidence: "§1.2: since 2026-04-29 an undeclared query parameter gets 400 (\"owner: Extra inputs are not permitted\"); vast-cli #382, fixed by PR #384"},
+
+	// Input validation the document does not list (§11: measured against a
+	// simulator the 2026 official CLI accepts).
+	{Op: "POST /api/v0/auth/apikeys", Field: "response.400.body/error",
+		Evidence: "§11: a key created without name gets 400 invalid_args; the document's enum for this 400 lists only invalid_permissions and missing_permissions"},
+	{Op: "PUT /api/v0/instances/request_logs/{id}", Field: "response.400.status",
+		Evidence: "§11: an out-of-enum daemon_logs gets 400 invalid_args; the document lists no 400 for this route"},
 
 	// Every operation: answers the document lists on some routes only.
 	{Op: "* /api/**", Field: "response.401.status",

@@ -1,6 +1,7 @@
 package providertest
 
 import (
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -29,6 +30,8 @@ var operationCases = []struct {
 	{"ChangeBidChangesBilling", testChangeBid},
 	{"DepositFiltersNamesInvoices", testReads},
 	{"CopyFamily", testCopy},
+	{"CreateStoppedBillsStorageOnly", testCreateStopped},
+	{"TemplatesResolveToAnImage", testTemplates},
 }
 
 func needOps(t *testing.T, h Harness) provider.Operations {
@@ -233,5 +236,88 @@ func testCopy(t *testing.T, h Harness) {
 	}
 	if err := ops.CopyDirect(ctx, a.InstanceID, 1, "/workspace/data/", "/workspace/"); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("copy to an unknown instance: %v, want ErrNotFound", err)
+	}
+}
+
+func testCreateStopped(t *testing.T, h Harness) {
+	ctx := ctxFor(t)
+	offers, err := h.Market.SearchOffers(ctx, h.Query)
+	if err != nil || len(offers) == 0 {
+		t.Fatalf("search: %v (%d offers)", err, len(offers))
+	}
+	res, err := h.Market.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: h.Image, DiskGB: 10,
+		Label: uniqueLabel("vastrun-conformance-stopped"), Stopped: true})
+	if err != nil {
+		t.Fatalf("create stopped: %v", err)
+	}
+	t.Cleanup(func() { h.Market.DestroyInstance(context.WithoutCancel(ctx), res.InstanceID) })
+	if err := h.Sleep(ctx, 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := h.Market.ShowInstance(ctx, res.InstanceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.ActualStatus == "running" || inst.IntendedStatus != "stopped" {
+		t.Fatalf("target_state stopped: after 5 minutes the instance is %q (intended %q)", inst.ActualStatus, inst.IntendedStatus)
+	}
+	if err := h.Market.StartInstance(ctx, res.InstanceID); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	waitRunning(t, h, res.InstanceID)
+	if h.Live {
+		return
+	}
+	if err := h.Market.DestroyInstance(ctx, res.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	charges, err := h.Market.Charges(ctx, provider.ChargeQuery{From: time.Now().Add(-48 * time.Hour), To: time.Now().Add(48 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range charges {
+		if c.InstanceID != res.InstanceID {
+			continue
+		}
+		for _, it := range c.Items {
+			// Five stopped minutes bill storage; GPU time is only what ran
+			// after the start, far under five minutes' worth.
+			if it.Type == "gpu" && it.Amount > offers[0].DPHBase*4/60 {
+				t.Errorf("GPU billed $%v: the stopped minutes were billed as GPU time", it.Amount)
+			}
+			if it.Type == "disk" && it.Amount <= 0 {
+				t.Errorf("no storage billed while stopped")
+			}
+		}
+	}
+}
+
+func testTemplates(t *testing.T, h Harness) {
+	ops := needOps(t, h)
+	ctx := ctxFor(t)
+	tmpls, err := ops.Templates(ctx)
+	if err != nil || len(tmpls) == 0 {
+		t.Fatalf("templates: %+v %v", tmpls, err)
+	}
+	tmpl := tmpls[0]
+	offers, err := h.Market.SearchOffers(ctx, h.Query)
+	if err != nil || len(offers) == 0 {
+		t.Fatalf("search: %v", err)
+	}
+	if _, err := h.Market.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, TemplateHashID: "0000000000000000deadbeef00000000", DiskGB: 10, Label: "x"}); err == nil {
+		t.Fatalf("create from an unknown template hash succeeded")
+	}
+	if h.Live {
+		return // renting an arbitrary catalog template live is not ours to pay for
+	}
+	res, err := h.Market.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, TemplateHashID: tmpl.HashID, DiskGB: 10,
+		Label: uniqueLabel("vastrun-conformance-template")})
+	if err != nil {
+		t.Fatalf("create from template %s: %v", tmpl.HashID, err)
+	}
+	t.Cleanup(func() { h.Market.DestroyInstance(context.WithoutCancel(ctx), res.InstanceID) })
+	inst := waitFor(t, h, res.InstanceID, "visible", func(i provider.Instance, err error) bool { return err == nil })
+	if inst.ImageUUID != tmpl.Image {
+		t.Errorf("instance from template %q runs %q, want its image %q", tmpl.Name, inst.ImageUUID, tmpl.Image)
 	}
 }

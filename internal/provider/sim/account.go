@@ -88,8 +88,17 @@ func (s *Server) handleCharges(w http.ResponseWriter, r *http.Request, _ int64) 
 		return
 	}
 	limit := 100
-	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 {
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "invalid_args", "limit must be an integer of at least 1")
+			return
+		}
 		limit = min(n, 500)
+	}
+	if f := r.URL.Query().Get("format"); f != "" && f != "table" && f != "tree" {
+		writeError(w, http.StatusBadRequest, "invalid_args", fmt.Sprintf("format %q: must be table or tree", f))
+		return
 	}
 	s.mu.Lock()
 	now := s.clock.Now()
@@ -212,6 +221,10 @@ func (s *Server) handleCreateAPIKey(w http.ResponseWriter, r *http.Request, _ in
 	}
 	if err := readBody(r, &b); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
+		return
+	}
+	if strings.TrimSpace(b.Name) == "" {
+		writeError(w, http.StatusBadRequest, "invalid_args", "name is required")
 		return
 	}
 	api, ok := b.Permissions["api"].(map[string]any)

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/vastrun/vastrun/internal/clock"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -112,6 +116,8 @@ func (s *Server) route(method, ver string, p []string) (string, int64, handlerFu
 		return "legacy_invoices", 0, s.handleLegacyInvoices
 	case ver == "v0" && len(p) == 1 && p[0] == "invoices" && method == http.MethodGet:
 		return "invoice_search", 0, s.handleInvoiceSearch
+	case ver == "v0" && len(p) == 1 && p[0] == "template" && method == http.MethodGet:
+		return "templates", 0, s.handleTemplates
 	case ver == "v0" && len(p) == 2 && p[0] == "users" && p[1] == "cloud_integrations" && method == http.MethodGet:
 		return "cloud_integrations", 0, s.handleCloudIntegrations
 	case ver == "v0" && len(p) == 2 && p[0] == "commands" && p[1] == "copy_direct" && method == http.MethodPut:
@@ -265,6 +271,33 @@ type createBody struct {
 	Price         *float64        `json:"price"`
 	CancelUnavail *bool           `json:"cancel_unavail"`
 	TemplateHash  *string         `json:"template_hash_id"`
+	TargetState   *string         `json:"target_state"`
+}
+
+// runtypeTokens are what runtype may be made of: the document's enum and
+// the truncated tokens the 2026 CLI combines ("ssh_direc ssh_proxy").
+var runtypeTokens = map[string]bool{
+	"ssh": true, "jupyter": true, "args": true, "ssh_proxy": true, "ssh_direct": true, "jupyter_proxy": true,
+	"jupyter_direct": true, "ssh_direc": true, "jupyter_direc": true,
+}
+
+// checkCreate enforces the document's enums and limits on a create body,
+// as Vast's input validation does; it returns the error message or "".
+func checkCreate(b *createBody) string {
+	if b.Runtype != nil && *b.Runtype != "" {
+		for _, tok := range strings.Fields(*b.Runtype) {
+			if !runtypeTokens[tok] {
+				return fmt.Sprintf("runtype %q: %q is not one of ssh, jupyter, args, ssh_proxy, ssh_direct, jupyter_proxy, jupyter_direct", *b.Runtype, tok)
+			}
+		}
+	}
+	if b.TargetState != nil && *b.TargetState != "running" && *b.TargetState != "stopped" {
+		return fmt.Sprintf("target_state %q: must be running or stopped", *b.TargetState)
+	}
+	if b.Onstart != nil && len(*b.Onstart) > 4048 {
+		return "onstart longer than 4048 characters: gzip and base64 a larger script"
+	}
+	return ""
 }
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID int64) {
@@ -275,6 +308,28 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 	if err := readBody(r, &b); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
 		return
+	}
+	if msg := checkCreate(&b); msg != "" {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_args", "msg": msg, "ask_id": offerID})
+		return
+	}
+	var tmpl *template
+	if b.TemplateHash != nil && *b.TemplateHash != "" {
+		if tmpl = templateByHash(*b.TemplateHash); tmpl == nil {
+			writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "no_such_template",
+				"msg": fmt.Sprintf("No template with hash_id %s.", *b.TemplateHash), "ask_id": offerID})
+			return
+		}
+		// The template supplies what the body leaves out.
+		if b.Image == "" {
+			b.Image = tmpl.Image
+		}
+		if b.Runtype == nil || *b.Runtype == "" {
+			b.Runtype = &tmpl.Runtype
+		}
+		if b.Onstart == nil && tmpl.Onstart != "" {
+			b.Onstart = &tmpl.Onstart
+		}
 	}
 	s.mu.Lock()
 	var o *offer
@@ -320,7 +375,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_price", "msg": "price must be between 0.001 and 128", "ask_id": offerID})
 		return
 	}
-	in := s.createLocked(o, b, disk)
+	in := s.createLocked(o, b, disk, tmpl)
 	fs := &s.faults
 	lost := fs.createLost > 0
 	if lost {
@@ -363,7 +418,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 }
 
 // createLocked makes the instance. Called with s.mu held.
-func (s *Server) createLocked(o *offer, b createBody, disk float64) *instance {
+func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *template) *instance {
 	now := s.clock.Now()
 	s.nextID += 1 + int64(len(s.order)%3)
 	in := &instance{
@@ -410,7 +465,9 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64) *instance {
 	}
 	in.sshRefuseConns = fs.sshRefuseNewConns
 	in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "loading"
-	if in.IsBid && in.Bid < o.MinBid { // below market: created stopped
+	in.Template = tmpl
+	stopped := b.TargetState != nil && *b.TargetState == "stopped"
+	if stopped || (in.IsBid && in.Bid < o.MinBid) { // asked for, or below market: created stopped
 		in.Actual, in.Intended, in.Cur, in.Next = "stopped", "stopped", "stopped", "stopped"
 		in.nextAt = time.Time{}
 	}
@@ -544,6 +601,10 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 	for _, kv := range in.Env {
 		env = append(env, []string{kv[0], kv[1]})
 	}
+	var tmplID, tmplHash, tmplName any
+	if t := in.Template; t != nil {
+		tmplID, tmplHash, tmplName = t.ID, t.HashID, t.Name
+	}
 	st := round(in.storageDPH(), 7)
 	searchPrice := map[string]any{"gpuCostPerHour": in.gpuDPH(), "diskHour": st, "totalHour": round(in.gpuDPH()+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(in.gpuDPH()+st, 7)}
 	nowPrice := map[string]any{"gpuCostPerHour": gpuNow, "diskHour": st, "totalHour": round(gpuNow+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(gpuNow+st, 7)}
@@ -557,7 +618,7 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 	return map[string]any{
 		"id": in.ID, "machine_id": o.MachineID, "host_id": o.HostID, "bundle_id": o.ID * 31,
 		"actual_status": actual, "intended_status": in.Intended, "cur_state": in.Cur, "next_state": in.Next,
-		"status_msg": statusMsg, "label": label, "template_id": nil, "template_hash_id": nil, "template_name": nil,
+		"status_msg": statusMsg, "label": label, "template_id": tmplID, "template_hash_id": tmplHash, "template_name": tmplName,
 		"image_uuid": in.ImageUUID, "image_args": nonNil(in.Args), "image_runtype": in.Runtype, "extra_env": env,
 		"onstart": in.Onstart, "jupyter_token": fmt.Sprintf("%032x", in.ID*7919),
 		"ssh_host": "127.0.0.1", "ssh_idx": "1", "ssh_port": sshPort, "machine_dir_ssh_port": sshPort + 1,
@@ -599,16 +660,16 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 	limit := 25
 	if v := qp.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request", "Error in query parameters: limit must be an integer")
+		if err != nil || n < 1 || n > 25 {
+			// The document's enum for this route's 400 names invalid_request.
+			writeError(w, http.StatusBadRequest, "invalid_request", "Error in query parameters: limit must be an integer from 1 to 25")
 			return
 		}
-		switch {
-		case n <= 0:
-			limit = 5
-		case n < 25:
-			limit = n
-		}
+		limit = n
+	}
+	cols, ok := selectCols(w, qp.Get("select_cols"))
+	if !ok {
+		return
 	}
 	var filters map[string]map[string]any
 	if v := qp.Get("select_filters"); v != "" {
@@ -684,10 +745,47 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 	if page == nil {
 		page = []map[string]any{}
 	}
+	if cols != nil {
+		for i, row := range page {
+			kept := make(map[string]any, len(cols))
+			for _, c := range cols {
+				kept[c] = row[c]
+			}
+			page[i] = kept
+		}
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"success": true, "instances_found": len(page), "total_instances": total,
 		"label_counts": labelCounts, "next_token": next, "instances": page,
 	})
+}
+
+// instanceColumns are the columns of an instance row.
+var instanceColumns = sync.OnceValue(func() map[string]any {
+	return (&Server{clock: clock.Real{}}).instanceRow(&instance{Offer: &offer{}})
+})
+
+// selectCols reads select_cols (a JSON array of column names; ["*"] or
+// absent is every column) and answers 400 for a column the list lacks.
+func selectCols(w http.ResponseWriter, raw string) ([]string, bool) {
+	if raw == "" {
+		return nil, true
+	}
+	var cols []string
+	if err := json.Unmarshal([]byte(raw), &cols); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Error in query parameters: select_cols must be a JSON array of column names")
+		return nil, false
+	}
+	if len(cols) == 0 || slices.Contains(cols, "*") {
+		return nil, true
+	}
+	for _, c := range cols {
+		if _, ok := instanceColumns()[c]; !ok {
+			writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("Error in query parameters: %s is not a column", c))
+			return nil, false
+		}
+	}
+	return cols, true
 }
 
 func rowMatches(row map[string]any, filters map[string]map[string]any) bool {
@@ -882,11 +980,16 @@ func (s *Server) handleRequestLogs(w http.ResponseWriter, r *http.Request, id in
 		return
 	}
 	var b struct {
-		Tail   string `json:"tail"`
-		Filter string `json:"filter"`
+		Tail       string  `json:"tail"`
+		Filter     string  `json:"filter"`
+		DaemonLogs *string `json:"daemon_logs"`
 	}
 	if err := readBody(r, &b); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
+		return
+	}
+	if b.DaemonLogs != nil && *b.DaemonLogs != "true" { // the document's enum is ["true"]
+		writeError(w, http.StatusBadRequest, "invalid_args", fmt.Sprintf("daemon_logs %q: the only value is \"true\"", *b.DaemonLogs))
 		return
 	}
 	s.mu.Lock()

@@ -3,7 +3,6 @@ package sim_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -45,16 +44,9 @@ func TestOpenAPIContract(t *testing.T) {
 	t.Run("answers the document omits", func(t *testing.T) {
 		e := newEnvChecked(t, sim.Config{DisableSSH: true}, api)
 		ctx := context.Background()
-		raw := func(method, path string) int {
-			req, _ := http.NewRequest(method, e.srv.URL+path, nil)
-			req.Header.Set("Authorization", "Bearer "+e.sim.APIKey())
-			res, err := api.ResponsesOnly().Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			return res.StatusCode
+		raw := func(method, path string, body ...string) int {
+			code, _ := e.send(t, method, path, strings.Join(body, ""))
+			return code
 		}
 		if code := raw(http.MethodGet, "/api/v0/users/current/?owner=me"); code != 400 {
 			t.Errorf("owner=me on users/current: %d, want 400", code)
@@ -64,6 +56,17 @@ func TestOpenAPIContract(t *testing.T) {
 		}
 		if code := raw(http.MethodGet, `/api/v0/bundles?q={"limit":2}`); code != 200 {
 			t.Errorf("legacy GET bundles: %d, want 200", code)
+		}
+		if code := raw(http.MethodPost, "/api/v0/auth/apikeys/", `{"permissions":{"api":{"misc":{}}}}`); code != 400 {
+			t.Errorf("API key without a name: %d, want 400", code)
+		}
+		offers, _ := e.client.SearchOffers(ctx, provider.Query{"rentable": map[string]any{"eq": true}, "limit": 1})
+		rented, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: "img", DiskGB: 5, Label: "contract"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := raw(http.MethodPut, "/api/v0/instances/request_logs/"+itoa(int64(rented.InstanceID))+"/", `{"daemon_logs":"yes"}`); code != 400 {
+			t.Errorf("daemon_logs out of enum: %d, want 400", code)
 		}
 		ro := e.clientWithKey(t, e.sim.NewRestrictedKey("ro", map[string]any{"instance_read": map[string]any{}}))
 		if _, err := ro.CurrentUser(ctx); !errors.Is(err, provider.ErrAuth) {

@@ -27,6 +27,7 @@ type instance struct {
 	Bid       float64
 	APIKey    string
 	Created   time.Time
+	Template  *template // nil: created from an image alone
 
 	Actual, Intended, Cur, Next string
 	StatusMsg                   string

@@ -273,7 +273,7 @@ func (c *Client) SearchOffers(ctx context.Context, q provider.Query) ([]provider
 
 type createBody struct {
 	ClientID      string            `json:"client_id"`
-	Image         string            `json:"image"`
+	Image         string            `json:"image,omitempty"` // omitted only when a template supplies it
 	Disk          float64           `json:"disk"`
 	Label         string            `json:"label,omitempty"`
 	Env           map[string]string `json:"env"`
@@ -283,6 +283,9 @@ type createBody struct {
 	Price         *float64          `json:"price"`
 	ImageLogin    *string           `json:"image_login"`
 	CancelUnavail bool              `json:"cancel_unavail"`
+	// Sent only when set: the document declares neither as nullable.
+	TemplateHashID string `json:"template_hash_id,omitempty"`
+	TargetState    string `json:"target_state,omitempty"`
 }
 
 // CreateInstance implements provider.InstanceCreator (PUT /api/v0/asks/{id}/).
@@ -305,6 +308,10 @@ func (c *Client) CreateInstance(ctx context.Context, req provider.CreateRequest)
 	if req.ImageLogin != "" {
 		l := req.ImageLogin
 		b.ImageLogin = &l
+	}
+	b.TemplateHashID = req.TemplateHashID
+	if req.Stopped {
+		b.TargetState = "stopped"
 	}
 	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/asks/%d/", req.OfferID), body: b, retryRateLimit: true})
 	unknown := func(id provider.InstanceID, cause error) error {

@@ -319,3 +319,28 @@ func (c *Client) CloudCopy(ctx context.Context, req provider.CloudCopyRequest) (
 	}
 	return c.fetchResult(ctx, op, w.ResultURL)
 }
+
+// Templates reads the template catalog (GET /api/v0/template/).
+func (c *Client) Templates(ctx context.Context) ([]provider.Template, error) {
+	op := "list templates"
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/template/", idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var w struct {
+		Templates []struct {
+			ID     num `json:"id"`
+			HashID str `json:"hash_id"`
+			Name   str `json:"name"`
+			Image  str `json:"image"`
+		} `json:"templates"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return nil, err
+	}
+	out := make([]provider.Template, 0, len(w.Templates))
+	for _, t := range w.Templates {
+		out = append(out, provider.Template{ID: int64(t.ID), HashID: string(t.HashID), Name: string(t.Name), Image: string(t.Image)})
+	}
+	return out, nil
+}
