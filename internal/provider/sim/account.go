@@ -110,9 +110,10 @@ func (s *Server) handleCharges(w http.ResponseWriter, r *http.Request, _ int64) 
 		in.advance(now)
 		// Charge windows are integer epochs (the document's type; the
 		// end rounds up so a window never ends before the billing it covers).
-		start := in.Created.Unix()
-		end := in.billedTo.Unix()
-		if in.billedTo.After(time.Unix(end, 0)) {
+		start := s.reported(in.Created).Unix()
+		billedTo := s.reported(in.billedTo)
+		end := billedTo.Unix()
+		if billedTo.After(time.Unix(end, 0)) {
 			end++
 		}
 		if float64(end) < from || float64(start) > to {
@@ -178,7 +179,7 @@ func (s *Server) handleInvoices(w http.ResponseWriter, r *http.Request, _ int64)
 	}
 	s.mu.Unlock()
 	results := []map[string]any{}
-	if t := first.Unix(); !first.IsZero() && float64(t) >= from && float64(t) <= to {
+	if t := s.reported(first).Unix(); !first.IsZero() && float64(t) >= from && float64(t) <= to {
 		results = append(results, map[string]any{"start": t, "end": t, "type": "credit", "source": "stripe",
 			"description": "Account credit", "amount": -s.startCredit,
 			"metadata": map[string]any{"invoice_id": 1, "service": "stripe_payments"}, "items": []any{}})
@@ -263,7 +264,7 @@ func (s *Server) handleListSSHKeys(w http.ResponseWriter, r *http.Request, _ int
 	list := []map[string]any{}
 	for _, k := range s.acctSSHKeys {
 		list = append(list, map[string]any{"id": k.ID, "user_id": 412233, "public_key": k.PublicKey,
-			"created_at": k.Created.UTC().Format(time.RFC3339), "deleted_at": nil})
+			"created_at": s.reported(k.Created).UTC().Format(time.RFC3339), "deleted_at": nil})
 	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, list)
@@ -283,7 +284,7 @@ func (s *Server) handleAddSSHKey(w http.ResponseWriter, r *http.Request, _ int64
 	s.acctSSHKeys = append(s.acctSSHKeys, k)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "key": map[string]any{
-		"id": k.ID, "user_id": 412233, "public_key": k.PublicKey, "created_at": k.Created.UTC().Format(time.RFC3339), "deleted_at": nil}})
+		"id": k.ID, "user_id": 412233, "public_key": k.PublicKey, "created_at": s.reported(k.Created).UTC().Format(time.RFC3339), "deleted_at": nil}})
 }
 
 func (s *Server) handleDeleteSSHKey(w http.ResponseWriter, r *http.Request, id int64) {
@@ -339,15 +340,15 @@ func (s *Server) handleLegacyInvoices(w http.ResponseWriter, r *http.Request, _ 
 		if q.Get("inc_charges") != "true" {
 			continue
 		}
-		if ts := float64(in.billedTo.Unix()); ts >= from && ts <= to {
-			invoices = append(invoices, map[string]any{"type": "charge", "instance_id": in.ID, "timestamp": in.billedTo.Unix(),
+		if ts := s.reported(in.billedTo).Unix(); float64(ts) >= from && float64(ts) <= to {
+			invoices = append(invoices, map[string]any{"type": "charge", "instance_id": in.ID, "timestamp": ts,
 				"description": fmt.Sprintf("Instance %d (%s x%d)", in.ID, in.Offer.Model.name, in.Offer.NumGPUs),
 				"quantity":    round(in.RunSeconds/3600, 6), "rate": in.gpuDPH(), "amount": round(in.GPUCost+in.DiskCost, 6)})
 		}
 	}
 	s.mu.Unlock()
-	if ts := float64(first.Unix()); !first.IsZero() && ts >= from && ts <= to {
-		invoices = append([]map[string]any{{"type": "payment", "timestamp": first.Unix(), "description": "Account credit",
+	if ts := s.reported(first).Unix(); !first.IsZero() && float64(ts) >= from && float64(ts) <= to {
+		invoices = append([]map[string]any{{"type": "payment", "timestamp": ts, "description": "Account credit",
 			"quantity": 1, "rate": s.startCredit, "amount": s.startCredit}}, invoices...)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"invoices": invoices,
@@ -377,7 +378,8 @@ func (s *Server) handleInvoiceSearch(w http.ResponseWriter, r *http.Request, _ i
 	s.mu.Unlock()
 	rows := []map[string]any{}
 	if !first.IsZero() {
-		row := map[string]any{"id": 1, "user_id": 412233, "when": first.Unix(), "paid_on": first.Unix(),
+		when := s.reported(first).Unix()
+		row := map[string]any{"id": 1, "user_id": 412233, "when": when, "paid_on": when,
 			"amount_cents": int64(math.Round(s.startCredit * 100)), "is_credit": true, "service": "stripe_payments"}
 		if rowMatches(row, filters) {
 			rows = append(rows, row)

@@ -624,8 +624,8 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 		"ssh_host": "127.0.0.1", "ssh_idx": "1", "ssh_port": sshPort, "machine_dir_ssh_port": sshPort + 1,
 		"public_ipaddr": "127.0.0.1", "local_ipaddrs": "10.4.0.12 172.17.0.1 \n", "ports": ports,
 		"direct_port_start": 41200, "direct_port_end": 41299, "direct_port_count": o.DirectPorts,
-		"start_date": unix(in.Created), "end_date": o.EndDate, "uptime_mins": uptime,
-		"duration": round(s.clock.Now().Sub(in.Created).Seconds(), 1),
+		"start_date": unix(s.reported(in.Created)), "end_date": o.EndDate, "uptime_mins": uptime,
+		"duration": round(s.reported(s.clock.Now()).Sub(s.reported(in.Created)).Seconds(), 1),
 		"num_gpus": o.NumGPUs, "gpu_name": o.Model.name, "gpu_arch": o.Model.gpuArch,
 		"gpu_ram": o.Model.vramMB, "gpu_totalram": o.Model.vramMB * float64(o.NumGPUs),
 		"gpu_util": nil, "gpu_temp": nil, "gpu_frac": o.GPUFrac, "compute_cap": o.Model.compCap,
@@ -1000,7 +1000,10 @@ func (s *Server) handleRequestLogs(w http.ResponseWriter, r *http.Request, id in
 		return
 	}
 	in.advance(s.clock.Now())
-	lines := append([]string(nil), in.logLines...)
+	lines := make([]string, 0, len(in.logLines))
+	for _, l := range in.logLines {
+		lines = append(lines, s.reported(l.at).UTC().Format(time.RFC3339)+" "+l.text)
+	}
 	if b.Filter != "" {
 		kept := lines[:0]
 		for _, l := range lines {

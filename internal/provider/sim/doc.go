@@ -12,6 +12,15 @@
 // test with a clock.Fake controls every transition, and `vastrun sim serve`
 // runs a clock.Scaled to make a minute of boot take seconds.
 //
+// Under a scaled clock the simulator bills in scaled time but reports wall
+// time: every timestamp it shows (start_date, duration, charge and invoice
+// windows, log lines, SSH key created_at) is the wall-clock moment the
+// event happened, so it never lies ahead of the wall clock at any speed,
+// and a client computing now − start_date or a charges window from its own
+// clock sees sensible values. Amounts, uptime_mins and billed hours stay in
+// simulated time (a 30× run bills 30 s per wall second). The /_sim/ control
+// plane reports the simulator's own clock.
+//
 // # Contract
 //
 //   - Paths, methods and both auth forms (Authorization: Bearer and

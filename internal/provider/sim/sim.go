@@ -188,6 +188,16 @@ func randomHex(n int) string {
 
 func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
+// reported is the instant the API shows for simulated instant t: under a
+// scaled clock, the wall-clock moment it happened (see the package doc,
+// "Time"); under any other clock, t itself.
+func (s *Server) reported(t time.Time) time.Time {
+	if sc, ok := s.clock.(*clock.Scaled); ok && !t.IsZero() {
+		return sc.Wall(t)
+	}
+	return t
+}
+
 // authResult is who is calling.
 type authResult struct {
 	key *apiKey
