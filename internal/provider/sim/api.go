@@ -706,44 +706,44 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 		after = n
 	}
 
+	// One cheap pass counts and filters on the few filterable columns; only
+	// the page's rows are rendered, so a page costs O(page) renders however
+	// many instances the account holds. s.order is ascending by id (ids
+	// only grow), so no sort is needed.
 	s.mu.Lock()
-	var rows []map[string]any
 	labelCounts := map[string]int{}
-	ids := append([]int64(nil), s.order...)
-	sort.Slice(ids, func(i, j int) bool { return (ids[i] < ids[j]) != desc })
-	for _, id := range ids {
-		in := s.instances[id]
+	var picked []*instance // the page, plus one to know whether more follow
+	total := 0
+	for k := range s.order {
+		if desc {
+			k = len(s.order) - 1 - k
+		}
+		in := s.instances[s.order[k]]
 		if !s.visible(in) {
 			continue
 		}
 		labelCounts[in.Label]++
-		row := s.instanceRow(in)
-		if !rowMatches(row, filters) {
+		if len(filters) > 0 && !rowMatches(s.filterRow(in, filters), filters) {
 			continue
 		}
-		rows = append(rows, row)
-	}
-	s.mu.Unlock()
-
-	total := len(rows)
-	start := 0
-	if after >= 0 {
-		for start < len(rows) {
-			id := rows[start]["id"].(int64)
-			if (!desc && id > after) || (desc && id < after) {
-				break
-			}
-			start++
+		total++
+		if after >= 0 && ((!desc && in.ID <= after) || (desc && in.ID >= after)) {
+			continue
+		}
+		if len(picked) <= limit {
+			picked = append(picked, in)
 		}
 	}
-	end := min(start+limit, len(rows))
-	page := rows[start:end]
-	var next any
-	if end < len(rows) {
-		next = base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("id:%d", page[len(page)-1]["id"].(int64))))
+	more := len(picked) > limit
+	picked = picked[:min(limit, len(picked))]
+	page := make([]map[string]any, 0, len(picked))
+	for _, in := range picked {
+		page = append(page, s.instanceRow(in))
 	}
-	if page == nil {
-		page = []map[string]any{}
+	s.mu.Unlock()
+	var next any
+	if more {
+		next = base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("id:%d", picked[len(picked)-1].ID)))
 	}
 	if cols != nil {
 		for i, row := range page {
@@ -786,6 +786,43 @@ func selectCols(w http.ResponseWriter, raw string) ([]string, bool) {
 		}
 	}
 	return cols, true
+}
+
+// filterRow is the columns filters name, valued exactly as instanceRow
+// values them (only filterable columns reach here). Called with s.mu held.
+func (s *Server) filterRow(in *instance, filters map[string]map[string]any) map[string]any {
+	row := make(map[string]any, len(filters))
+	for col := range filters {
+		var v any
+		switch col {
+		case "id":
+			v = in.ID
+		case "label":
+			if in.Label != "" {
+				v = in.Label
+			}
+		case "actual_status":
+			if in.Actual != "" {
+				v = in.Actual
+			}
+		case "intended_status":
+			v = in.Intended
+		case "cur_state":
+			v = in.Cur
+		case "gpu_name":
+			v = in.Offer.Model.name
+		case "verification":
+			v = in.Offer.Verification
+		case "machine_id":
+			v = in.Offer.MachineID
+		case "host_id":
+			v = in.Offer.HostID
+		case "image_uuid":
+			v = in.ImageUUID
+		}
+		row[col] = v
+	}
+	return row
 }
 
 func rowMatches(row map[string]any, filters map[string]map[string]any) bool {

@@ -338,3 +338,32 @@ func (s *Server) handleGPUNames(w http.ResponseWriter, r *http.Request, _ int64)
 	sort.Strings(names)
 	writeJSON(w, http.StatusOK, map[string]any{"gpu_names": names})
 }
+
+// SeedInstances rents n free offers at once, as if created long enough ago
+// to be running, labelled label(i), without SSH servers: an account with a
+// large listing for benchmarks and `vastrun sim serve --instances N`. It
+// fails when fewer than n offers are free.
+func (s *Server) SeedInstances(n int, label func(i int) string) ([]int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var free []*offer
+	for _, o := range s.offers {
+		if o.RentedBy == 0 && len(free) < n {
+			free = append(free, o)
+		}
+	}
+	if len(free) < n {
+		return nil, fmt.Errorf("seed %d instances: only %d offers are free (raise the catalog size)", n, len(free))
+	}
+	now := s.clock.Now()
+	ids := make([]int64, 0, n)
+	for i, o := range free {
+		l := label(i)
+		disk := min(10, o.DiskSpace)
+		in := s.createLocked(o, createBody{ClientID: "me", Image: "vastai/base-image:cuda-12.4.1-auto", Label: &l}, disk, nil)
+		in.nextAt = time.Time{}
+		in.enter("running", now)
+		ids = append(ids, in.ID)
+	}
+	return ids, nil
+}

@@ -124,3 +124,44 @@ func TestCreateStoppedBillsNoGPU(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Seeded accounts list completely in both orders, page by page.
+func TestSeededListingPagesBothWays(t *testing.T) {
+	e := newEnv(t, sim.Config{DisableSSH: true, Offers: 130})
+	ids, err := e.sim.SeedInstances(120, func(i int) string { return "seed-" + strconv.Itoa(i%3) })
+	if err != nil || len(ids) != 120 {
+		t.Fatal(err)
+	}
+	all, err := e.client.ListInstances(context.Background(), provider.ListOptions{})
+	if err != nil || len(all) != 120 || !all[0].Running() {
+		t.Fatalf("ascending: %d %v (first %+v)", len(all), err, all[0])
+	}
+	one, err := e.client.ListInstances(context.Background(), provider.ListOptions{Labels: []string{"seed-1"}})
+	if err != nil || len(one) != 40 {
+		t.Fatalf("label seed-1: %d %v", len(one), err)
+	}
+	var got []float64
+	q := url.Values{"limit": {"25"}, "order_by": {`[{"col":"id","dir":"desc"}]`}}
+	for page := 0; page < 10; page++ {
+		code, body := e.send(t, "GET", "/api/v1/instances/?"+q.Encode(), "")
+		if code != 200 || body["total_instances"] != float64(120) {
+			t.Fatalf("desc page %d: %d %v", page, code, body["total_instances"])
+		}
+		for _, r := range body["instances"].([]any) {
+			got = append(got, r.(map[string]any)["id"].(float64))
+		}
+		next, _ := body["next_token"].(string)
+		if next == "" {
+			break
+		}
+		q.Set("after_token", next)
+	}
+	if len(got) != 120 {
+		t.Fatalf("desc listing has %d rows, want 120", len(got))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] >= got[i-1] {
+			t.Fatalf("desc listing out of order at %d: %v then %v", i, got[i-1], got[i])
+		}
+	}
+}
