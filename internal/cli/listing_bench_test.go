@@ -9,15 +9,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 )
 
 // BenchmarkListing1000 measures, in one run, vastrun's listing commands
+// (reap, down --label, status)
 // over an account of 1,000 simulated instances against the floor: the same
 // listing done page by page with plain HTTP requests (decode, follow
 // next_token, nothing else). docs/performance.md records the ratio.
@@ -25,7 +28,10 @@ import (
 //	go test ./internal/cli -run '^$' -bench BenchmarkListing1000 -benchtime 20x
 func BenchmarkListing1000(b *testing.B) {
 	const n, swept = 1000, 100
-	s, err := sim.New(sim.Config{DisableSSH: true, Offers: n + swept + 50})
+	// SSH stays on for the one instance `up` rents (status shows it); the
+	// seeded ones have none. The clock runs 50x so that boot is quick.
+	clk := clock.NewScaled(time.Now(), 50)
+	s, err := sim.New(sim.Config{Clock: clk, Offers: n + swept + 50})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,10 +49,11 @@ func BenchmarkListing1000(b *testing.B) {
 		b.Fatal(err)
 	}
 	env := map[string]string{"VAST_URL": srv.URL, "VAST_API_KEY": s.APIKey()}
+	home := b.TempDir()
 	cli := func(b *testing.B, args ...string) {
 		var out, errOut bytes.Buffer
 		f := &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
-			Getenv: func(k string) string { return env[k] }, HomeDir: b.TempDir(), Clock: instantClock{}}
+			Getenv: func(k string) string { return env[k] }, HomeDir: home, Clock: clk}
 		if code := Run(context.Background(), f, args); code != 0 {
 			b.Fatalf("vastrun %v: exit %d\n%s", args, code, errOut.String())
 		}
@@ -107,6 +114,35 @@ func BenchmarkListing1000(b *testing.B) {
 			cli(b, "down", "--label", sweepLabel, "--yes", "--settle", "0s", "-f", "none.yaml")
 		}
 	})
+	// status shows the run's own attempts by id: rent one with up first.
+	b.Run("status", func(b *testing.B) {
+		b.StopTimer()
+		b.Chdir(b.TempDir())
+		os.WriteFile("vastrun.yaml", []byte(benchUpConfig), 0o644)
+		os.WriteFile("gpu-test.sh", []byte("#!/bin/sh\nnvidia-smi -L\n"), 0o755)
+		cli(b, "up", "--yes", "--evidence-dir", "ev")
+		b.Cleanup(func() { cli(b, "down", "--yes") })
+		b.StartTimer()
+		for b.Loop() {
+			cli(b, "status", "--json")
+		}
+	})
+	b.Run("plain_http_show", func(b *testing.B) {
+		id := s.Snapshot().Live[0].ID
+		for b.Loop() {
+			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/api/v0/instances/%d/", srv.URL, id), nil)
+			req.Header.Set("Authorization", "Bearer "+s.APIKey())
+			res, err := http.DefaultClient.Do(req)
+			if err != nil || res.StatusCode != 200 {
+				b.Fatal(err)
+			}
+			var one struct {
+				Instances json.RawMessage `json:"instances"`
+			}
+			json.NewDecoder(res.Body).Decode(&one)
+			res.Body.Close()
+		}
+	})
 	b.Run("plain_http_label_listing", func(b *testing.B) {
 		b.StopTimer()
 		if _, err := s.SeedInstances(swept, func(int) string { return sweepLabel }); err != nil {
@@ -120,3 +156,18 @@ func BenchmarkListing1000(b *testing.B) {
 		}
 	})
 }
+
+const benchUpConfig = `image: ghcr.io/acme/gpu-test@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+test: sh gpu-test.sh
+upload: [gpu-test.sh]
+gpu:
+  models: [RTX_4090, RTX_3090]
+  min_vram_gb: 20
+  max_dph: 1.0
+budget:
+  max_spend: 5
+timeouts:
+  ready: 5m
+  job: 1m
+  teardown: 2m
+`
