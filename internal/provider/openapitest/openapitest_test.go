@@ -82,3 +82,15 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+// An entry allows its own failure at its field, not any failure there.
+func TestDeviationReasonIsPartOfTheMatch(t *testing.T) {
+	null := Violation{Op: "GET /api/v0/instances/{id}", Field: "response.200.body/instances", Detail: `Error at "/instances": Value is not nullable`}
+	wrongType := Violation{Op: null.Op, Field: null.Field, Detail: `Error at "/instances": value must be an object`}
+	if matchDeviation(null) < 0 {
+		t.Errorf("the null-instance deviation does not allow %v", null)
+	}
+	if i := matchDeviation(wrongType); i >= 0 {
+		t.Errorf("deviation %+v allows an unrelated failure %v", Deviations[i], wrongType)
+	}
+}
