@@ -901,19 +901,11 @@ func (s *Server) handleManage(w http.ResponseWriter, r *http.Request, id int64) 
 		in.Label = *b.Label
 	}
 	if b.State != nil {
-		switch *b.State {
-		case "stopped":
-			in.setState(now, "stopped", "stopped", "stopped", "stopped", "")
-			s.killSessions(in)
-		case "running":
-			if in.Actual != "running" {
-				in.setState(now, "loading", "running", "running", "running", "restarting container")
-				in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "running"
-			}
-		default:
+		if *b.State != "stopped" && *b.State != "running" {
 			writeError(w, http.StatusBadRequest, "invalid_args", fmt.Sprintf("invalid state %q: use running or stopped", *b.State))
 			return
 		}
+		s.applyStateLocked(in, *b.State)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true})
 }
