@@ -38,6 +38,8 @@ type SimServeOptions struct {
 	APIKey    string
 	ReadyFile string
 	Dir       string
+	// Instances seeds the account with this many running instances.
+	Instances int
 }
 
 // NewCmdSimServe builds `vastrun sim serve`; runF replaces the run in tests.
@@ -60,6 +62,9 @@ live instances.`,
 			if opts.Speed <= 0 {
 				return &UsageError{Err: fmt.Errorf("--speed must be positive, got %v", opts.Speed)}
 			}
+			if opts.Instances < 0 {
+				return &UsageError{Err: fmt.Errorf("--instances must be 0 or more, got %d", opts.Instances)}
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -74,6 +79,7 @@ live instances.`,
 	fl.StringVar(&opts.APIKey, "sim-key", "", "the account key to accept (default: random, printed)")
 	fl.StringVar(&opts.ReadyFile, "ready-file", "", "write {url, api_key} as JSON to this file once listening")
 	fl.StringVar(&opts.Dir, "dir", "", "directory for instance sandboxes (default: a temporary one)")
+	fl.IntVar(&opts.Instances, "instances", 0, "seed the account with N running instances (labelled sim-seed-<i/100>, no SSH; they rent N extra offers)")
 	return cmd
 }
 
@@ -91,11 +97,16 @@ func runSimServe(ctx context.Context, opts *SimServeOptions) error {
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return &UsageError{Err: fmt.Errorf("--listen %q is not a loopback address", opts.Listen), Hint: "the simulator serves loopback only: use 127.0.0.1:PORT"}
 	}
-	s, err := sim.New(sim.Config{Clock: clock.NewScaled(time.Now(), opts.Speed), Seed: opts.Seed, Offers: opts.Offers, APIKey: opts.APIKey, Dir: opts.Dir})
+	s, err := sim.New(sim.Config{Clock: clock.NewScaled(time.Now(), opts.Speed), Seed: opts.Seed, Offers: opts.Offers + opts.Instances, APIKey: opts.APIKey, Dir: opts.Dir})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	if opts.Instances > 0 {
+		if _, err := s.SeedInstances(opts.Instances, func(i int) string { return fmt.Sprintf("sim-seed-%d", i/100) }); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("simulator listen on %s: %w", opts.Listen, err)
@@ -109,7 +120,7 @@ func runSimServe(ctx context.Context, opts *SimServeOptions) error {
 		json.NewEncoder(opts.IO.Out).Encode(info)
 	} else {
 		fmt.Fprintf(opts.IO.Out, "export VAST_URL=%s\nexport VAST_API_KEY=%s\n", info.URL, info.APIKey)
-		opts.IO.Infof("simulator listening on %s (%d offers, seed %d, speed %gx); Ctrl-C stops it", info.URL, opts.Offers, opts.Seed, opts.Speed)
+		opts.IO.Infof("simulator listening on %s (%d offers, %d seeded instances, seed %d, speed %gx); Ctrl-C stops it", info.URL, opts.Offers, opts.Instances, opts.Seed, opts.Speed)
 	}
 	if opts.ReadyFile != "" {
 		b, _ := json.Marshal(info)

@@ -60,6 +60,13 @@ func (s *Scaled) Now() time.Time {
 	return s.Start.Add(time.Duration(float64(elapsed) * s.Factor))
 }
 
+// Wall is the wall-clock instant at which s reads t. A scaled clock runs
+// ahead of the wall clock; Wall maps its instants back, so that what is
+// reported to people and wall-clock clients never lies in the future.
+func (s *Scaled) Wall(t time.Time) time.Time {
+	return s.realRef.Add(time.Duration(float64(t.Sub(s.Start)) / s.Factor))
+}
+
 func (s *Scaled) After(d time.Duration) <-chan time.Time {
 	ch := make(chan time.Time, 1)
 	time.AfterFunc(time.Duration(float64(d)/s.Factor), func() { ch <- s.Now() })

@@ -87,6 +87,12 @@ type CreateRequest struct {
 	BidPrice      float64
 	ImageLogin    string
 	CancelUnavail bool
+	// TemplateHashID creates from a template: it supplies the image,
+	// runtype and onstart the request leaves empty.
+	TemplateHashID string
+	// Stopped creates the instance stopped (target_state "stopped"): it
+	// bills storage only until started.
+	Stopped bool
 }
 
 // CreateResult is what a successful create returns.

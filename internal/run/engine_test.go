@@ -23,6 +23,7 @@ import (
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/openapitest"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
@@ -102,7 +103,8 @@ func newHarness(t *testing.T, cfgYAML string, approve bool) *harness {
 	hook := &webhookRecorder{}
 	hooksrv := httptest.NewServer(hook)
 	t.Cleanup(func() { srv.Close(); hooksrv.Close(); s.Close() })
-	client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
+	// Every exchange of the engine is held to Vast's OpenAPI document.
+	client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}, HTTPClient: openapitest.New(t).Client()})
 
 	root := t.TempDir()
 	repo := filepath.Join(root, "repo")

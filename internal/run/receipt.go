@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/provider"
 )
@@ -63,6 +64,40 @@ type Receipt struct {
 	StartedAt      time.Time          `json:"started_at"`
 	FinishedAt     time.Time          `json:"finished_at"`
 	EvidenceDir    string             `json:"evidence_dir"`
+	// SimTime is set when the simulator ran scaled: the receipt's own times
+	// and timings are wall-clock, these are the simulated ones.
+	SimTime *SimTime `json:"sim_time,omitempty"`
+}
+
+// SimTime labels the figures of a scaled simulator run in simulated time.
+type SimTime struct {
+	Speed      float64            `json:"speed"`
+	Timings    map[string]float64 `json:"timings_s"`
+	StartedAt  time.Time          `json:"started_at"`
+	FinishedAt time.Time          `json:"finished_at"`
+}
+
+// toWallClock rewrites a receipt measured on a scaled clock in wall-clock
+// terms, keeping the simulated figures under SimTime.
+func (r *Receipt) toWallClock(sc *clock.Scaled) {
+	r.SimTime = &SimTime{Speed: sc.Factor, Timings: r.Timings, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
+	wall := make(map[string]float64, len(r.Timings))
+	for k, v := range r.Timings {
+		wall[k] = round3(v / sc.Factor)
+	}
+	r.Timings = wall
+	r.StartedAt, r.FinishedAt = sc.Wall(r.StartedAt).UTC(), sc.Wall(r.FinishedAt).UTC()
+	attempts := make([]*Attempt, len(r.Attempts))
+	for i, a := range r.Attempts {
+		c := *a
+		for _, t := range []*time.Time{&c.IntentAt, &c.RentedAt, &c.RunningAt, &c.DestroySentAt, &c.ConfirmedAt} {
+			if !t.IsZero() {
+				*t = sc.Wall(*t).UTC()
+			}
+		}
+		attempts[i] = &c
+	}
+	r.Attempts = attempts
 }
 
 // ReceiptCI identifies the CI run.
@@ -146,6 +181,15 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 		r.Timings = map[string]float64{}
 	}
 	r.Timings["elapsed"] = round3(r.FinishedAt.Sub(st.Started).Seconds())
+	// The phases plus "other" add up to elapsed (overheads and the
+	// interruption figure are measured inside phases).
+	phases := 0.0
+	for k, v := range r.Timings {
+		if k != "elapsed" && !strings.HasPrefix(k, "overhead_") && !strings.HasPrefix(k, "interruption_") {
+			phases += v
+		}
+	}
+	r.Timings["other"] = round3(max(0, r.Timings["elapsed"]-phases))
 	if a := st.Current(); a != nil && e.test != nil && !a.RunningAt.IsZero() {
 		// What vastrun adds to the billable time around the test.
 		if ts, ok := e.phaseTimes["test_start"]; ok {
@@ -154,6 +198,9 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 		if te, ok := e.phaseTimes["test_end"]; ok && !a.DestroySentAt.IsZero() {
 			r.Timings["overhead_after_test"] = round3(a.DestroySentAt.Sub(te).Seconds())
 		}
+	}
+	if sc, ok := e.Clock.(*clock.Scaled); ok && sc.Factor != 1 {
+		r.toWallClock(sc)
 	}
 	r.Cleanup = ReceiptCleanup{Confirmed: len(st.Unconfirmed()) == 0, Unconfirmed: st.Unconfirmed(), AlertSent: e.cost.AlertSent}
 	if r.Cleanup.Unconfirmed == nil {
@@ -181,6 +228,9 @@ func Summary(r *Receipt) string {
 	fmt.Fprintf(&b, "## vastrun %s: %s %s\n\n", r.Workflow, icon, r.Outcome)
 	if r.Simulated {
 		b.WriteString("> Simulated run: nothing was rented or billed for real.\n\n")
+	}
+	if r.SimTime != nil {
+		fmt.Fprintf(&b, "> The simulator ran at %g× speed: timings are wall-clock; simulated ones are under sim_time.\n\n", r.SimTime.Speed)
 	}
 	if r.Error != "" {
 		fmt.Fprintf(&b, "**Error:** %s\n\n", r.Error)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/provider"
 )
 
@@ -99,5 +100,28 @@ func TestDeltaFieldLevel(t *testing.T) {
 	}
 	if d := Delta(local, local, nil); len(d) != 0 {
 		t.Fatalf("identical results differ: %+v", d)
+	}
+}
+
+// A receipt measured on a scaled clock reports wall-clock time, with the
+// simulated figures kept and labelled.
+func TestReceiptOnScaledClockIsWallClock(t *testing.T) {
+	sc := clock.NewScaled(time.Now(), 30)
+	start := sc.Now()
+	r := &Receipt{Timings: map[string]float64{"elapsed": 60, "test": 30}, StartedAt: start, FinishedAt: start.Add(60 * time.Second),
+		Attempts: []*Attempt{{RunningAt: start.Add(30 * time.Second)}}}
+	r.toWallClock(sc)
+	if r.Timings["elapsed"] != 2 || r.Timings["test"] != 1 {
+		t.Errorf("wall-clock timings %v, want elapsed 2 and test 1 (60 and 30 simulated s at 30x)", r.Timings)
+	}
+	if r.SimTime == nil || r.SimTime.Speed != 30 || r.SimTime.Timings["elapsed"] != 60 || !r.SimTime.FinishedAt.Equal(start.Add(60*time.Second)) {
+		t.Errorf("simulated figures: %+v", r.SimTime)
+	}
+	near := func(d, want time.Duration) bool { return (d - want).Abs() < time.Millisecond }
+	if d := r.FinishedAt.Sub(r.StartedAt); !near(d, 2*time.Second) || r.FinishedAt.After(time.Now().Add(2*time.Second)) {
+		t.Errorf("wall-clock span %v, want 2s, ending no later than now + 2s (%v)", d, r.FinishedAt)
+	}
+	if got := r.Attempts[0].RunningAt.Sub(r.StartedAt); !near(got, time.Second) {
+		t.Errorf("attempt running %v after start, want 1s of wall time", got)
 	}
 }

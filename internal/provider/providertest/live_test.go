@@ -31,8 +31,9 @@ func TestLiveAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	Run(t, func(t *testing.T) Harness {
+		market := mk(key)
 		return Harness{
-			Market: mk(key), BadKey: mk("0000000000000000000000000000000000000000000000000000000000000000"), NoKey: mk(""),
+			Market: market, Ops: market, BadKey: mk("0000000000000000000000000000000000000000000000000000000000000000"), NoKey: mk(""),
 			Sleep: func(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, clock.Real{}, d) },
 			Image: "vastai/base-image:@vastai-automatic-tag", Query: q, Live: true, ReadyTimeout: 15 * time.Minute,
 		}

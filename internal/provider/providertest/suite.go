@@ -37,6 +37,10 @@ type Harness struct {
 	Live bool
 	// ReadyTimeout bounds the wait for a rental to be running.
 	ReadyTimeout time.Duration
+	// Ops is the same client's provider.Operations, when it has them.
+	Ops provider.Operations
+	// Cloud is the far side of the account's cloud integrations.
+	Cloud Cloud
 }
 
 // Run runs every case. newHarness is called once per case.
@@ -52,6 +56,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"OfferBacksOneInstance", testOfferBacksOne},
 		{"AccountReads", testAccount},
 	}
+	cases = append(cases, operationCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newHarness(t)) })
 	}

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/vastrun/vastrun/internal/clock"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -84,6 +88,44 @@ func (s *Server) route(method, ver string, p []string) (string, int64, handlerFu
 		return "list", 0, s.handleListV1
 	case ver == "v0" && len(p) == 1 && p[0] == "instances" && method == http.MethodGet:
 		return "list_v0", 0, s.handleListV0
+	case ver == "v0" && len(p) == 1 && p[0] == "instances" && method == http.MethodPut:
+		return "bulk_state", 0, s.handleBulkState
+	case ver == "v0" && len(p) == 1 && p[0] == "instances" && method == http.MethodDelete:
+		return "bulk_destroy", 0, s.handleBulkDestroy
+	case ver == "v0" && len(p) == 2 && p[0] == "instances" && p[1] == "filters" && method == http.MethodGet:
+		return "filters", 0, s.handleFilters
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && method == http.MethodPut && p[1] == "reboot":
+		if id, ok := idAt(2); ok {
+			return "reboot", id, s.handleReboot
+		}
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && method == http.MethodPut && p[1] == "command":
+		if id, ok := idAt(2); ok {
+			return "execute", id, s.handleExecute
+		}
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && method == http.MethodPut && p[1] == "bid_price":
+		if id, ok := idAt(2); ok {
+			return "change_bid", id, s.handleChangeBid
+		}
+	case ver == "v0" && len(p) == 3 && p[0] == "instances" && method == http.MethodGet && p[1] == "balance":
+		if id, ok := idAt(2); ok {
+			return "deposit", id, s.handleDeposit
+		}
+	case ver == "v0" && len(p) == 2 && p[0] == "gpu_names" && p[1] == "unique" && method == http.MethodGet:
+		return "gpu_names", 0, s.handleGPUNames
+	case ver == "v0" && len(p) == 3 && p[0] == "users" && p[1] == "me" && p[2] == "invoices" && method == http.MethodGet:
+		return "legacy_invoices", 0, s.handleLegacyInvoices
+	case ver == "v0" && len(p) == 1 && p[0] == "invoices" && method == http.MethodGet:
+		return "invoice_search", 0, s.handleInvoiceSearch
+	case ver == "v0" && len(p) == 1 && p[0] == "template" && method == http.MethodGet:
+		return "templates", 0, s.handleTemplates
+	case ver == "v0" && len(p) == 2 && p[0] == "users" && p[1] == "cloud_integrations" && method == http.MethodGet:
+		return "cloud_integrations", 0, s.handleCloudIntegrations
+	case ver == "v0" && len(p) == 2 && p[0] == "commands" && p[1] == "copy_direct" && method == http.MethodPut:
+		return "copy", 0, s.handleCopyDirect
+	case ver == "v0" && len(p) == 2 && p[0] == "commands" && p[1] == "rsync" && method == http.MethodPut:
+		return "copy", 0, s.handleRsync
+	case ver == "v0" && len(p) == 2 && p[0] == "commands" && p[1] == "rclone" && method == http.MethodPost:
+		return "copy", 0, s.handleRclone
 	case ver == "v0" && len(p) == 2 && p[0] == "instances":
 		id, ok := idAt(1)
 		if !ok {
@@ -229,6 +271,33 @@ type createBody struct {
 	ImageLogin    *string         `json:"image_login"`
 	CancelUnavail *bool           `json:"cancel_unavail"`
 	TemplateHash  *string         `json:"template_hash_id"`
+	TargetState   *string         `json:"target_state"`
+}
+
+// runtypeTokens are what runtype may be made of: the document's enum and
+// the truncated tokens the 2026 CLI combines ("ssh_direc ssh_proxy").
+var runtypeTokens = map[string]bool{
+	"ssh": true, "jupyter": true, "args": true, "ssh_proxy": true, "ssh_direct": true, "jupyter_proxy": true,
+	"jupyter_direct": true, "ssh_direc": true, "jupyter_direc": true,
+}
+
+// checkCreate enforces the document's enums and limits on a create body,
+// as Vast's input validation does; it returns the error message or "".
+func checkCreate(b *createBody) string {
+	if b.Runtype != nil && *b.Runtype != "" {
+		for _, tok := range strings.Fields(*b.Runtype) {
+			if !runtypeTokens[tok] {
+				return fmt.Sprintf("runtype %q: %q is not one of ssh, jupyter, args, ssh_proxy, ssh_direct, jupyter_proxy, jupyter_direct", *b.Runtype, tok)
+			}
+		}
+	}
+	if b.TargetState != nil && *b.TargetState != "running" && *b.TargetState != "stopped" {
+		return fmt.Sprintf("target_state %q: must be running or stopped", *b.TargetState)
+	}
+	if b.Onstart != nil && len(*b.Onstart) > 4048 {
+		return "onstart longer than 4048 characters: gzip and base64 a larger script"
+	}
+	return ""
 }
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID int64) {
@@ -239,6 +308,28 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 	if err := readBody(r, &b); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
 		return
+	}
+	if msg := checkCreate(&b); msg != "" {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_args", "msg": msg, "ask_id": offerID})
+		return
+	}
+	var tmpl *template
+	if b.TemplateHash != nil && *b.TemplateHash != "" {
+		if tmpl = templateByHash(*b.TemplateHash); tmpl == nil {
+			writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "no_such_template",
+				"msg": fmt.Sprintf("No template with hash_id %s.", *b.TemplateHash), "ask_id": offerID})
+			return
+		}
+		// The template supplies what the body leaves out.
+		if b.Image == "" {
+			b.Image = tmpl.Image
+		}
+		if b.Runtype == nil || *b.Runtype == "" {
+			b.Runtype = &tmpl.Runtype
+		}
+		if b.Onstart == nil && tmpl.Onstart != "" {
+			b.Onstart = &tmpl.Onstart
+		}
 	}
 	s.mu.Lock()
 	var o *offer
@@ -284,7 +375,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_price", "msg": "price must be between 0.001 and 128", "ask_id": offerID})
 		return
 	}
-	in := s.createLocked(o, b, disk)
+	in := s.createLocked(o, b, disk, tmpl)
 	fs := &s.faults
 	lost := fs.createLost > 0
 	if lost {
@@ -327,7 +418,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 }
 
 // createLocked makes the instance. Called with s.mu held.
-func (s *Server) createLocked(o *offer, b createBody, disk float64) *instance {
+func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *template) *instance {
 	now := s.clock.Now()
 	s.nextID += 1 + int64(len(s.order)%3)
 	in := &instance{
@@ -377,7 +468,9 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64) *instance {
 	}
 	in.sshRefuseConns = fs.sshRefuseNewConns
 	in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "loading"
-	if in.IsBid && in.Bid < o.MinBid { // below market: created stopped
+	in.Template = tmpl
+	stopped := b.TargetState != nil && *b.TargetState == "stopped"
+	if stopped || (in.IsBid && in.Bid < o.MinBid) { // asked for, or below market: created stopped
 		in.Actual, in.Intended, in.Cur, in.Next = "stopped", "stopped", "stopped", "stopped"
 		in.nextAt = time.Time{}
 	}
@@ -511,24 +604,31 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 	for _, kv := range in.Env {
 		env = append(env, []string{kv[0], kv[1]})
 	}
+	var tmplID, tmplHash, tmplName any
+	if t := in.Template; t != nil {
+		tmplID, tmplHash, tmplName = t.ID, t.HashID, t.Name
+	}
 	st := round(in.storageDPH(), 7)
 	searchPrice := map[string]any{"gpuCostPerHour": in.gpuDPH(), "diskHour": st, "totalHour": round(in.gpuDPH()+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(in.gpuDPH()+st, 7)}
 	nowPrice := map[string]any{"gpuCostPerHour": gpuNow, "diskHour": st, "totalHour": round(gpuNow+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(gpuNow+st, 7)}
-	var sshHost, sshPort any
-	if port > 0 {
-		sshHost, sshPort = "127.0.0.1", port
+	// Vast assigns the proxy endpoint with the contract, so ssh_host and
+	// ssh_port are set in every state (integers, never null, as the document
+	// says); without SSH servers the port is a reserved one nobody serves.
+	sshPort := port
+	if sshPort == 0 {
+		sshPort = 20000 + int(in.ID%20000)
 	}
 	return map[string]any{
 		"id": in.ID, "machine_id": o.MachineID, "host_id": o.HostID, "bundle_id": o.ID * 31,
 		"actual_status": actual, "intended_status": in.Intended, "cur_state": in.Cur, "next_state": in.Next,
-		"status_msg": statusMsg, "label": label, "template_id": nil, "template_hash_id": nil, "template_name": nil,
+		"status_msg": statusMsg, "label": label, "template_id": tmplID, "template_hash_id": tmplHash, "template_name": tmplName,
 		"image_uuid": in.ImageUUID, "image_args": nonNil(in.Args), "image_runtype": in.Runtype, "extra_env": env,
 		"onstart": in.Onstart, "jupyter_token": fmt.Sprintf("%032x", in.ID*7919),
-		"ssh_host": sshHost, "ssh_idx": "1", "ssh_port": sshPort, "machine_dir_ssh_port": nil,
+		"ssh_host": "127.0.0.1", "ssh_idx": "1", "ssh_port": sshPort, "machine_dir_ssh_port": sshPort + 1,
 		"public_ipaddr": "127.0.0.1", "local_ipaddrs": "10.4.0.12 172.17.0.1 \n", "ports": ports,
 		"direct_port_start": 41200, "direct_port_end": 41299, "direct_port_count": o.DirectPorts,
-		"start_date": unix(in.Created), "end_date": o.EndDate, "uptime_mins": uptime,
-		"duration": round(s.clock.Now().Sub(in.Created).Seconds(), 1),
+		"start_date": unix(s.reported(in.Created)), "end_date": o.EndDate, "uptime_mins": uptime,
+		"duration": round(s.reported(s.clock.Now()).Sub(s.reported(in.Created)).Seconds(), 1),
 		"num_gpus": o.NumGPUs, "gpu_name": o.Model.name, "gpu_arch": o.Model.gpuArch,
 		"gpu_ram": o.Model.vramMB, "gpu_totalram": o.Model.vramMB * float64(o.NumGPUs),
 		"gpu_util": nil, "gpu_temp": nil, "gpu_frac": o.GPUFrac, "compute_cap": o.Model.compCap,
@@ -563,16 +663,16 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 	limit := 25
 	if v := qp.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request", "Error in query parameters: limit must be an integer")
+		if err != nil || n < 1 || n > 25 {
+			// The document's enum for this route's 400 names invalid_request.
+			writeError(w, http.StatusBadRequest, "invalid_request", "Error in query parameters: limit must be an integer from 1 to 25")
 			return
 		}
-		switch {
-		case n <= 0:
-			limit = 5
-		case n < 25:
-			limit = n
-		}
+		limit = n
+	}
+	cols, ok := selectCols(w, qp.Get("select_cols"))
+	if !ok {
+		return
 	}
 	var filters map[string]map[string]any
 	if v := qp.Get("select_filters"); v != "" {
@@ -609,49 +709,123 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 		after = n
 	}
 
+	// One cheap pass counts and filters on the few filterable columns; only
+	// the page's rows are rendered, so a page costs O(page) renders however
+	// many instances the account holds. s.order is ascending by id (ids
+	// only grow), so no sort is needed.
 	s.mu.Lock()
-	var rows []map[string]any
 	labelCounts := map[string]int{}
-	ids := append([]int64(nil), s.order...)
-	sort.Slice(ids, func(i, j int) bool { return (ids[i] < ids[j]) != desc })
-	for _, id := range ids {
-		in := s.instances[id]
+	var picked []*instance // the page, plus one to know whether more follow
+	total := 0
+	for k := range s.order {
+		if desc {
+			k = len(s.order) - 1 - k
+		}
+		in := s.instances[s.order[k]]
 		if !s.visible(in) {
 			continue
 		}
 		labelCounts[in.Label]++
-		row := s.instanceRow(in)
-		if !rowMatches(row, filters) {
+		if len(filters) > 0 && !rowMatches(s.filterRow(in, filters), filters) {
 			continue
 		}
-		rows = append(rows, row)
-	}
-	s.mu.Unlock()
-
-	total := len(rows)
-	start := 0
-	if after >= 0 {
-		for start < len(rows) {
-			id := rows[start]["id"].(int64)
-			if (!desc && id > after) || (desc && id < after) {
-				break
-			}
-			start++
+		total++
+		if after >= 0 && ((!desc && in.ID <= after) || (desc && in.ID >= after)) {
+			continue
+		}
+		if len(picked) <= limit {
+			picked = append(picked, in)
 		}
 	}
-	end := min(start+limit, len(rows))
-	page := rows[start:end]
-	var next any
-	if end < len(rows) {
-		next = base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("id:%d", page[len(page)-1]["id"].(int64))))
+	more := len(picked) > limit
+	picked = picked[:min(limit, len(picked))]
+	page := make([]map[string]any, 0, len(picked))
+	for _, in := range picked {
+		page = append(page, s.instanceRow(in))
 	}
-	if page == nil {
-		page = []map[string]any{}
+	s.mu.Unlock()
+	var next any
+	if more {
+		next = base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("id:%d", picked[len(picked)-1].ID)))
+	}
+	if cols != nil {
+		for i, row := range page {
+			kept := make(map[string]any, len(cols))
+			for _, c := range cols {
+				kept[c] = row[c]
+			}
+			page[i] = kept
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"success": true, "instances_found": len(page), "total_instances": total,
 		"label_counts": labelCounts, "next_token": next, "instances": page,
 	})
+}
+
+// instanceColumns are the columns of an instance row.
+var instanceColumns = sync.OnceValue(func() map[string]any {
+	return (&Server{clock: clock.Real{}}).instanceRow(&instance{Offer: &offer{}})
+})
+
+// selectCols reads select_cols (a JSON array of column names; ["*"] or
+// absent is every column) and answers 400 for a column the list lacks.
+func selectCols(w http.ResponseWriter, raw string) ([]string, bool) {
+	if raw == "" {
+		return nil, true
+	}
+	var cols []string
+	if err := json.Unmarshal([]byte(raw), &cols); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Error in query parameters: select_cols must be a JSON array of column names")
+		return nil, false
+	}
+	if len(cols) == 0 || slices.Contains(cols, "*") {
+		return nil, true
+	}
+	for _, c := range cols {
+		if _, ok := instanceColumns()[c]; !ok {
+			writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("Error in query parameters: %s is not a column", c))
+			return nil, false
+		}
+	}
+	return cols, true
+}
+
+// filterRow is the columns filters name, valued exactly as instanceRow
+// values them (only filterable columns reach here). Called with s.mu held.
+func (s *Server) filterRow(in *instance, filters map[string]map[string]any) map[string]any {
+	row := make(map[string]any, len(filters))
+	for col := range filters {
+		var v any
+		switch col {
+		case "id":
+			v = in.ID
+		case "label":
+			if in.Label != "" {
+				v = in.Label
+			}
+		case "actual_status":
+			if in.Actual != "" {
+				v = in.Actual
+			}
+		case "intended_status":
+			v = in.Intended
+		case "cur_state":
+			v = in.Cur
+		case "gpu_name":
+			v = in.Offer.Model.name
+		case "verification":
+			v = in.Offer.Verification
+		case "machine_id":
+			v = in.Offer.MachineID
+		case "host_id":
+			v = in.Offer.HostID
+		case "image_uuid":
+			v = in.ImageUUID
+		}
+		row[col] = v
+	}
+	return row
 }
 
 func rowMatches(row map[string]any, filters map[string]map[string]any) bool {
@@ -730,19 +904,11 @@ func (s *Server) handleManage(w http.ResponseWriter, r *http.Request, id int64) 
 		in.Label = *b.Label
 	}
 	if b.State != nil {
-		switch *b.State {
-		case "stopped":
-			in.setState(now, "stopped", "stopped", "stopped", "stopped", "")
-			s.killSessions(in)
-		case "running":
-			if in.Actual != "running" {
-				in.setState(now, "loading", "running", "running", "running", "restarting container")
-				in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "running"
-			}
-		default:
+		if *b.State != "stopped" && *b.State != "running" {
 			writeError(w, http.StatusBadRequest, "invalid_args", fmt.Sprintf("invalid state %q: use running or stopped", *b.State))
 			return
 		}
+		s.applyStateLocked(in, *b.State)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true})
 }
@@ -846,11 +1012,16 @@ func (s *Server) handleRequestLogs(w http.ResponseWriter, r *http.Request, id in
 		return
 	}
 	var b struct {
-		Tail   string `json:"tail"`
-		Filter string `json:"filter"`
+		Tail       string  `json:"tail"`
+		Filter     string  `json:"filter"`
+		DaemonLogs *string `json:"daemon_logs"`
 	}
 	if err := readBody(r, &b); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
+		return
+	}
+	if b.DaemonLogs != nil && *b.DaemonLogs != "true" { // the document's enum is ["true"]
+		writeError(w, http.StatusBadRequest, "invalid_args", fmt.Sprintf("daemon_logs %q: the only value is \"true\"", *b.DaemonLogs))
 		return
 	}
 	s.mu.Lock()
@@ -861,7 +1032,10 @@ func (s *Server) handleRequestLogs(w http.ResponseWriter, r *http.Request, id in
 		return
 	}
 	in.advance(s.clock.Now())
-	lines := append([]string(nil), in.logLines...)
+	lines := make([]string, 0, len(in.logLines))
+	for _, l := range in.logLines {
+		lines = append(lines, s.reported(l.at).UTC().Format(time.RFC3339)+" "+l.text)
+	}
 	if b.Filter != "" {
 		kept := lines[:0]
 		for _, l := range lines {

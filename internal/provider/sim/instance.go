@@ -10,6 +10,13 @@ import (
 	"time"
 )
 
+// logLine is one container log line, stamped in simulated time; it is
+// shown with the reported (wall-clock) time.
+type logLine struct {
+	at   time.Time
+	text string
+}
+
 // instance is one rented contract and its simulated container.
 type instance struct {
 	ID    int64
@@ -27,6 +34,7 @@ type instance struct {
 	Bid       float64
 	APIKey    string
 	Created   time.Time
+	Template  *template // nil: created from an image alone
 
 	Actual, Intended, Cur, Next string
 	StatusMsg                   string
@@ -47,7 +55,7 @@ type instance struct {
 	RunSeconds float64
 
 	AttachedKeys []string
-	logLines     []string
+	logLines     []logLine
 	readLag      int // show/list reads for which the instance is still invisible
 
 	sshRefuseUntil time.Time
@@ -113,7 +121,7 @@ func (in *instance) advance(now time.Time) {
 }
 
 func (in *instance) logf(at time.Time, format string, args ...any) {
-	in.logLines = append(in.logLines, at.UTC().Format(time.RFC3339)+" "+fmt.Sprintf(format, args...))
+	in.logLines = append(in.logLines, logLine{at: at, text: fmt.Sprintf(format, args...)})
 }
 
 // enter performs the automatic transitions of the boot sequence.

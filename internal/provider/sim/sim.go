@@ -62,6 +62,7 @@ type Server struct {
 	private map[string]privateRepo
 	// sshFaultsFired counts ssh_drop and ssh_stall actions.
 	sshFaultsFired int
+	clouds         []*cloudIntegration // fixed at New: read without s.mu
 }
 
 type apiKey struct {
@@ -128,6 +129,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.addKey(&apiKey{Name: "default", Key: key})
 	s.offers = generateCatalog(cfg.Seed, cfg.Offers, unix(s.clock.Now()))
+	// One cloud integration, a directory standing in for a bucket.
+	s.clouds = []*cloudIntegration{{ID: 1, Name: "vastrun-sim-bucket", CloudType: "s3"}}
+	if err := os.MkdirAll(s.cloudDir(1), 0o700); err != nil {
+		return nil, fmt.Errorf("simulator cloud: %w", err)
+	}
 	return s, nil
 }
 
@@ -185,6 +191,16 @@ func randomHex(n int) string {
 }
 
 func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// reported is the instant the API shows for simulated instant t: under a
+// scaled clock, the wall-clock moment it happened (see the package doc,
+// "Time"); under any other clock, t itself.
+func (s *Server) reported(t time.Time) time.Time {
+	if sc, ok := s.clock.(*clock.Scaled); ok && !t.IsZero() {
+		return sc.Wall(t)
+	}
+	return t
+}
 
 // authResult is who is calling.
 type authResult struct {

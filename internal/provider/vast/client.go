@@ -273,7 +273,7 @@ func (c *Client) SearchOffers(ctx context.Context, q provider.Query) ([]provider
 
 type createBody struct {
 	ClientID      string            `json:"client_id"`
-	Image         string            `json:"image"`
+	Image         string            `json:"image,omitempty"` // omitted only when a template supplies it
 	Disk          float64           `json:"disk"`
 	Label         string            `json:"label,omitempty"`
 	Env           map[string]string `json:"env"`
@@ -283,6 +283,9 @@ type createBody struct {
 	Price         *float64          `json:"price"`
 	ImageLogin    *string           `json:"image_login"`
 	CancelUnavail bool              `json:"cancel_unavail"`
+	// Sent only when set: the document declares neither as nullable.
+	TemplateHashID string `json:"template_hash_id,omitempty"`
+	TargetState    string `json:"target_state,omitempty"`
 }
 
 // CreateInstance implements provider.InstanceCreator (PUT /api/v0/asks/{id}/).
@@ -305,6 +308,10 @@ func (c *Client) CreateInstance(ctx context.Context, req provider.CreateRequest)
 	if req.ImageLogin != "" {
 		l := req.ImageLogin
 		b.ImageLogin = &l
+	}
+	b.TemplateHashID = req.TemplateHashID
+	if req.Stopped {
+		b.TargetState = "stopped"
 	}
 	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/asks/%d/", req.OfferID), body: b, retryRateLimit: true})
 	unknown := func(id provider.InstanceID, cause error) error {
@@ -347,8 +354,9 @@ func (c *Client) CreateInstance(ctx context.Context, req provider.CreateRequest)
 // Both {"instances": null} and 404 mean the instance is gone.
 func (c *Client) ShowInstance(ctx context.Context, id provider.InstanceID) (provider.Instance, error) {
 	op := fmt.Sprintf("show instance %d", id)
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/%d/", id),
-		query: url.Values{"owner": {"me"}}, idempotent: true})
+	// No owner=me: the vendor's document declares no query here, and Vast's
+	// 2026 input validation refuses undeclared parameters where it runs.
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/%d/", id), idempotent: true})
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -503,37 +511,15 @@ func (c *Client) RequestLogs(ctx context.Context, id provider.InstanceID, lr pro
 	if err := decode(op, res.body, &out); err != nil {
 		return "", err
 	}
-	if out.ResultURL == "" {
-		return "", fmt.Errorf("%s: response has no result_url", op)
-	}
-	delay := 300 * time.Millisecond
-	for try := 0; try < 40; try++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, out.ResultURL, nil)
-		if err != nil {
-			return "", fmt.Errorf("%s: bad result_url: %w", op, err)
-		}
-		r, err := c.http.Do(req)
-		if err == nil {
-			b, rerr := io.ReadAll(io.LimitReader(r.Body, 32<<20))
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK && rerr == nil {
-				return string(b), nil
-			}
-		}
-		if err := clock.Sleep(ctx, c.clock, delay); err != nil {
-			return "", fmt.Errorf("%s: %w", op, err)
-		}
-		if delay < 3*time.Second {
-			delay = delay * 3 / 2
-		}
-	}
-	return "", fmt.Errorf("%s: logs not ready at result_url after 40 polls", op)
+	return c.fetchResult(ctx, op, out.ResultURL)
 }
 
-// CurrentUser reads GET /api/v0/users/current/.
+// CurrentUser reads GET /api/v0/users/current/. It sends no query: since
+// 2026-04-29 Vast answers 400 to any parameter there, owner=me included
+// (vast-cli #382).
 func (c *Client) CurrentUser(ctx context.Context) (provider.User, error) {
 	op := "show current user"
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/current/", query: url.Values{"owner": {"me"}}, idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/current/", idempotent: true})
 	if err != nil {
 		return provider.User{}, err
 	}

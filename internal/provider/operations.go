@@ -1,0 +1,97 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrInvalidRequest marks a request refused before it was sent because
+// the marketplace would refuse it (a value outside its documented range).
+var ErrInvalidRequest = errors.New("invalid request")
+
+// Operations are the instance routes beyond the lifecycle core: vastrun's
+// workflows do not need them, but the official clients call them, so the
+// real client speaks them and the conformance suite pins the simulator's
+// answers through it.
+type Operations interface {
+	// StopInstances and StartInstances change every listed instance in one
+	// call (PUT /api/v0/instances/).
+	StopInstances(ctx context.Context, ids []InstanceID) error
+	StartInstances(ctx context.Context, ids []InstanceID) error
+	// DestroyInstances destroys every listed instance in one call.
+	DestroyInstances(ctx context.Context, ids []InstanceID) error
+	// RebootInstance restarts the container in place, keeping the GPU.
+	RebootInstance(ctx context.Context, id InstanceID) error
+	// Execute runs one constrained command (ls, rm, du) in the container
+	// and returns its output.
+	Execute(ctx context.Context, id InstanceID, command string) (string, error)
+	// ChangeBid makes the instance interruptible at price $/h.
+	ChangeBid(ctx context.Context, id InstanceID, price float64) error
+	Deposit(ctx context.Context, id InstanceID) (Deposit, error)
+	// InstanceFilters lists, per filterable column, the distinct values
+	// the account's instances have.
+	InstanceFilters(ctx context.Context) (map[string][]string, error)
+	GPUNames(ctx context.Context) ([]string, error)
+	// LegacyInvoices is the 2024 CLI's invoice view in [from, to].
+	LegacyInvoices(ctx context.Context, from, to time.Time) ([]LegacyInvoice, error)
+	// InvoiceRows searches invoice records by their when time.
+	InvoiceRows(ctx context.Context, from, to time.Time) ([]InvoiceRow, error)
+	// CopyDirect copies srcPath of one instance to dstPath of another.
+	CopyDirect(ctx context.Context, src, dst InstanceID, srcPath, dstPath string) error
+	// RsyncTarget says where to run rsync over SSH to reach path on id.
+	RsyncTarget(ctx context.Context, id InstanceID, path string, upload bool) (SSHEndpoint, error)
+	CloudIntegrations(ctx context.Context) ([]CloudIntegration, error)
+	// Templates lists the template catalog (GET /api/v0/template/).
+	Templates(ctx context.Context) ([]Template, error)
+	// CloudCopy copies between an instance and a cloud integration and
+	// returns the transfer log.
+	CloudCopy(ctx context.Context, req CloudCopyRequest) (string, error)
+}
+
+// Deposit is an instance's reserved-pricing deposit.
+type Deposit struct {
+	Refundable, TotalDiscount float64
+	DiscountMonths            int
+}
+
+// LegacyInvoice is one row of GET /api/v0/users/me/invoices.
+type LegacyInvoice struct {
+	Type        string // "charge" or "payment"
+	InstanceID  InstanceID
+	Description string
+	Amount      float64
+	When        time.Time
+}
+
+// InvoiceRow is one record of GET /api/v0/invoices.
+type InvoiceRow struct {
+	ID          int64
+	When        time.Time
+	AmountCents int64
+	IsCredit    bool
+	Service     string
+}
+
+// CloudIntegration is a cloud storage connection of the account.
+type CloudIntegration struct {
+	ID        int64
+	Name      string
+	CloudType string
+}
+
+// CloudCopyRequest copies Src to Dst; ToCloud says the direction.
+type CloudCopyRequest struct {
+	Instance    InstanceID
+	Integration int64
+	Src, Dst    string
+	ToCloud     bool
+}
+
+// Template is a launch recipe a create can name by HashID.
+type Template struct {
+	ID     int64
+	HashID string
+	Name   string
+	Image  string
+}

@@ -1,0 +1,346 @@
+package vast
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/provider"
+)
+
+var _ provider.Operations = (*Client)(nil)
+
+func idList(ids []provider.InstanceID) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
+func (c *Client) bulkState(ctx context.Context, verb, state string, ids []provider.InstanceID) error {
+	op := fmt.Sprintf("%s instances %v", verb, ids)
+	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/instances/",
+		body: map[string]any{"ids": idList(ids), "state": state}, idempotent: true})
+	return err
+}
+
+// StopInstances stops every listed instance (PUT /api/v0/instances/).
+func (c *Client) StopInstances(ctx context.Context, ids []provider.InstanceID) error {
+	return c.bulkState(ctx, "stop", "stopped", ids)
+}
+
+// StartInstances starts every listed instance (PUT /api/v0/instances/).
+func (c *Client) StartInstances(ctx context.Context, ids []provider.InstanceID) error {
+	return c.bulkState(ctx, "start", "running", ids)
+}
+
+// DestroyInstances destroys every listed instance (DELETE /api/v0/instances/).
+func (c *Client) DestroyInstances(ctx context.Context, ids []provider.InstanceID) error {
+	op := fmt.Sprintf("destroy instances %v", ids)
+	_, err := c.do(ctx, call{op: op, method: http.MethodDelete, path: "/api/v0/instances/",
+		body: map[string]any{"instance_ids": idList(ids)}, idempotent: true})
+	return err
+}
+
+// RebootInstance restarts the container in place (PUT /api/v0/instances/reboot/{id}/).
+func (c *Client) RebootInstance(ctx context.Context, id provider.InstanceID) error {
+	op := fmt.Sprintf("reboot instance %d", id)
+	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/reboot/%d/", id), idempotent: true})
+	return err
+}
+
+// Execute runs a constrained command (PUT /api/v0/instances/command/{id}/)
+// and fetches its output from result_url. Not retried: rm is not idempotent.
+func (c *Client) Execute(ctx context.Context, id provider.InstanceID, command string) (string, error) {
+	op := fmt.Sprintf("execute on instance %d", id)
+	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/command/%d/", id),
+		body: map[string]string{"command": command}, retryRateLimit: true})
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		ResultURL string `json:"result_url"`
+	}
+	if err := decode(op, res.body, &out); err != nil {
+		return "", err
+	}
+	return c.fetchResult(ctx, op, out.ResultURL)
+}
+
+// fetchResult polls a result_url (a plain object-store URL, fetched
+// without our key) until it answers 200.
+func (c *Client) fetchResult(ctx context.Context, op, resultURL string) (string, error) {
+	if resultURL == "" {
+		return "", fmt.Errorf("%s: response has no result_url", op)
+	}
+	delay := 300 * time.Millisecond
+	for try := 0; try < 40; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, resultURL, nil)
+		if err != nil {
+			return "", fmt.Errorf("%s: bad result_url: %w", op, err)
+		}
+		r, err := c.http.Do(req)
+		if err == nil {
+			b, rerr := io.ReadAll(io.LimitReader(r.Body, 32<<20))
+			r.Body.Close()
+			if r.StatusCode == http.StatusOK && rerr == nil {
+				return string(b), nil
+			}
+		}
+		if err := clock.Sleep(ctx, c.clock, delay); err != nil {
+			return "", fmt.Errorf("%s: %w", op, err)
+		}
+		if delay < 3*time.Second {
+			delay = delay * 3 / 2
+		}
+	}
+	return "", fmt.Errorf("%s: result not ready at result_url after 40 polls", op)
+}
+
+// ChangeBid sets an interruptible bid (PUT /api/v0/instances/bid_price/{id}/).
+func (c *Client) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {
+	op := fmt.Sprintf("change bid of instance %d", id)
+	// Vast takes 0.001..32 $/h here; refuse locally what it would refuse.
+	if price < 0.001 || price > 32 {
+		return fmt.Errorf("%s: bid $%g/h is outside 0.001..32 $/h: %w", op, price, provider.ErrInvalidRequest)
+	}
+	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/bid_price/%d/", id),
+		body: map[string]any{"client_id": "me", "price": price}, idempotent: true})
+	return err
+}
+
+// Deposit reads GET /api/v0/instances/balance/{id}/.
+func (c *Client) Deposit(ctx context.Context, id provider.InstanceID) (provider.Deposit, error) {
+	op := fmt.Sprintf("show deposit of instance %d", id)
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/balance/%d/", id), idempotent: true})
+	if err != nil {
+		return provider.Deposit{}, err
+	}
+	var w struct {
+		Refundable num `json:"refundable_deposit"`
+		Discount   num `json:"total_discount"`
+		Months     num `json:"discount_months"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return provider.Deposit{}, err
+	}
+	return provider.Deposit{Refundable: float64(w.Refundable), TotalDiscount: float64(w.Discount), DiscountMonths: int(w.Months)}, nil
+}
+
+// InstanceFilters reads GET /api/v0/instances/filters/.
+func (c *Client) InstanceFilters(ctx context.Context) (map[string][]string, error) {
+	op := "list instance filters"
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/instances/filters/", idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var w struct {
+		Filters []struct {
+			Name   str   `json:"name"`
+			Values []str `json:"values"`
+		} `json:"filters"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, f := range w.Filters {
+		vs := make([]string, 0, len(f.Values))
+		for _, v := range f.Values {
+			vs = append(vs, string(v))
+		}
+		out[string(f.Name)] = vs
+	}
+	return out, nil
+}
+
+// GPUNames reads GET /api/v0/gpu_names/unique/.
+func (c *Client) GPUNames(ctx context.Context) ([]string, error) {
+	op := "list GPU names"
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/gpu_names/unique/", idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var w struct {
+		Names []str `json:"gpu_names"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(w.Names))
+	for _, n := range w.Names {
+		out = append(out, string(n))
+	}
+	return out, nil
+}
+
+// LegacyInvoices reads GET /api/v0/users/me/invoices, with owner=me as the
+// 2026 CLI still sends it there (§1.2: only /users/current was reported to
+// refuse it).
+func (c *Client) LegacyInvoices(ctx context.Context, from, to time.Time) ([]provider.LegacyInvoice, error) {
+	op := "list legacy invoices"
+	q := url.Values{"owner": {"me"}, "sdate": {strconv.FormatInt(from.Unix(), 10)}, "edate": {strconv.FormatInt(to.Unix(), 10)}, "inc_charges": {"true"}}
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/me/invoices", query: q, idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var w struct {
+		Invoices []struct {
+			Type        str `json:"type"`
+			InstanceID  num `json:"instance_id"`
+			Description str `json:"description"`
+			Amount      num `json:"amount"`
+			Timestamp   num `json:"timestamp"`
+		} `json:"invoices"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return nil, err
+	}
+	out := make([]provider.LegacyInvoice, 0, len(w.Invoices))
+	for _, r := range w.Invoices {
+		out = append(out, provider.LegacyInvoice{Type: string(r.Type), InstanceID: provider.InstanceID(r.InstanceID),
+			Description: string(r.Description), Amount: float64(r.Amount), When: unixTime(r.Timestamp)})
+	}
+	return out, nil
+}
+
+// InvoiceRows reads GET /api/v0/invoices, filtered on when.
+func (c *Client) InvoiceRows(ctx context.Context, from, to time.Time) ([]provider.InvoiceRow, error) {
+	op := "search invoices"
+	q := url.Values{"select_cols": {`["*"]`}, "select_filters": {jsonParam(map[string]any{"when": map[string]any{"gte": from.Unix(), "lte": to.Unix()}})}}
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/invoices", query: q, idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var w struct {
+		Invoices []struct {
+			ID          num  `json:"id"`
+			When        num  `json:"when"`
+			AmountCents num  `json:"amount_cents"`
+			IsCredit    bool `json:"is_credit"`
+			Service     str  `json:"service"`
+		} `json:"invoices"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return nil, err
+	}
+	out := make([]provider.InvoiceRow, 0, len(w.Invoices))
+	for _, r := range w.Invoices {
+		out = append(out, provider.InvoiceRow{ID: int64(r.ID), When: unixTime(r.When), AmountCents: int64(r.AmountCents), IsCredit: r.IsCredit, Service: string(r.Service)})
+	}
+	return out, nil
+}
+
+// CopyDirect copies between two instances (PUT /api/v0/commands/copy_direct/).
+// It sends only the fields the document declares (no client_id).
+func (c *Client) CopyDirect(ctx context.Context, src, dst provider.InstanceID, srcPath, dstPath string) error {
+	op := fmt.Sprintf("copy %d:%s to %d:%s", src, srcPath, dst, dstPath)
+	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/commands/copy_direct/", body: map[string]any{
+		"src_id": strconv.FormatInt(int64(src), 10), "dst_id": strconv.FormatInt(int64(dst), 10), "src_path": srcPath, "dst_path": dstPath,
+	}, idempotent: true})
+	return err
+}
+
+// RsyncTarget asks where rsync over SSH reaches path on id
+// (PUT /api/v0/commands/rsync/, the local side null).
+func (c *Client) RsyncTarget(ctx context.Context, id provider.InstanceID, path string, upload bool) (provider.SSHEndpoint, error) {
+	op := fmt.Sprintf("rsync endpoint of instance %d", id)
+	side := "src"
+	body := map[string]any{"client_id": "me", "src_id": strconv.FormatInt(int64(id), 10), "dst_id": nil, "src_path": path, "dst_path": path}
+	if upload {
+		side = "dst"
+		body["src_id"], body["dst_id"] = nil, strconv.FormatInt(int64(id), 10)
+	}
+	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/commands/rsync/", body: body, idempotent: true})
+	if err != nil {
+		return provider.SSHEndpoint{}, err
+	}
+	var w map[string]any
+	if err := decode(op, res.body, &w); err != nil {
+		return provider.SSHEndpoint{}, err
+	}
+	host, _ := w[side+"_addr"].(string)
+	port, _ := w[side+"_port"].(float64)
+	if host == "" || port <= 0 {
+		return provider.SSHEndpoint{}, errors.New(op + ": response names no " + side + "_addr/" + side + "_port")
+	}
+	return provider.SSHEndpoint{Host: host, Port: int(port), Via: "proxy"}, nil
+}
+
+// CloudIntegrations reads GET /api/v0/users/cloud_integrations/.
+func (c *Client) CloudIntegrations(ctx context.Context) ([]provider.CloudIntegration, error) {
+	op := "list cloud integrations"
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/cloud_integrations/", idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var w []struct {
+		ID        num `json:"id"`
+		Name      str `json:"name"`
+		CloudType str `json:"cloud_type"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return nil, err
+	}
+	out := make([]provider.CloudIntegration, 0, len(w))
+	for _, r := range w {
+		out = append(out, provider.CloudIntegration{ID: int64(r.ID), Name: string(r.Name), CloudType: string(r.CloudType)})
+	}
+	return out, nil
+}
+
+// CloudCopy runs an rclone copy (POST /api/v0/commands/rclone/) and
+// returns its transfer log from result_url.
+func (c *Client) CloudCopy(ctx context.Context, req provider.CloudCopyRequest) (string, error) {
+	op := fmt.Sprintf("cloud copy %s to %s for instance %d", req.Src, req.Dst, req.Instance)
+	transfer := "Cloud To Instance"
+	if req.ToCloud {
+		transfer = "Instance To Cloud"
+	}
+	res, err := c.do(ctx, call{op: op, method: http.MethodPost, path: "/api/v0/commands/rclone/", body: map[string]any{
+		"instance_id": strconv.FormatInt(int64(req.Instance), 10), "selected": strconv.FormatInt(req.Integration, 10),
+		"src": req.Src, "dst": req.Dst, "transfer": transfer, "flags": []string{},
+	}, retryRateLimit: true})
+	if err != nil {
+		return "", err
+	}
+	var w struct {
+		ResultURL string `json:"result_url"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return "", err
+	}
+	return c.fetchResult(ctx, op, w.ResultURL)
+}
+
+// Templates reads the template catalog (GET /api/v0/template/).
+func (c *Client) Templates(ctx context.Context) ([]provider.Template, error) {
+	op := "list templates"
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/template/", idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var w struct {
+		Templates []struct {
+			ID     num `json:"id"`
+			HashID str `json:"hash_id"`
+			Name   str `json:"name"`
+			Image  str `json:"image"`
+		} `json:"templates"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return nil, err
+	}
+	out := make([]provider.Template, 0, len(w.Templates))
+	for _, t := range w.Templates {
+		out = append(out, provider.Template{ID: int64(t.ID), HashID: string(t.HashID), Name: string(t.Name), Image: string(t.Image)})
+	}
+	return out, nil
+}
