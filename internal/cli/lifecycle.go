@@ -15,7 +15,6 @@ import (
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
 )
 
@@ -58,6 +57,9 @@ func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
 	return c, nil
 }
 
+// credentialVars hold storage credentials that vastrun may see.
+var credentialVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "VAST_API_KEY"}
+
 // approver prints the plan and asks, unless --yes. Without a terminal and
 // without --yes it refuses, so that nothing is rented by accident.
 func approver(io *IOStreams, yes bool) func(run.Plan) (bool, error) {
@@ -84,9 +86,19 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		return nil, err
 	}
 	repo, _ := os.Getwd()
+	red := f.IO.Redactor()
+	red.Add(f.KeyForMasking())
+	// Storage credentials and declared secrets are masked from the start,
+	// in every sink, whether or not this workflow hands them on.
+	for _, k := range credentialVars {
+		red.Add(f.Getenv(k))
+	}
+	for _, name := range cfg.Secrets {
+		red.Add(f.Getenv(name))
+	}
 	e := &run.Engine{
 		Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, CI: env, Getenv: f.Getenv,
-		Redactor: redact.New(f.KeyForMasking()), Approve: approver(f.IO, o.Yes), Annotations: f.IO.ErrOut,
+		Redactor: red, Approve: approver(f.IO, o.Yes), Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
 	}
@@ -136,11 +148,14 @@ func printReceipt(f *Factory, r *run.Receipt) error {
 		return nil
 	}
 	if f.JSON {
-		enc := json.NewEncoder(f.IO.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = f.IO.Out.Write(append(f.IO.Redactor().JSON(b), '\n'))
+		return err
 	}
-	fmt.Fprint(f.IO.Out, run.Summary(r))
+	fmt.Fprint(f.IO.Out, f.IO.Redactor().String(run.Summary(r)))
 	f.IO.Infof("evidence in %s", r.EvidenceDir)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,9 @@ import (
 // TestMain registers the real entry point as the "vastrun" command of the
 // testscript scenarios in testdata/script.
 func TestMain(m *testing.M) {
+	if os.Getenv(echoFormsEnv) != "" {
+		os.Exit(echoForms())
+	}
 	testscript.Main(m, map[string]func(){
 		"vastrun": func() { os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})
@@ -40,7 +44,7 @@ func TestScripts(t *testing.T) {
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "envfile": cmdEnvFile},
 	})
 }
 
@@ -231,4 +235,17 @@ func cmdCkpt(ts *testscript.TestScript, neg bool, args []string) {
 	default:
 		ts.Fatalf("unknown ckpt subcommand %q", args[0])
 	}
+}
+
+// cmdEnvFile sets a variable to a file's content (without its final
+// newline), for values testscript cannot spell, such as multi-line ones:
+//
+//	envfile NAME FILE
+func cmdEnvFile(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: envfile NAME FILE")
+	}
+	b, err := os.ReadFile(ts.MkAbs(args[1]))
+	ts.Check(err)
+	ts.Setenv(args[0], strings.TrimSuffix(string(b), "\n"))
 }

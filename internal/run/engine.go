@@ -203,7 +203,7 @@ func (e *Engine) jittered(d time.Duration) time.Duration {
 }
 
 func (e *Engine) record(typ, step string, data any) error {
-	if _, err := e.j.Append(typ, step, data); err != nil {
+	if _, err := e.j.Append(typ, step, e.maskedData(data)); err != nil {
 		return err
 	}
 	recs, err := e.j.Records()
