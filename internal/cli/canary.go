@@ -59,6 +59,9 @@ output_delta (field-level diff of the JSON results), both_failed.`,
 			if ok, err := checkTrust(f, o, env); !ok || err != nil {
 				return err
 			}
+			if _, err := checkBeforeRenting(ctx, f, cfg, "canary"); err != nil {
+				return err
+			}
 			e, err := newEngine(ctx, f, o, cfg, env)
 			if err != nil {
 				return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vastrun/vastrun/internal/image"
+	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/run"
@@ -67,7 +68,7 @@ func exitCode(err error) int {
 		return ExitProvision
 	case errors.Is(err, context.Canceled):
 		return ExitInterrupted
-	case errors.As(err, &usage), errors.As(err, &qe):
+	case errors.As(err, &usage), errors.As(err, &qe), errors.As(err, new(*preflight.Error)):
 		return ExitUsage
 	case errors.Is(err, vast.ErrNoAPIKey), errors.Is(err, provider.ErrAuth), errors.As(err, new(*ScopeError)):
 		return ExitAuth
@@ -89,6 +90,10 @@ func hints(err error) []string {
 	switch {
 	case errors.As(err, &usage) && usage.Hint != "":
 		out = append(out, usage.Hint)
+	case errors.As(err, new(*preflight.Error)):
+		var pe *preflight.Error
+		errors.As(err, &pe)
+		out = append(out, pe.Fixes()...)
 	case errors.As(err, &qe):
 		out = append(out, "write queries as the official vast CLI does, e.g. 'gpu_name=RTX_4090 num_gpus>=1 dph<0.5'")
 	case errors.Is(err, vast.ErrNoAPIKey):

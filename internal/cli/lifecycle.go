@@ -131,6 +131,9 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.En
 	if ok, err := checkTrust(f, o, env); !ok || err != nil {
 		return nil, err
 	}
+	if _, err := checkBeforeRenting(ctx, f, cfg, "ci"); err != nil {
+		return nil, err
+	}
 	return newEngine(ctx, f, o, cfg, env)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/policy"
+	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
 )
@@ -464,7 +465,14 @@ func explainPolicy(ctx context.Context, f *Factory, path string, limit int) erro
 	}
 	run.WriteExplanation(f.IO.Out, ds)
 	if chosen == nil {
-		return &NoOfferError{Msg: fmt.Sprintf("none of %d offers meets the policy in %s", len(offers), path)}
+		if len(offers) == 0 {
+			// Nothing to judge: say whether the models exist at all.
+			if _, err := preflight.Market(ctx, m, cfg); err != nil {
+				return err
+			}
+			return &NoOfferError{Msg: fmt.Sprintf("no live offer in %s has the policy's GPU model and count (%s x%d)", path, strings.Join(p.Models, ", "), p.Count)}
+		}
+		return &NoOfferError{Msg: fmt.Sprintf("none of %d offers meets the policy in %s: %s removed the last ones", len(offers), path, policy.RemovedBy(policy.Funnel(p, offers)))}
 	}
 	f.IO.Infof("%d offers judged; offer %d would be rented", len(ds), chosen.ID)
 	return nil
