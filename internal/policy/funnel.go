@@ -34,9 +34,15 @@ func (p Policy) checks() []check {
 	add(p.MinReliability > 0, fmt.Sprintf("gpu.min_reliability %g", p.MinReliability), func(p Policy, o provider.Offer, _ float64) bool { return o.Reliability >= p.MinReliability })
 	add(p.Verified, "gpu.verified true", func(p Policy, o provider.Offer, _ float64) bool { return o.Verified() })
 	add(p.Datacenter, "gpu.datacenter true", func(p Policy, o provider.Offer, _ float64) bool { return o.HostingType == 1 })
-	add(len(p.AllowCountries) > 0, "gpu.countries.allow "+strings.Join(p.AllowCountries, ", "), func(p Policy, o provider.Offer, _ float64) bool { return containsFold(p.AllowCountries, o.CountryCode()) })
-	add(len(p.DenyCountries) > 0, "gpu.countries.deny "+strings.Join(p.DenyCountries, ", "), func(p Policy, o provider.Offer, _ float64) bool { return !containsFold(p.DenyCountries, o.CountryCode()) })
-	add(true, fmt.Sprintf("gpu.disk_gb %g", p.DiskGB), func(p Policy, o provider.Offer, _ float64) bool { return !(o.DiskSpaceGB > 0 && o.DiskSpaceGB < p.DiskGB) })
+	add(len(p.AllowCountries) > 0, "gpu.countries.allow "+strings.Join(p.AllowCountries, ", "), func(p Policy, o provider.Offer, _ float64) bool {
+		return containsFold(p.AllowCountries, o.CountryCode())
+	})
+	add(len(p.DenyCountries) > 0, "gpu.countries.deny "+strings.Join(p.DenyCountries, ", "), func(p Policy, o provider.Offer, _ float64) bool {
+		return !containsFold(p.DenyCountries, o.CountryCode())
+	})
+	add(true, fmt.Sprintf("gpu.disk_gb %g", p.DiskGB), func(p Policy, o provider.Offer, _ float64) bool {
+		return !(o.DiskSpaceGB > 0 && o.DiskSpaceGB < p.DiskGB)
+	})
 	add(p.MaxDPH > 0, fmt.Sprintf("gpu.max_dph %g", p.MaxDPH), func(p Policy, o provider.Offer, total float64) bool { return total <= p.MaxDPH+1e-12 })
 	add(p.MinInetDownMbps > 0, fmt.Sprintf("gpu.min_inet_down_mbps %g", p.MinInetDownMbps), func(p Policy, o provider.Offer, _ float64) bool { return o.InetDownMbps >= p.MinInetDownMbps })
 	add(len(p.ExcludeMachines) > 0, "machines that failed this run", func(p Policy, o provider.Offer, _ float64) bool {
