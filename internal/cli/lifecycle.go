@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,8 +281,11 @@ the API. The exit status is the command's (3 when it fails).`,
 				if derr != nil {
 					return &UsageError{Err: derr, Hint: "run 'vastrun up' first, or pass --instance ID"}
 				}
-				if err := e.Open(dir); err != nil {
+				if err := checkJournal(dir); err != nil {
 					return err
+				}
+				if err := e.Open(dir); err != nil {
+					return openErr(dir, err)
 				}
 				defer e.Close()
 				res, err = e.Exec(ctx, script)
@@ -310,5 +314,9 @@ func runDir(stateRoot, runID string) (string, error) {
 		}
 		return d, nil
 	}
-	return run.CurrentRunDir(stateRoot)
+	d, err := run.CurrentRunDir(stateRoot)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", &NoRunError{StateDir: stateRoot, Err: err}
+	}
+	return d, err
 }

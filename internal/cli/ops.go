@@ -70,6 +70,9 @@ destruction could not be confirmed.`,
 			if err != nil {
 				return err
 			}
+			if settle < 0 {
+				return &UsageError{Err: fmt.Errorf("--settle %s is negative", settle), Hint: "write how long listings must stay clean, e.g. --settle 20s"}
+			}
 			if len(instances) == 0 && lbl == "" {
 				dir, err := runDir(cfg.StateDir, o.RunID)
 				if err != nil {
@@ -79,8 +82,11 @@ destruction could not be confirmed.`,
 				if err != nil {
 					return err
 				}
-				if err := e.Open(dir); err != nil {
+				if err := checkJournal(dir); err != nil {
 					return err
+				}
+				if err := e.Open(dir); err != nil {
+					return openErr(dir, err)
 				}
 				defer e.Close()
 				st := e.State()

@@ -89,6 +89,18 @@ func Local(in Input) error {
 				Fix: "correct the path, or remove it from upload:"})
 		}
 	}
+	for _, d := range []struct{ field, path string }{{"state_dir", in.Config.StateDir}, {"evidence_dir", in.Config.EvidenceDir}} {
+		if d.path == "" {
+			continue
+		}
+		st, err := os.Stat(d.path)
+		switch {
+		case err == nil && !st.IsDir():
+			ps = append(ps, Problem{Field: d.field, Value: fmt.Sprintf("%q", d.path), What: "is a file, not a directory", Fix: "point it at a directory (vastrun creates it), or move the file away"})
+		case err != nil && !errors.Is(err, os.ErrNotExist):
+			ps = append(ps, Problem{Field: d.field, Value: fmt.Sprintf("%q", d.path), What: "cannot be used: " + err.Error(), Fix: "point it at a directory vastrun may create and write"})
+		}
+	}
 	for _, name := range in.Config.Secrets {
 		v := in.Getenv(name)
 		switch {
