@@ -45,9 +45,12 @@ type Plan struct {
 	DiskGB      float64
 	MaxSpendUSD float64
 	WorstCase   float64 // $ if every deadline is used to the full
-	Label       string
-	Image       string
-	Attempt     int
+	// CeilingDPH is the $/h up to which, should the offer be taken first,
+	// a replacement meeting the policy is rented under this approval.
+	CeilingDPH float64
+	Label      string
+	Image      string
+	Attempt    int
 }
 
 // Outcomes recorded in the journal and the receipt.
@@ -403,7 +406,7 @@ func (e *Engine) approve(o provider.Offer, attempt int) error {
 	p := e.Config.Policy()
 	dph := policy.TotalDPH(o, p.DiskGB)
 	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: e.Config.Budget.MaxSpend,
-		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: e.Config.Image, Attempt: attempt}
+		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: e.Config.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph)}
 	if spent := e.spentSoFar(); spent+plan.WorstCase > plan.MaxSpendUSD {
 		e.record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent})
 		return &StepError{Step: stepApprove, Outcome: OutcomeBudget, Err: fmt.Errorf(
