@@ -96,7 +96,10 @@ func hints(err error) []string {
 	var locked *LockedError
 	var damaged *DamagedJournalError
 	var pathErr *fs.PathError
+	var hinted *hintedError
 	switch {
+	case errors.As(err, &hinted):
+		return []string{hinted.hint}
 	case errors.As(err, &usage) && usage.Hint != "":
 		return []string{usage.Hint}
 	case errors.As(err, &pe):

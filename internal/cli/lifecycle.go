@@ -198,7 +198,7 @@ Exit codes: 0 passed, 3 test or gate failed, 5 no offer, 6 needs --yes,
 				return err
 			}
 			r, runErr := e.RunCI(ctx)
-			return reportRun(f, r, runErr)
+			return reportRun(f, r, withRunHints(f, o, runErr))
 		},
 	}
 	o.addFlags(cmd, true)
@@ -229,7 +229,7 @@ A failure destroys what was rented.`,
 			r, runErr := e.Up(ctx)
 			if runErr != nil {
 				printReceipt(f, r)
-				return runErr
+				return withRunHints(f, o, runErr)
 			}
 			a := e.State().Current()
 			if f.JSON {

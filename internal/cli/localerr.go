@@ -14,6 +14,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/run"
 )
 
 // NoRunError means the state directory holds no run to act on.
@@ -131,4 +132,26 @@ func findLockHolder(path string) *lockHolder {
 		return &lockHolder{PID: pid, Host: host, Command: cmd}
 	}
 	return nil
+}
+
+// hintedError carries a hint that needs the command line (the -f file,
+// --sim), which the error itself cannot know.
+type hintedError struct {
+	err  error
+	hint string
+}
+
+func (e *hintedError) Error() string { return e.err.Error() }
+func (e *hintedError) Unwrap() error { return e.err }
+
+// withRunHints adds the hints a workflow's error needs from its flags.
+func withRunHints(f *Factory, o *WorkflowOptions, err error) error {
+	if errors.Is(err, run.ErrNoOffer) {
+		sim := ""
+		if f.Sim {
+			sim = "--sim "
+		}
+		return &hintedError{err: err, hint: fmt.Sprintf("see why each offer was rejected: vastrun offers %s--policy %s --explain", sim, o.ConfigPath)}
+	}
+	return err
 }
