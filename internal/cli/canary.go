@@ -67,7 +67,7 @@ output_delta (field-level diff of the JSON results), both_failed.`,
 				return err
 			}
 			r, runErr := e.RunCanary(ctx, allowLocal)
-			return reportRun(f, r, runErr)
+			return reportRun(f, r, withRunHints(f, o, runErr))
 		},
 	}
 	o.addFlags(cmd, true)

@@ -113,7 +113,7 @@ func hints(err error) []string {
 	case errors.Is(err, run.ErrNeedsApproval):
 		return []string{"read the plan above, then re-run with --yes"}
 	case errors.Is(err, run.ErrNoOffer):
-		return []string{"see why each offer was rejected: vastrun offers --policy vastrun.yaml --explain (add -f's file and --sim as you ran it)"}
+		return []string{"see why each offer was rejected: vastrun offers --policy FILE --explain (the -f file, and --sim if you used it)"}
 	case errors.Is(err, run.ErrMutableImage), errors.Is(err, image.ErrMutable):
 		return []string{"find the digest with: docker buildx imagetools inspect IMAGE (or crane digest IMAGE)"}
 	case errors.Is(err, provider.ErrAuth):

@@ -97,7 +97,7 @@ controller dies (heartbeat TTL). See docs/train.md.`,
 				return err
 			}
 			r, runErr := e.RunTrain(ctx)
-			return reportRun(f, r, runErr)
+			return reportRun(f, r, withRunHints(f, o, runErr))
 		},
 	}
 	o.addFlags(cmd, true)

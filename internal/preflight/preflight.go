@@ -132,15 +132,14 @@ func checkImage(ref string) []Problem {
 			return []Problem{{Field: field, Value: val, What: fmt.Sprintf("a sha256 digest is 64 lowercase hex characters; this one has %d", len(hexPart)),
 				Fix: "copy the whole digest from: crane digest IMAGE (or docker buildx imagetools inspect IMAGE)"}}
 		}
-		if _, err := name.NewDigest(ref, name.StrictValidation); err != nil {
+		if _, err := name.NewDigest(ref); err != nil {
 			return []Problem{{Field: field, Value: val, What: "is not a valid image reference: " + err.Error(), Fix: "write it as registry/repository@sha256:<digest>"}}
 		}
 		return nil
 	}
-	if _, err := name.ParseReference(ref, name.StrictValidation); err != nil {
-		if _, err2 := name.ParseReference(ref); err2 != nil {
-			return []Problem{{Field: field, Value: val, What: "is not a valid image reference: " + err2.Error(), Fix: "write it as registry/repository@sha256:<digest>"}}
-		}
+	// Weak validation: a Docker Hub name without a registry is valid.
+	if _, err := name.ParseReference(ref); err != nil {
+		return []Problem{{Field: field, Value: val, What: "is not a valid image reference: " + err.Error(), Fix: "write it as registry/repository@sha256:<digest>"}}
 	}
 	return []Problem{{Field: field, Value: val, What: "is not pinned: a tag can change under you", Fix: "pin it by digest, repo@sha256:<digest>; find it with: crane digest IMAGE (or docker buildx imagetools inspect IMAGE)"}}
 }
