@@ -45,12 +45,10 @@ type Plan struct {
 	DiskGB      float64
 	MaxSpendUSD float64
 	WorstCase   float64 // $ if every deadline is used to the full
-	// CeilingDPH is the $/h up to which, should the offer be taken first,
-	// a replacement meeting the policy is rented under this approval.
-	CeilingDPH float64
-	Label      string
-	Image      string
-	Attempt    int
+	Label       string
+	Image       string
+	Attempt     int
+	CeilingDPH  float64 // a replacement for a taken offer is rented up to this $/h
 }
 
 // Outcomes recorded in the journal and the receipt.
