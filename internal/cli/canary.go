@@ -63,12 +63,15 @@ output_delta (field-level diff of the JSON results), both_failed.`,
 			if ok, err := checkTrust(f, o, env); !ok || err != nil {
 				return err
 			}
+			if _, err := checkBeforeRenting(ctx, f, cfg, "canary"); err != nil {
+				return err
+			}
 			e, err := newEngine(ctx, f, o, cfg, env)
 			if err != nil {
 				return err
 			}
 			r, runErr := e.RunCanary(ctx, allowLocal)
-			return reportRun(f, r, runErr)
+			return reportRun(f, r, withRunHints(f, o, runErr))
 		},
 	}
 	o.addFlags(cmd, true)

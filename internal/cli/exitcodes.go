@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"syscall"
 
 	"github.com/vastrun/vastrun/internal/image"
+	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/run"
@@ -67,7 +70,7 @@ func exitCode(err error) int {
 		return ExitProvision
 	case errors.Is(err, context.Canceled):
 		return ExitInterrupted
-	case errors.As(err, &usage), errors.As(err, &qe):
+	case errors.As(err, &usage), errors.As(err, &qe), errors.As(err, new(*preflight.Error)):
 		return ExitUsage
 	case errors.Is(err, vast.ErrNoAPIKey), errors.Is(err, provider.ErrAuth), errors.As(err, new(*ScopeError)):
 		return ExitAuth
@@ -81,32 +84,58 @@ func exitCode(err error) int {
 	return ExitError
 }
 
-// hints returns the lines that tell a person how to fix err.
+// hints returns the lines that tell a person how to fix err. Each comes
+// from the error's type; an error of no known class gets no hint rather
+// than a guess, and a local error never mentions the network.
 func hints(err error) []string {
 	var usage *UsageError
 	var qe *vast.QueryError
-	var out []string
+	var pe *preflight.Error
+	var ce *run.CleanupError
+	var noRun *NoRunError
+	var locked *LockedError
+	var damaged *DamagedJournalError
+	var pathErr *fs.PathError
+	var hinted *hintedError
 	switch {
+	case errors.As(err, &hinted):
+		return []string{hinted.hint}
 	case errors.As(err, &usage) && usage.Hint != "":
-		out = append(out, usage.Hint)
+		return []string{usage.Hint}
+	case errors.As(err, &pe):
+		return pe.Fixes()
 	case errors.As(err, &qe):
-		out = append(out, "write queries as the official vast CLI does, e.g. 'gpu_name=RTX_4090 num_gpus>=1 dph<0.5'")
+		return []string{"write queries as the official vast CLI does, e.g. 'gpu_name=RTX_4090 num_gpus>=1 dph<0.5'"}
 	case errors.Is(err, vast.ErrNoAPIKey):
-		out = append(out, "or try everything offline first with --sim (an embedded simulator; no money moves)")
-	case errors.As(err, new(*run.CleanupError)):
-		var ce *run.CleanupError
-		errors.As(err, &ce)
-		out = append(out, fmt.Sprintf("destroy them as soon as the API answers: vastrun down --label %s --yes", ce.Label))
+		return []string{"or try everything offline first with --sim (an embedded simulator; no money moves)"}
+	case errors.As(err, &ce):
+		return []string{fmt.Sprintf("destroy them as soon as the API answers: vastrun down --label %s --yes", ce.Label)}
 	case errors.Is(err, run.ErrNeedsApproval):
-		out = append(out, "read the plan above, then re-run with --yes")
+		return []string{"read the plan above, then re-run with --yes"}
 	case errors.Is(err, run.ErrNoOffer):
-		out = append(out, "see why each offer was rejected: vastrun offers --policy vastrun.yaml --explain")
+		return []string{"see why each offer was rejected: vastrun offers --policy FILE --explain (the -f file, and --sim if you used it)"}
 	case errors.Is(err, run.ErrMutableImage), errors.Is(err, image.ErrMutable):
-		out = append(out, "find the digest with: docker buildx imagetools inspect IMAGE (or crane digest IMAGE)")
+		return []string{"find the digest with: docker buildx imagetools inspect IMAGE (or crane digest IMAGE)"}
 	case errors.Is(err, provider.ErrAuth):
-		out = append(out, "check VAST_API_KEY (or ~/.config/vastai/vast_api_key); Vast answers an unknown key with 404 auth_error", "'vastrun doctor' shows what the key may do")
+		return []string{"check VAST_API_KEY (or ~/.config/vastai/vast_api_key); Vast answers an unknown key with 404 auth_error", "'vastrun doctor' shows what the key may do"}
+	case errors.As(err, &locked):
+		if locked.Holder != nil {
+			return []string{fmt.Sprintf("wait for pid %d to finish; if it is stuck, stop it (kill %d) and run the command again: the journal lets the next process take over", locked.Holder.PID, locked.Holder.PID)}
+		}
+		return []string{"another vastrun process drives this run: wait for it to finish, then run the command again"}
+	case errors.As(err, &damaged):
+		if damaged.Label != "" {
+			return []string{fmt.Sprintf("clean up by label, which needs no journal: vastrun down --label %s --yes", damaged.Label)}
+		}
+		return []string{"clean up by label (it is in the receipt and the CI state): vastrun down --label LABEL --yes"}
+	case errors.As(err, &noRun):
+		return []string{fmt.Sprintf("no run yet in %s: run 'vastrun ci' or 'vastrun up' first, or pass --state-dir / --run", noRun.StateDir)}
+	case errors.Is(err, syscall.EADDRINUSE):
+		return []string{"the port is in use: pick another --listen address (127.0.0.1:0 picks a free one), or stop what listens there"}
+	case errors.As(err, &pathErr):
+		return []string{fmt.Sprintf("a local file: check that %s exists, is a directory where one is needed, and may be written by vastrun", pathErr.Path)}
 	case isTransport(err):
-		out = append(out, "check the network and VAST_URL; vastrun already retried with backoff")
+		return []string{"check the network and VAST_URL; vastrun already retried with backoff"}
 	}
-	return out
+	return nil
 }

@@ -83,6 +83,7 @@ func (f *Factory) Marketplace(ctx context.Context) (provider.Marketplace, error)
 			return nil, err
 		}
 		f.market, f.keyUsed = c, key
+		f.IO.Redactor().Add(key)
 		return c, nil
 	}
 	if f.APIKey != "" {
@@ -102,6 +103,7 @@ func (f *Factory) Marketplace(ctx context.Context) (provider.Marketplace, error)
 		return nil, &UsageError{Err: err, Hint: "set --url or VAST_URL to an http(s) URL such as https://console.vast.ai"}
 	}
 	f.market, f.keyUsed = c, key
+	f.IO.Redactor().Add(key)
 	return c, nil
 }
 

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"golang.org/x/term"
+
+	"github.com/vastrun/vastrun/internal/redact"
 )
 
 // IOStreams carries the process's streams. Output rules: stdout is data
@@ -17,6 +20,21 @@ type IOStreams struct {
 	ErrOut io.Writer
 	// OutTTY and InTTY say whether stdout/stdin are terminals.
 	OutTTY, InTTY bool
+
+	// redactor masks every line for people; the engine shares it, so a
+	// secret it learns is masked here too.
+	mu       sync.Mutex
+	redactor *redact.Redactor
+}
+
+// Redactor is the process's shared redactor.
+func (s *IOStreams) Redactor() *redact.Redactor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.redactor == nil {
+		s.redactor = redact.New()
+	}
+	return s.redactor
 }
 
 // NewIOStreams wraps the given streams, detecting terminals.
@@ -31,10 +49,10 @@ func isTerminal(v any) bool {
 
 // Infof prints a line for people on stderr.
 func (s *IOStreams) Infof(format string, args ...any) {
-	fmt.Fprintf(s.ErrOut, "vastrun: "+format+"\n", args...)
+	io.WriteString(s.ErrOut, s.Redactor().String(fmt.Sprintf("vastrun: "+format+"\n", args...)))
 }
 
 // Hintf prints a "hint:" line suggesting how to fix a problem.
 func (s *IOStreams) Hintf(format string, args ...any) {
-	fmt.Fprintf(s.ErrOut, "vastrun: hint: "+format+"\n", args...)
+	io.WriteString(s.ErrOut, s.Redactor().String(fmt.Sprintf("vastrun: hint: "+format+"\n", args...)))
 }

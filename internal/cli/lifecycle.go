@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,6 @@ import (
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
 )
 
@@ -48,8 +48,10 @@ func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
 	if err != nil {
 		if o.allowMissingConfigs && errors.Is(err, os.ErrNotExist) {
 			c = config.Defaults()
-		} else {
+		} else if errors.Is(err, fs.ErrNotExist) {
 			return nil, &UsageError{Err: err, Hint: "write a vastrun.yaml (see docs/config.md and examples/ci.yaml), or pass -f FILE"}
+		} else {
+			return nil, &UsageError{Err: err, Hint: fmt.Sprintf("fix it in %s; docs/config.md lists every key, its type and its range", o.ConfigPath)}
 		}
 	}
 	if o.StateDir != "" {
@@ -58,6 +60,9 @@ func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
 	return c, nil
 }
 
+// credentialVars hold storage credentials that vastrun may see.
+var credentialVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "VAST_API_KEY"}
+
 // approver prints the plan and asks, unless --yes. Without a terminal and
 // without --yes it refuses, so that nothing is rented by accident.
 func approver(io *IOStreams, yes bool) func(run.Plan) (bool, error) {
@@ -65,6 +70,9 @@ func approver(io *IOStreams, yes bool) func(run.Plan) (bool, error) {
 		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
 			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
 		io.Infof("plan: worst case $%.4f if every deadline is used; budget $%.2f; label %s", p.WorstCase, p.MaxSpendUSD, p.Label)
+		if p.CeilingDPH > p.TotalDPH {
+			io.Infof("plan: should another renter take it first, the next offer meeting the policy up to $%.4f/h is rented instead", p.CeilingDPH)
+		}
 		if yes {
 			return true, nil
 		}
@@ -84,9 +92,19 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		return nil, err
 	}
 	repo, _ := os.Getwd()
+	red := f.IO.Redactor()
+	red.Add(f.KeyForMasking())
+	// Storage credentials and declared secrets are masked from the start,
+	// in every sink, whether or not this workflow hands them on.
+	for _, k := range credentialVars {
+		red.Add(f.Getenv(k))
+	}
+	for _, name := range cfg.Secrets {
+		red.Add(f.Getenv(name))
+	}
 	e := &run.Engine{
 		Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, CI: env, Getenv: f.Getenv,
-		Redactor: redact.New(f.KeyForMasking()), Approve: approver(f.IO, o.Yes), Annotations: f.IO.ErrOut,
+		Redactor: red, Approve: approver(f.IO, o.Yes), Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
 	}
@@ -119,6 +137,9 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.En
 	if ok, err := checkTrust(f, o, env); !ok || err != nil {
 		return nil, err
 	}
+	if _, err := checkBeforeRenting(ctx, f, cfg, "ci"); err != nil {
+		return nil, err
+	}
 	return newEngine(ctx, f, o, cfg, env)
 }
 
@@ -136,11 +157,14 @@ func printReceipt(f *Factory, r *run.Receipt) error {
 		return nil
 	}
 	if f.JSON {
-		enc := json.NewEncoder(f.IO.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = f.IO.Out.Write(append(f.IO.Redactor().JSON(b), '\n'))
+		return err
 	}
-	fmt.Fprint(f.IO.Out, run.Summary(r))
+	fmt.Fprint(f.IO.Out, f.IO.Redactor().String(run.Summary(r)))
 	f.IO.Infof("evidence in %s", r.EvidenceDir)
 	return nil
 }
@@ -176,7 +200,7 @@ Exit codes: 0 passed, 3 test or gate failed, 5 no offer, 6 needs --yes,
 				return err
 			}
 			r, runErr := e.RunCI(ctx)
-			return reportRun(f, r, runErr)
+			return reportRun(f, r, withRunHints(f, o, runErr))
 		},
 	}
 	o.addFlags(cmd, true)
@@ -207,7 +231,7 @@ A failure destroys what was rented.`,
 			r, runErr := e.Up(ctx)
 			if runErr != nil {
 				printReceipt(f, r)
-				return runErr
+				return withRunHints(f, o, runErr)
 			}
 			a := e.State().Current()
 			if f.JSON {
@@ -262,8 +286,11 @@ the API. The exit status is the command's (3 when it fails).`,
 				if derr != nil {
 					return &UsageError{Err: derr, Hint: "run 'vastrun up' first, or pass --instance ID"}
 				}
-				if err := e.Open(dir); err != nil {
+				if err := checkJournal(dir); err != nil {
 					return err
+				}
+				if err := e.Open(dir); err != nil {
+					return openErr(dir, err)
 				}
 				defer e.Close()
 				res, err = e.Exec(ctx, script)
@@ -292,5 +319,9 @@ func runDir(stateRoot, runID string) (string, error) {
 		}
 		return d, nil
 	}
-	return run.CurrentRunDir(stateRoot)
+	d, err := run.CurrentRunDir(stateRoot)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", &NoRunError{StateDir: stateRoot, Err: err}
+	}
+	return d, err
 }

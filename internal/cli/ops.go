@@ -16,6 +16,7 @@ import (
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/policy"
+	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
 )
@@ -40,6 +41,8 @@ func confirmDestroy(f *Factory, yes bool, what string) error {
 type downResult struct {
 	Schema    string                `json:"schema"`
 	Destroyed []provider.InstanceID `json:"destroyed_confirmed"`
+	// NotFound are requested ids the account does not have.
+	NotFound  []provider.InstanceID `json:"not_found,omitempty"`
 	Label     string                `json:"label,omitempty"`
 	RunID     string                `json:"run_id,omitempty"`
 	Simulated bool                  `json:"simulated"`
@@ -51,17 +54,22 @@ func NewCmdDown(f *Factory) *cobra.Command {
 	var instances []int64
 	var lbl string
 	var settle time.Duration
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "Destroy a run's instances (or --instance / --label) and confirm they are gone",
 		Long: `Destroy and confirm: every instance of the current run (or --run), or the
 given --instance ids, or every instance carrying --label. Confirmation means
 the instance is absent by id and absent from a complete listing of its label.
-It is idempotent: instances already gone are fine. Exit 7 means some
-destruction could not be confirmed.`,
+It is idempotent: instances already gone are fine, and an id the account
+does not have is reported as not found. When other runs in the state dir
+still hold instances, plain 'down' lists them and stops: pass --all for
+every run, or --run RUN for one. Exit 7 means some destruction could not be
+confirmed.`,
 		Example: `  vastrun down --yes
   vastrun down --label vastrun-mx1seio0a3dm-tp9lec-e6b91645 --yes
-  vastrun down --instance 30511207 --instance 30511208 --yes`,
+  vastrun down --instance 30511207 --instance 30511208 --yes
+  vastrun down --all --yes`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -69,32 +77,31 @@ destruction could not be confirmed.`,
 			if err != nil {
 				return err
 			}
+			if settle < 0 {
+				return &UsageError{Err: fmt.Errorf("--settle %s is negative", settle), Hint: "write how long listings must stay clean, e.g. --settle 20s"}
+			}
+			for _, id := range instances {
+				if id <= 0 {
+					return &UsageError{Err: fmt.Errorf("--instance %d is not an instance id", id), Hint: "instance ids are positive numbers, as 'vastrun status' or the receipt show them"}
+				}
+			}
 			if len(instances) == 0 && lbl == "" {
-				dir, err := runDir(cfg.StateDir, o.RunID)
-				if err != nil {
-					return &UsageError{Err: err, Hint: "pass --instance ID or --label LABEL"}
+				if all {
+					return downAll(ctx, f, o, cfg)
 				}
-				e, err := newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
-				if err != nil {
-					return err
-				}
-				if err := e.Open(dir); err != nil {
-					return err
-				}
-				defer e.Close()
-				st := e.State()
-				if err := confirmDestroy(f, o.Yes, fmt.Sprintf("run %s: instances %v and anything labelled %s", st.RunID, st.Unconfirmed(), st.Label)); err != nil {
-					return err
-				}
-				r, err := e.Down(ctx)
-				res := downResult{Schema: "vastrun.down/v1", Label: st.Label, RunID: st.RunID, Simulated: f.Sim, Destroyed: []provider.InstanceID{}}
-				for _, a := range r.Attempts {
-					if a.Confirmed {
-						res.Destroyed = append(res.Destroyed, a.InstanceID)
+				if o.RunID == "" {
+					if err := refuseOtherLiveRuns(cfg.StateDir); err != nil {
+						return err
 					}
 				}
-				printDown(f, res)
-				return err
+				dir, err := runDir(cfg.StateDir, o.RunID)
+				if err != nil {
+					if errors.As(err, new(*NoRunError)) {
+						return err
+					}
+					return &UsageError{Err: err, Hint: "pass --instance ID or --label LABEL"}
+				}
+				return downRun(ctx, f, o, cfg, dir)
 			}
 			return downTargets(ctx, f, o, cfg, instances, lbl, settle)
 		},
@@ -105,6 +112,7 @@ destruction could not be confirmed.`,
 	cmd.Flags().StringVar(&lbl, "label", "", "destroy every instance carrying this label")
 	cmd.Flags().DurationVar(&settle, "settle", run.SweepSettle, "with --label: how long listings must stay clean before absence is believed (they can lag a fresh rental)")
 	cmd.Flags().StringVar(&o.RunID, "run", "", "run id (default: the latest in the state dir)")
+	cmd.Flags().BoolVar(&all, "all", false, "destroy the instances of every run in the state dir that still holds any")
 	return cmd
 }
 
@@ -116,7 +124,10 @@ func printDown(f *Factory, res downResult) {
 	for _, id := range res.Destroyed {
 		fmt.Fprintf(f.IO.Out, "destroyed %d (confirmed)\n", id)
 	}
-	if len(res.Destroyed) == 0 {
+	for _, id := range res.NotFound {
+		fmt.Fprintf(f.IO.Out, "not found %d: the account has no such instance, nothing to destroy\n", id)
+	}
+	if len(res.Destroyed) == 0 && len(res.NotFound) == 0 {
 		f.IO.Infof("nothing to destroy")
 	}
 }
@@ -130,14 +141,19 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	for _, id := range ids {
 		targets[provider.InstanceID(id)] = ""
 	}
+	notFound := map[provider.InstanceID]bool{}
 	for id, l := range targets {
 		if l == "" { // learn the label so confirmation can list it
-			if in, err := m.ShowInstance(ctx, id); err == nil {
+			in, err := m.ShowInstance(ctx, id)
+			switch {
+			case err == nil:
 				targets[id] = in.Label
+			case errors.Is(err, provider.ErrNotFound):
+				notFound[id] = true
 			}
 		}
 	}
-	res := downResult{Schema: "vastrun.down/v1", Label: lbl, Simulated: f.Sim, Destroyed: []provider.InstanceID{}}
+	res := downResult{Schema: "vastrun.down/v1", Label: lbl, Simulated: f.Sim, Destroyed: []provider.InstanceID{}, NotFound: []provider.InstanceID{}}
 	limit := time.Duration(cfg.Timeouts.Teardown)
 	c := run.Confirmer{Market: m, Clock: f.clock()}
 	if lbl != "" {
@@ -156,9 +172,10 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		if err != nil {
 			printDown(f, res)
 			ce := &run.CleanupError{Label: lbl, Err: err}
-			ci.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", ce.Error())
+			ci.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
 			return ce
 		}
+		recordSwept(ctx, f, o, cfg, lbl, ids)
 		if len(targets) == 0 {
 			printDown(f, res)
 			return nil
@@ -188,13 +205,19 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 			errs = append(errs, err)
 			continue
 		}
+		if notFound[id] {
+			// Destroy was still sent (a fresh rental can lag reads), but
+			// nothing by that id existed to destroy.
+			res.NotFound = append(res.NotFound, id)
+			continue
+		}
 		f.IO.Infof("instance %d destroyed (confirmed by %s)", id, strings.Join(via, ", "))
 		res.Destroyed = append(res.Destroyed, id)
 	}
 	printDown(f, res)
 	if len(failed) > 0 {
 		ce := &run.CleanupError{Label: lbl, Instances: failed, Err: errors.Join(errs...)}
-		ci.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", ce.Error())
+		ci.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
 		return ce
 	}
 	return nil
@@ -464,7 +487,14 @@ func explainPolicy(ctx context.Context, f *Factory, path string, limit int) erro
 	}
 	run.WriteExplanation(f.IO.Out, ds)
 	if chosen == nil {
-		return &NoOfferError{Msg: fmt.Sprintf("none of %d offers meets the policy in %s", len(offers), path)}
+		if len(offers) == 0 {
+			// Nothing to judge: say whether the models exist at all.
+			if _, err := preflight.Market(ctx, m, cfg); err != nil {
+				return err
+			}
+			return &NoOfferError{Msg: fmt.Sprintf("no live offer in %s has the policy's GPU model and count (%s x%d)", path, strings.Join(p.Models, ", "), p.Count)}
+		}
+		return &NoOfferError{Msg: fmt.Sprintf("none of %d offers meets the policy in %s: %s removed the last ones", len(offers), path, policy.RemovedBy(policy.Funnel(p, offers)))}
 	}
 	f.IO.Infof("%d offers judged; offer %d would be rented", len(ds), chosen.ID)
 	return nil

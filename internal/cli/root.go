@@ -78,6 +78,21 @@ Exit codes are documented in docs/exit-codes.md.`,
   vastrun sim serve --listen 127.0.0.1:8080`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// SuggestionsFor reads this directly (0 would suggest nothing).
+		SuggestionsMinimumDistance: 2,
+		// Runnable, so that an unknown command is a usage error (exit 2)
+		// like an unknown flag, with cobra's suggestions as the hint.
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			hint := fmt.Sprintf("see '%s --help' for the commands", cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				hint = fmt.Sprintf("did you mean '%s %s'?", cmd.CommandPath(), s[0])
+			}
+			return &UsageError{Err: fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()), Hint: hint}
+		},
 	}
 	pf := root.PersistentFlags()
 	pf.BoolVar(&f.JSON, "json", false, "print machine-readable JSON on stdout (a versioned contract)")
@@ -93,7 +108,7 @@ Exit codes are documented in docs/exit-codes.md.`,
 	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f),
 		NewCmdCI(f), NewCmdUp(f), NewCmdExec(f), NewCmdDown(f), NewCmdStatus(f), NewCmdReap(f), NewCmdDoctor(f),
 		NewCmdTrain(f), NewCmdResume(f), NewCmdAgent(f), NewCmdCanary(f), NewCmdReport(f),
-		NewCmdSSH(f, nil))
+		NewCmdSSH(f, nil), NewCmdValidate(f, nil))
 	root.AddCommand(newCmdCheckpoint(f)) // hidden developer tool
 	return root
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,9 @@ import (
 // TestMain registers the real entry point as the "vastrun" command of the
 // testscript scenarios in testdata/script.
 func TestMain(m *testing.M) {
+	if os.Getenv(echoFormsEnv) != "" {
+		os.Exit(echoForms())
+	}
 	testscript.Main(m, map[string]func(){
 		"vastrun": func() { os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})
@@ -41,7 +45,7 @@ func TestScripts(t *testing.T) {
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile},
 	})
 }
 
@@ -257,4 +261,17 @@ func cmdFreeport(ts *testscript.TestScript, neg bool, args []string) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	ts.Setenv(args[0], strconv.Itoa(port))
+}
+
+// cmdEnvFile sets a variable to a file's content (without its final
+// newline), for values testscript cannot spell, such as multi-line ones:
+//
+//	envfile NAME FILE
+func cmdEnvFile(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: envfile NAME FILE")
+	}
+	b, err := os.ReadFile(ts.MkAbs(args[1]))
+	ts.Check(err)
+	ts.Setenv(args[0], strings.TrimSuffix(string(b), "\n"))
 }

@@ -93,8 +93,11 @@ controller dies (heartbeat TTL). See docs/train.md.`,
 			if err != nil {
 				return err
 			}
+			if _, err := checkBeforeRenting(ctx, f, e.Config, "train"); err != nil {
+				return err
+			}
 			r, runErr := e.RunTrain(ctx)
-			return reportRun(f, r, runErr)
+			return reportRun(f, r, withRunHints(f, o, runErr))
 		},
 	}
 	o.addFlags(cmd, true)

@@ -2,14 +2,27 @@ package cli
 
 import (
 	"errors"
+	"io/fs"
 	"net"
 	"net/url"
+	"syscall"
 )
 
-// isTransport reports a failure to reach the API at all.
+// isTransport reports a failure to reach the API at all. It is judged by
+// type: an HTTP request that failed (*url.Error) or a network operation
+// that did (*net.OpError, *net.DNSError). A local file error is never one,
+// although syscall.Errno satisfies net.Error, and neither is a port this
+// process could not listen on.
 func isTransport(err error) bool {
-	var ne net.Error
 	var ue *url.Error
 	var oe *net.OpError
-	return errors.As(err, &ne) || errors.As(err, &ue) || errors.As(err, &oe)
+	var de *net.DNSError
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe) && !errors.As(err, &ue), errors.Is(err, syscall.EADDRINUSE):
+		return false
+	case errors.As(err, &oe) && oe.Op == "listen":
+		return false
+	}
+	return errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de)
 }

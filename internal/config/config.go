@@ -222,8 +222,12 @@ func Parse(b []byte) (*Config, error) {
 	if err := dec.Decode(&c); err != nil {
 		return nil, err
 	}
+	explicit := map[string]bool{}
+	explicitKeys(&root, "", explicit)
+	// Zeros written out are judged before defaults replace them.
+	zeroErrs := c.checkValues(explicit)
 	c.fillDefaults()
-	if err := c.Validate(); err != nil {
+	if err := c.validate(zeroErrs); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -289,7 +293,9 @@ func (c *Config) fillDefaults() {
 }
 
 // Validate reports everything wrong at once.
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.validate(c.checkValues(nil)) }
+
+func (c *Config) validate(valueErrs []string) error {
 	var errs []string
 	if c.Version != 1 {
 		errs = append(errs, fmt.Sprintf("version %d is not supported (use 1)", c.Version))
@@ -310,9 +316,10 @@ func (c *Config) Validate() error {
 			errs = append(errs, "train.heartbeat_ttl must be at least twice train.poll, or a slow poll would look like a dead controller")
 		}
 	}
-	if c.Budget.MaxSpend <= 0 {
+	if c.Budget.MaxSpend == 0 && !containsPrefix(valueErrs, "budget.max_spend") {
 		errs = append(errs, "budget.max_spend is required: the most this run may cost, in $")
 	}
+	errs = append(errs, dedupe(valueErrs, errs)...)
 	if err := c.Policy().Validate(); err != nil {
 		errs = append(errs, err.Error())
 	}
@@ -418,4 +425,24 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 		}
 	}
 	return nil
+}
+
+func containsPrefix(list []string, prefix string) bool {
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// dedupe drops value errors already said another way.
+func dedupe(list, have []string) []string {
+	var out []string
+	for _, s := range list {
+		if !containsPrefix(have, strings.Fields(s)[0]) {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -88,14 +88,15 @@ func Open(dir string, now func() time.Time) (*Journal, error) {
 		}
 		return nil, fmt.Errorf("lock journal %s: %w", path, err)
 	}
-	if err := truncateTornTail(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("repair journal %s: %w", path, err)
-	}
+	// Validate before repairing: a damaged journal is left as it was.
 	recs, err := readFile(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("read journal %s: %w", path, err)
+	}
+	if err := truncateTornTail(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("repair journal %s: %w", path, err)
 	}
 	j := &Journal{f: f, path: path, now: now}
 	if n := len(recs); n > 0 {

@@ -2,6 +2,10 @@ package redact
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -59,5 +63,75 @@ func TestWriterLongLine(t *testing.T) {
 		if strings.Contains(buf.String(), "needle") || buf.Len() != len(long)-len("needle-secret")+len(Mask) {
 			t.Fatalf("shift %d: leaked or lost bytes (len %d)", shift, buf.Len())
 		}
+	}
+}
+
+// canaries are the issue's examples: a secret spanning lines and one that
+// JSON escaping changes.
+const (
+	multiLine = "CANARYML_first_a1b2\nCANARYML_second_c3d4"
+	jsonish   = `CANARYJS<x>&"q"\z_5e6f`
+)
+
+func TestMultiLineSecretMaskedLineByLine(t *testing.T) {
+	var buf bytes.Buffer
+	w := New(multiLine).Writer(&buf)
+	io.WriteString(w, "start\n"+multiLine+"\nend\n")
+	w.Close()
+	if strings.Contains(buf.String(), "CANARYML") {
+		t.Fatalf("leaked: %q", buf.String())
+	}
+	if buf.String() != "start\n***\n***\nend\n" {
+		t.Fatalf("got %q", buf.String())
+	}
+}
+
+func TestJSONMaskedAfterDecoding(t *testing.T) {
+	r := New(jsonish, multiLine)
+	doc, _ := json.MarshalIndent(map[string]any{"z_first": "x " + jsonish + " y", "a": []any{multiLine, 1.5, true}, jsonish: "key"}, "", "  ")
+	out := r.JSON(doc)
+	if !json.Valid(out) {
+		t.Fatalf("not JSON any more: %s", out)
+	}
+	if bytes.Contains(out, []byte("CANARY")) {
+		t.Fatalf("leaked: %s", out)
+	}
+	var back map[string]any
+	json.Unmarshal(out, &back)
+	if back["z_first"] != "x *** y" || back["***"] != "key" || back["a"].([]any)[0] != "***" {
+		t.Fatalf("masked wrongly: %s", out)
+	}
+	// Layout and key order survive: only the strings changed.
+	if !bytes.HasPrefix(out, []byte("{\n  \"")) {
+		t.Fatalf("layout lost: %s", out)
+	}
+}
+
+func TestEncodedFormsMasked(t *testing.T) {
+	s := `p@ss w0rd/"é"'` + "\n" + `tail\line`
+	r := New(s)
+	b64 := base64.StdEncoding.EncodeToString([]byte(s + "\n"))
+	jsonEnc, _ := json.Marshal(s)
+	for name, in := range map[string]string{
+		"json":        string(jsonEnc),
+		"query":       "https://x.test/?token=" + url.QueryEscape(s) + "&a=1",
+		"path":        "https://x.test/" + url.PathEscape(s),
+		"base64":      b64,
+		"base64 mid":  base64.StdEncoding.EncodeToString([]byte("xy" + s + "zz")),
+		"base64 url":  base64.RawURLEncoding.EncodeToString([]byte("q" + s)),
+		"shell":       "export X='" + strings.ReplaceAll(s, "'", `'\''`) + "'",
+		"bash printf": `$'p@ss w0rd/"é"\'\ntail\\line'`,
+	} {
+		out := r.String(in)
+		if out == in {
+			t.Errorf("%s: not masked: %s", name, in)
+		}
+		if strings.Contains(out, "w0rd") {
+			t.Errorf("%s: leaked: %s", name, out)
+		}
+	}
+	// A shorter value (a digest, a word) is not over-masked.
+	if got := r.String("password ok"); got != "password ok" {
+		t.Errorf("over-masked: %q", got)
 	}
 }

@@ -178,7 +178,7 @@ func (e *Engine) localRun(ctx context.Context, script, logName string, env map[s
 func (e *Engine) judgeSmoke(where string, code int, resultPath, log string) SmokeOutcome {
 	out := SmokeOutcome{Where: where, ExitCode: code, Log: log}
 	if b, err := os.ReadFile(resultPath); err == nil {
-		json.Unmarshal(e.Redactor.Bytes(b), &out.Result)
+		json.Unmarshal(e.Redactor.JSON(b), &out.Result)
 	}
 	for _, f := range e.Config.Canary.ExpectFields {
 		if _, ok := lookup(out.Result, f); !ok {

@@ -49,6 +49,7 @@ type Plan struct {
 	Label       string
 	Image       string
 	Attempt     int
+	CeilingDPH  float64 // a replacement for a taken offer is rented up to this $/h
 }
 
 // Outcomes recorded in the journal and the receipt.
@@ -235,13 +236,13 @@ var ErrJournal = errors.New("the run's journal could not be written")
 // and the receipt see it — except a failed intent, whose side effect the
 // caller must not perform.
 func (e *Engine) record(typ, step string, data any) error {
-	if _, err := e.j.Append(typ, step, data); err != nil {
+	if _, err := e.j.Append(typ, step, e.maskedData(data)); err != nil {
 		jerr := fmt.Errorf("%w: %w", ErrJournal, err)
 		if e.journalErr == nil {
 			e.journalErr = jerr
 		}
 		if typ != "intent" || step == stepDestroy {
-			b, _ := json.Marshal(data)
+			b, _ := json.Marshal(e.maskedData(data))
 			e.unjournaled = append(e.unjournaled, journal.Record{V: journal.Version, Time: e.now().UTC(), Type: typ, Step: step, Data: b})
 			if recs, rerr := e.j.Records(); rerr == nil {
 				if st, rerr := Replay(append(recs, e.unjournaled...)); rerr == nil {
@@ -467,7 +468,7 @@ func (e *Engine) approve(o provider.Offer, attempt int) error {
 	p := e.Config.Policy()
 	dph := policy.TotalDPH(o, p.DiskGB)
 	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: e.Config.Budget.MaxSpend,
-		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: e.Config.Image, Attempt: attempt}
+		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: e.Config.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph)}
 	if spent := e.spentSoFar(); spent+plan.WorstCase > plan.MaxSpendUSD {
 		if err := e.record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent}); err != nil {
 			return err

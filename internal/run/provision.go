@@ -336,14 +336,12 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 		}
 		t0 = e.now()
 		id, err := e.rent(ctx, *offer)
-		e.timings.add("rent", e.now().Sub(t0))
-		if errors.Is(err, provider.ErrOfferGone) || errors.Is(err, errNotRented) {
-			e.infof("offer %d is gone; choosing another", offer.ID)
-			exclude = append(exclude, offer.MachineID)
-			if attempt < maxAttempts+2 {
-				continue
-			}
+		if isOfferGone(err) {
+			var next provider.Offer
+			id, next, err = e.rentRace(ctx, *offer, err, &exclude, attempt)
+			offer = &next
 		}
+		e.timings.add("rent", e.now().Sub(t0))
 		if err != nil {
 			return nil, provider.Instance{}, err
 		}

@@ -207,7 +207,7 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 		r.Cleanup.Unconfirmed = []provider.InstanceID{}
 	}
 	b, _ := json.MarshalIndent(r, "", "  ")
-	b = e.Redactor.Bytes(b)
+	b = e.Redactor.JSON(b)
 	os.MkdirAll(e.EvidenceDir, 0o755)
 	writeFileAtomic(filepath.Join(e.EvidenceDir, "receipt.json"), append(b, '\n'), 0o644)
 	md := e.Redactor.String(Summary(r))

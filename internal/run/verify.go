@@ -156,5 +156,5 @@ func (e *Engine) writeVerify() {
 		return
 	}
 	b, _ := json.MarshalIndent(e.verifyRep, "", "  ")
-	os.WriteFile(filepath.Join(e.EvidenceDir, "verify.json"), append(e.Redactor.Bytes(b), '\n'), 0o644)
+	os.WriteFile(filepath.Join(e.EvidenceDir, "verify.json"), append(e.Redactor.JSON(b), '\n'), 0o644)
 }

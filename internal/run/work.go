@@ -128,7 +128,7 @@ func (e *Engine) fetchResult(c *remote.Client, res *TestOutcome) {
 		return
 	}
 	b, _ := os.ReadFile(tmp)
-	b = e.Redactor.Bytes(b)
+	b = e.maskResult(b)
 	os.WriteFile(filepath.Join(e.EvidenceDir, "result.json"), b, 0o644)
 	if err := json.Unmarshal(b, &res.Result); err != nil {
 		res.ResultErr = "result file is not a JSON object: " + err.Error()

@@ -332,9 +332,16 @@ func addComparison(q provider.Query, field, op, raw string) error {
 		}
 		value = list
 	} else {
+		// An ordering needs a number: "dph<abc" would otherwise be sent
+		// as a string comparison that silently matches nothing.
 		x, err := convertValue(field, v, token)
 		if err != nil {
 			return err
+		}
+		if str, ok := x.(string); ok && (op == "lt" || op == "lte" || op == "gt" || op == "gte") {
+			if _, err := strconv.ParseFloat(str, 64); err != nil {
+				return &QueryError{Token: token, Reason: fmt.Sprintf("%s %s needs a number, not %q", field, op, v)}
+			}
 		}
 		value = x
 	}

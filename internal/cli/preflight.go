@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/preflight"
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/vast"
+)
+
+// checkBeforeRenting is the one step before anything is created (run
+// directory, receipt, rental): the local checks, then the live market.
+// Only a log line is written. An API failure during the market checks is
+// reported and left to the run's own search, which retries it, except a
+// refused key, which no retry fixes.
+func checkBeforeRenting(ctx context.Context, f *Factory, cfg *config.Config, workflow string) (*preflight.MarketReport, error) {
+	repo, _ := os.Getwd()
+	if err := preflight.Local(preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv, Workflow: workflow}); err != nil {
+		return nil, err
+	}
+	m, err := f.Marketplace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := preflight.Market(ctx, m, cfg)
+	var pe *preflight.Error
+	switch {
+	case errors.As(err, &pe):
+		return rep, err
+	case errors.Is(err, provider.ErrAuth):
+		return nil, err
+	case err != nil:
+		f.IO.Infof("preflight: could not check the live offers (%v); the run's own search will retry", err)
+		return nil, nil
+	}
+	f.IO.Infof("preflight: %s", rep.Explain())
+	return rep, nil
+}
+
+// ValidateOptions are the flags of `vastrun validate`.
+type ValidateOptions struct {
+	ConfigPath string
+	Offline    bool
+}
+
+type validateResult struct {
+	Schema   string                  `json:"schema"`
+	OK       bool                    `json:"ok"`
+	Problems []preflight.Problem     `json:"problems"`
+	Market   *preflight.MarketReport `json:"market,omitempty"`
+	// MarketSkipped says why the live checks did not run.
+	MarketSkipped string `json:"market_skipped,omitempty"`
+	Simulated     bool   `json:"simulated"`
+}
+
+// NewCmdValidate builds `vastrun validate`.
+func NewCmdValidate(f *Factory, runF func(context.Context, *ValidateOptions) error) *cobra.Command {
+	o := &ValidateOptions{}
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Run the preflight alone: config, image digest, uploads, secrets, GPU names and live offers",
+		Long: `Check everything 'vastrun ci' checks before it creates anything: every config
+value, the image reference and its digest, that upload paths exist, that
+declared secrets are set and long enough to mask, that the policy's GPU
+names exist on the marketplace, and how many live offers meet the policy
+(for none: which constraint removed the last ones). Nothing is written.
+Without an API key (or with --offline) only the local checks run.
+Exit 0 when everything passes, 2 when something must be fixed.`,
+		Example: "  vastrun validate\n  vastrun validate -f ci/vastrun.yaml --json\n  vastrun validate --sim",
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(cmd.Context(), o)
+			}
+			return runValidate(cmd.Context(), f, o)
+		},
+	}
+	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file (docs/config.md)")
+	cmd.Flags().BoolVar(&o.Offline, "offline", false, "run only the local checks")
+	return cmd
+}
+
+func runValidate(ctx context.Context, f *Factory, o *ValidateOptions) error {
+	wo := &WorkflowOptions{ConfigPath: o.ConfigPath}
+	cfg, err := wo.loadConfig()
+	if err != nil {
+		return err
+	}
+	res := validateResult{Schema: "vastrun.validate/v1", Problems: []preflight.Problem{}, Simulated: f.Sim}
+	repo, _ := os.Getwd()
+	lerr := preflight.Local(preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv})
+	var pe *preflight.Error
+	if errors.As(lerr, &pe) {
+		res.Problems = append(res.Problems, pe.Problems...)
+	} else if lerr != nil {
+		return lerr
+	}
+	var merr error
+	switch m, err := f.Marketplace(ctx); {
+	case o.Offline:
+		res.MarketSkipped = "--offline"
+	case errors.Is(err, vast.ErrNoAPIKey):
+		res.MarketSkipped = "no API key (set VAST_API_KEY, or pass --sim to check against the simulator)"
+	case err != nil:
+		return err
+	default:
+		res.Market, merr = preflight.Market(ctx, m, cfg)
+		if errors.As(merr, &pe) {
+			res.Problems = append(res.Problems, pe.Problems...)
+		} else if merr != nil {
+			return merr
+		}
+	}
+	res.OK = len(res.Problems) == 0
+	if f.JSON {
+		b, _ := json.Marshal(res)
+		f.IO.Out.Write(append(f.IO.Redactor().JSON(b), '\n'))
+	} else {
+		if res.MarketSkipped != "" {
+			f.IO.Infof("preflight: live offer checks skipped: %s", res.MarketSkipped)
+		} else if res.Market != nil {
+			f.IO.Infof("preflight: %s", res.Market.Explain())
+		}
+		if res.OK {
+			f.IO.Infof("preflight: %s passes every check", o.ConfigPath)
+		}
+	}
+	if !res.OK {
+		return &preflight.Error{Problems: res.Problems}
+	}
+	return nil
+}

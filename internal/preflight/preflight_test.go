@@ -1,0 +1,71 @@
+package preflight
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vastrun/vastrun/internal/config"
+)
+
+func TestImageReferences(t *testing.T) {
+	hex := strings.Repeat("0123456789abcdef", 4)
+	for ref, want := range map[string]string{
+		"ghcr.io/acme/x@sha256:" + hex:                  "",
+		"ghcr.io/acme/x:v1@sha256:" + hex:               "",
+		"ghcr.io/acme/x:v1":                             "is not pinned",
+		"ghcr.io/acme/x":                                "is not pinned",
+		"ghcr.io/acme/x@sha256:1234":                    "this one has 4",
+		"ghcr.io/acme/x@sha256:" + strings.ToUpper(hex): "64 lowercase hex",
+		"ghcr.io/acme/x@md5:abcd":                       "sha256:<64 hex",
+		"Not A/Valid::Ref":                              "is not a valid image reference",
+		"UPPER/case@sha256:" + hex:                      "is not a valid image reference",
+	} {
+		ps := checkImage(ref)
+		switch {
+		case want == "" && len(ps) > 0:
+			t.Errorf("%s: refused: %v", ref, ps)
+		case want != "" && (len(ps) != 1 || !strings.Contains(ps[0].What, want)):
+			t.Errorf("%s: got %v, want %q", ref, ps, want)
+		case want != "" && ps[0].Fix == "":
+			t.Errorf("%s: no fix", ref)
+		}
+	}
+}
+
+func TestLocalNamesFieldValueAndFix(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "here.sh"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "afile"), nil, 0o644)
+	cfg, err := config.Parse([]byte("image: r@sha256:" + strings.Repeat("a", 64) + "\ntest: t\nupload: [here.sh, gone.sh]\nsecrets: [SHORT, UNSET, FINE]\nbudget: {max_spend: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StateDir = filepath.Join(dir, "afile")
+	env := map[string]string{"SHORT": "1234567", "FINE": "12345678"}
+	err = Local(Input{Config: cfg, RepoDir: dir, Getenv: func(k string) string { return env[k] }})
+	var pe *Error
+	if !errors.As(err, &pe) || len(pe.Problems) != 4 {
+		t.Fatalf("got %v", err)
+	}
+	got := err.Error()
+	for _, want := range []string{`upload[1] "gone.sh": does not exist`, "secrets SHORT: is 7 bytes", "secrets UNSET: is declared but not set", `state_dir "` + cfg.StateDir + `": is a file`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %s", want, got)
+		}
+	}
+	if strings.Contains(got, "1234567") || len(pe.Fixes()) != 4 {
+		t.Errorf("a secret's value shown, or a fix missing: %s %v", got, pe.Fixes())
+	}
+}
+
+func TestDidYouMean(t *testing.T) {
+	names := []string{"RTX 3090", "RTX 4090", "A100 SXM4", "H100 SXM"}
+	for in, want := range map[string]string{"RTX 4009": "RTX 4090", "rtx 3090": "RTX 3090", "H100 SMX": "H100 SXM", "Banana": ""} {
+		if got := closest(in, names); got != want {
+			t.Errorf("%s: got %q, want %q", in, got, want)
+		}
+	}
+}

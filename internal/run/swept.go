@@ -1,0 +1,26 @@
+package run
+
+import "github.com/vastrun/vastrun/internal/provider"
+
+// RecordSwept records in an opened run that a label sweep made outside
+// the engine (`down --label`) destroyed and confirmed ids and found the
+// label clean, so that the run's journal and state.json agree with the
+// marketplace. An id the run never learned (a create whose answer was
+// lost) is adopted as that rental first.
+func (e *Engine) RecordSwept(ids []provider.InstanceID) error {
+	for _, id := range ids {
+		if e.state.attemptFor(id) == nil && !containsID(e.state.Extras, id) {
+			if a := e.state.Current(); a != nil && a.InstanceID == 0 && a.Failure == "" {
+				if err := e.record("done", stepAdopt, instanceData{Instance: id, Reason: "found by label (down --label)"}); err != nil {
+					return err
+				}
+			} else if err := e.record("event", stepAdopt, instanceData{Instance: id, Reason: "found by label (down --label)"}); err != nil {
+				return err
+			}
+		}
+		if err := e.record("done", stepConfirm, instanceData{Instance: id, Via: []string{"show", "label_listing"}}); err != nil {
+			return err
+		}
+	}
+	return e.record("event", stepOutcome, map[string]any{"outcome": OutcomeDown})
+}
