@@ -218,12 +218,15 @@ type Supervisor struct {
 	Command string
 	Env     []string
 	Clock   clock.Clock
+	// Ready, when set, receives one JSON line once the workload started
+	// (or failed to), and is closed: fd 4 when started by Start.
+	Ready *os.File
 }
 
 // Launch starts the workload and records it. The returned channel delivers
 // its exit code once the record says so.
 func (s *Supervisor) Launch() (pid int, exited <-chan int, err error) {
-	ready := os.NewFile(4, "ready")
+	ready := s.Ready
 	report := func(pid int, err error) {
 		if ready == nil {
 			return

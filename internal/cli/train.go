@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -273,10 +274,12 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 			if err != nil {
 				return err
 			}
-			sv := &agent.Supervisor{Layout: l, Command: command, Env: os.Environ(), Clock: f.clock()}
+			// fd 3 is the lock Start handed over: held by this process only,
+			// never inherited by the workload, so it ends with the agent.
+			syscall.CloseOnExec(3)
+			sv := &agent.Supervisor{Layout: l, Command: command, Env: os.Environ(), Clock: f.clock(), Ready: os.NewFile(4, "ready")}
 			// The baseline of single-file checkpoints is taken before the
 			// workload starts, so a restored file is not snapshot again.
-			o.Exited = nil
 			pre, err := agent.Prepare(o)
 			if err != nil {
 				return err
