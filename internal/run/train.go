@@ -562,7 +562,13 @@ func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, inst prov
 		os.WriteFile(alog.path, e.Redactor.Bytes(b), 0o644)
 		os.Remove(logPath + ".raw")
 	}
+	if err := c.Download(agent.AgentLog, logPath+".raw", 16<<20); err == nil {
+		b, _ := os.ReadFile(logPath + ".raw")
+		os.WriteFile(filepath.Join(e.EvidenceDir, "agent.log"), e.Redactor.Bytes(b), 0o644)
+		os.Remove(logPath + ".raw")
+	}
 	if st, err := e.askAgent(ctx, c, inst, 0); err == nil {
+		e.noteStatus(inst, st, map[string]bool{})
 		st.Log = agent.LogChunk{Data: []byte{}, Size: st.Log.Size}
 		if b, err := json.MarshalIndent(st, "", "  "); err == nil {
 			os.WriteFile(filepath.Join(e.EvidenceDir, "agent-status.json"), e.Redactor.Bytes(b), 0o644)
