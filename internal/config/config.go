@@ -91,7 +91,7 @@ type Train struct {
 	OutputDir       string   `yaml:"output_dir"`
 	OutputURI       string   `yaml:"output_uri"`
 	DatasetVersion  string   `yaml:"dataset_version"`
-	Seed            int64    `yaml:"seed"`
+	Seed            *int64   `yaml:"seed"` // nil: not set, and not recorded
 	Keep            int      `yaml:"keep"`
 	RuntimeDeadline Duration `yaml:"runtime_deadline"`
 	HeartbeatTTL    Duration `yaml:"heartbeat_ttl"`

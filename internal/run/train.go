@@ -213,8 +213,12 @@ func (e *Engine) trainEnv(restored int64) map[string]string {
 	env["VASTRUN_CHECKPOINT_DIR"] = t.CheckpointDir
 	env["VASTRUN_CHECKPOINT_EVERY"] = strconv.Itoa(t.Cadence)
 	env["VASTRUN_OUTPUT_DIR"] = t.OutputDir
-	env["VASTRUN_SEED"] = strconv.FormatInt(t.Seed, 10)
-	env["VASTRUN_DATASET_VERSION"] = t.DatasetVersion
+	if t.Seed != nil { // a seed the config does not set is not invented
+		env["VASTRUN_SEED"] = strconv.FormatInt(*t.Seed, 10)
+	}
+	if t.DatasetVersion != "" {
+		env["VASTRUN_DATASET_VERSION"] = t.DatasetVersion
+	}
 	env["VASTRUN_RESUME_PROOF"] = agent.ProofFile
 	env["VASTRUN_RESULT"] = ResultPath
 	if t.CheckpointFile != "" {
