@@ -110,6 +110,9 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 			e.Redactor.Add(v)
 		}
 	}
+	// The secrets are masked from the start, also when this controller
+	// re-attaches and never builds the workload's environment itself.
+	e.trainEnv(-1)
 	started := e.state.Started
 	deadline := started.Add(e.Config.Train.RuntimeDeadline.Duration())
 	var exclude []int64
