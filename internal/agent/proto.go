@@ -192,3 +192,29 @@ func DecodeRestore(b []byte) (RestoreResult, error) {
 	}
 	return r, checkSchema(r.Schema, r.SchemaVersion, RestoreSchema)
 }
+
+// ManifestSchema names the document `agent manifest --json` prints.
+const ManifestSchema = "vastrun.agent.manifest"
+
+// FileSum is one file of an upload manifest.
+type FileSum struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// ManifestResult is the answer to `vastrun agent manifest --json PATH...`:
+// every regular file under the paths, relative to the login directory.
+type ManifestResult struct {
+	Schema        string             `json:"schema"`
+	SchemaVersion int                `json:"schema_version"`
+	Files         map[string]FileSum `json:"files"`
+}
+
+// DecodeManifest parses and checks an `agent manifest --json` answer.
+func DecodeManifest(b []byte) (ManifestResult, error) {
+	var r ManifestResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		return ManifestResult{}, fmt.Errorf("%w: %v", ErrSchema, err)
+	}
+	return r, checkSchema(r.Schema, r.SchemaVersion, ManifestSchema)
+}

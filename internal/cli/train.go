@@ -360,7 +360,24 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	upload.Flags().StringVar(&store, "store", "", "output store URI")
 	upload.Flags().StringVar(&dir, "dir", "outputs", "directory to upload")
 	upload.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
-	cmd.AddCommand(watch, start, supervise, statusCmd, restore, upload)
+	manifest := &cobra.Command{
+		Use:   "manifest PATH...",
+		Short: "List the files under PATHs (relative to the login directory) with sizes and SHA-256s (JSON)",
+		Args:  usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := agent.NewLayout("")
+			if err != nil {
+				return err
+			}
+			files, err := agent.SumTree(l.Home, args)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(f.IO.Out).Encode(agent.ManifestResult{Schema: agent.ManifestSchema, SchemaVersion: agent.SchemaVersion, Files: files})
+		},
+	}
+	manifest.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
+	cmd.AddCommand(watch, start, supervise, statusCmd, restore, upload, manifest)
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -496,7 +497,7 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 			return fmt.Errorf("copy the agent to instance %d: %w", inst.ID, err)
 		}
 	}
-	if err := e.upload(c); err != nil {
+	if err := e.trainUpload(ctx, c, inst.ID); err != nil {
 		return &StepError{Step: "upload", Instance: inst.ID, Err: err}
 	}
 	// Restore the last committed checkpoint that verifies.
@@ -541,6 +542,35 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 	}
 	e.infof("training started on instance %d", inst.ID)
 	return nil
+}
+
+// trainUpload copies `upload:` unless the instance already holds exactly
+// those files (the agent's manifest matches the local one), and says how
+// much it copies.
+func (e *Engine) trainUpload(ctx context.Context, c *remote.Client, inst provider.InstanceID) error {
+	if len(e.Config.Upload) == 0 {
+		return nil
+	}
+	local, err := agent.SumTree(e.RepoDir, e.Config.Upload)
+	if err != nil {
+		return fmt.Errorf("upload: %w", err)
+	}
+	args := "manifest --json"
+	for _, u := range e.Config.Upload {
+		args += " " + remote.ShellQuote(filepath.ToSlash(filepath.Clean(u)))
+	}
+	if b, err := e.agentJSON(ctx, c, nil, args); err == nil {
+		if m, err := agent.DecodeManifest(b); err == nil && reflect.DeepEqual(m.Files, local) {
+			e.infof("uploads skipped: instance %d already has the same %d files", inst, len(local))
+			return nil
+		}
+	}
+	var size int64
+	for _, f := range local {
+		size += f.Size
+	}
+	e.infof("uploading %d files (%.1f MB) to instance %d", len(local), float64(size)/1e6, inst)
+	return e.upload(c)
 }
 
 // commitPending has the agent commit complete checkpoints now, under the
