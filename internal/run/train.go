@@ -293,7 +293,12 @@ func (e *Engine) newAttemptLog() *attemptLog {
 	n := max(len(e.state.Attempts), 1)
 	os.MkdirAll(e.EvidenceDir, 0o755)
 	p := filepath.Join(e.EvidenceDir, fmt.Sprintf("train.attempt-%d.log", n))
-	os.Remove(p) // re-attached: read the remote log again from its start
+	// Truncated: a re-attached controller reads the remote log again from its
+	// start. Created now, so every attempt has its log in the evidence, with
+	// what the polls brought back before any interruption.
+	if f, err := os.Create(p); err == nil {
+		f.Close()
+	}
 	return &attemptLog{path: p}
 }
 
