@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/checkpoint"
@@ -173,7 +175,9 @@ func NewCmdAgent(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "The on-instance helper for training runs (started by vastrun train)",
-		Long: `Runs on a training instance. Storage credentials come from the standard AWS
+		Long: `Runs on a training instance. It starts the workload itself (agent start),
+commits its checkpoints, and answers the controller in typed, versioned JSON
+(agent status --json). Storage credentials come from the standard AWS
 variables in its environment; the dead-man switch destroys this instance
 with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	}
@@ -186,44 +190,162 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 		return checkpoint.Store{S: s}, nil
 	}
 	var keep int
-	var hb, status, deadline string
+	var hb, status, deadline, files, check, stepFrom, command string
 	var ttl, poll, quiet time.Duration
-	var once bool
+	var once, asJSON bool
+	watchOptions := func(l agent.Layout) (agent.Options, error) {
+		cs, err := openStore()
+		if err != nil {
+			return agent.Options{}, err
+		}
+		if err := agent.ParseStepFrom(stepFrom); err != nil {
+			return agent.Options{}, &UsageError{Err: fmt.Errorf("--step-from: %w", err)}
+		}
+		abs := func(p string) string {
+			if p == "" {
+				return ""
+			}
+			return l.Abs(p)
+		}
+		o := agent.Options{Checkpoints: cs, CheckpointDir: abs(dir), Keep: keep, HeartbeatFile: abs(hb), TTL: ttl, StatusFile: abs(status),
+			Poll: poll, Clock: f.clock(), Log: f.IO.ErrOut, Once: once, SelfDestroy: selfDestroy(f), Quiet: quiet,
+			Files: files, Check: check, StepFrom: stepFrom, LogFile: l.Abs(agent.LogFile), Home: l.Home}
+		if deadline != "" {
+			if o.Deadline, err = time.Parse(time.RFC3339, deadline); err != nil {
+				return o, &UsageError{Err: fmt.Errorf("--deadline: %w", err)}
+			}
+		}
+		return o, nil
+	}
+	runWatch := func(ctx context.Context, o agent.Options) error {
+		err := agent.Watch(ctx, o)
+		if errors.Is(err, agent.ErrSelfDestroyed) && !strings.Contains(err.Error(), "failed") {
+			return nil
+		}
+		return err
+	}
+	watchFlags := func(c *cobra.Command) {
+		c.Flags().StringVar(&store, "store", "", "checkpoint store URI (s3://bucket/prefix or file:///path)")
+		c.Flags().StringVar(&dir, "dir", "checkpoints", "local checkpoint directory the workload writes")
+		c.Flags().IntVar(&keep, "keep", 3, "committed checkpoints to keep, in the store and on this instance")
+		c.Flags().StringVar(&hb, "heartbeat", "", "file the controller touches")
+		c.Flags().DurationVar(&ttl, "ttl", 0, "destroy this instance when the heartbeat is older than this (0: never)")
+		c.Flags().StringVar(&deadline, "deadline", "", "destroy this instance at this RFC 3339 time")
+		c.Flags().StringVar(&status, "status", "", "status file to write")
+		c.Flags().DurationVar(&poll, "poll", 5*time.Second, "how often to look")
+		c.Flags().DurationVar(&quiet, "quiet", 0, "also treat a step directory as complete when its files have not changed for this long and none is open for writing (0: only the .complete marker)")
+		c.Flags().StringVar(&files, "files", "", "single-file checkpoints saved in place (a path or glob relative to the login directory)")
+		c.Flags().StringVar(&check, "check", "", "command that must accept a snapshot (its path is appended) before it is committed")
+		c.Flags().StringVar(&stepFrom, "step-from", "", "where a snapshot's step comes from: json:FIELD or regex:RE over the log (default: a counter)")
+	}
 	watch := &cobra.Command{
 		Use:   "watch",
 		Short: "Commit complete checkpoints as they appear; destroy this instance if the controller's heartbeat lapses",
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, err := openStore()
+			l, err := agent.NewLayout("")
 			if err != nil {
 				return err
 			}
-			o := agent.Options{Checkpoints: cs, CheckpointDir: dir, Keep: keep, HeartbeatFile: hb, TTL: ttl, StatusFile: status,
-				Poll: poll, Clock: f.clock(), Log: f.IO.ErrOut, Once: once, SelfDestroy: selfDestroy(f), Quiet: quiet}
-			if deadline != "" {
-				if o.Deadline, err = time.Parse(time.RFC3339, deadline); err != nil {
-					return &UsageError{Err: fmt.Errorf("--deadline: %w", err)}
-				}
+			o, err := watchOptions(l)
+			if err != nil {
+				return err
 			}
-			err = agent.Watch(cmd.Context(), o)
-			if errors.Is(err, agent.ErrSelfDestroyed) && !strings.Contains(err.Error(), "failed") {
-				return nil
-			}
-			return err
+			return runWatch(cmd.Context(), o)
 		},
 	}
-	watch.Flags().StringVar(&store, "store", "", "checkpoint store URI (s3://bucket/prefix or file:///path)")
-	watch.Flags().StringVar(&dir, "dir", "checkpoints", "local checkpoint directory the workload writes")
-	watch.Flags().IntVar(&keep, "keep", 3, "committed checkpoints to keep")
-	watch.Flags().StringVar(&hb, "heartbeat", "", "file the controller touches")
-	watch.Flags().DurationVar(&ttl, "ttl", 0, "destroy this instance when the heartbeat is older than this (0: never)")
-	watch.Flags().StringVar(&deadline, "deadline", "", "destroy this instance at this RFC 3339 time")
-	watch.Flags().StringVar(&status, "status", "", "status file to write")
-	watch.Flags().DurationVar(&poll, "poll", 5*time.Second, "how often to look")
+	watchFlags(watch)
 	watch.Flags().BoolVar(&once, "once", false, "commit what is complete, then exit")
-	watch.Flags().DurationVar(&quiet, "quiet", 0, "also treat a step directory as complete when its files have not changed for this long (0: only the .complete marker)")
 
-	var asJSON bool
+	start := &cobra.Command{
+		Use:   "start",
+		Short: "Start the workload under a detached agent that commits its checkpoints (never a second one)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := agent.NewLayout("")
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(command) == "" {
+				return &UsageError{Err: errors.New("--command is required")}
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			sargs := []string{"agent", "supervise"}
+			cmd.Flags().Visit(func(fl *pflag.Flag) {
+				if fl.Name != "json" {
+					sargs = append(sargs, "--"+fl.Name+"="+fl.Value.String())
+				}
+			})
+			res, err := agent.Start(l, exe, sargs, os.Environ())
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(f.IO.Out).Encode(res)
+		},
+	}
+	watchFlags(start)
+	start.Flags().StringVar(&command, "command", "", "the workload, run by /bin/sh -c in the login directory")
+	start.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
+
+	supervise := &cobra.Command{
+		Use:    "supervise",
+		Short:  "Run the workload and the watch loop (started by agent start)",
+		Hidden: true,
+		Args:   usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := agent.NewLayout("")
+			if err != nil {
+				return err
+			}
+			o, err := watchOptions(l)
+			if err != nil {
+				return err
+			}
+			// fd 3 is the lock Start handed over: held by this process only,
+			// never inherited by the workload, so it ends with the agent.
+			syscall.CloseOnExec(3)
+			sv := &agent.Supervisor{Layout: l, Command: command, Env: os.Environ(), Clock: f.clock(), Ready: os.NewFile(4, "ready")}
+			// The baseline of single-file checkpoints is taken before the
+			// workload starts, so a restored file is not snapshot again.
+			pre, err := agent.Prepare(o)
+			if err != nil {
+				return err
+			}
+			pid, exited, err := sv.Launch()
+			if err != nil {
+				return err
+			}
+			pre.WorkloadPID, pre.Exited = pid, exited
+			pre.Finalized = func(int) { sv.Finalize() }
+			return runWatch(cmd.Context(), pre)
+		},
+	}
+	watchFlags(supervise)
+	supervise.Flags().StringVar(&command, "command", "", "the workload")
+
+	var touch bool
+	var logOffset, logMax int64
+	statusCmd := &cobra.Command{
+		Use:   "status",
+		Short: "Report the workload's state, checkpoints, resume proof, heartbeat age and disk (JSON, schema vastrun.agent.status v1)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := agent.NewLayout("")
+			if err != nil {
+				return err
+			}
+			r := agent.BuildReport(l, agent.ReportOptions{Touch: touch, LogOffset: logOffset, LogMax: logMax, Clock: f.clock()})
+			return json.NewEncoder(f.IO.Out).Encode(r)
+		},
+	}
+	statusCmd.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
+	statusCmd.Flags().BoolVar(&touch, "touch-heartbeat", false, "touch the controller's heartbeat after reading its age")
+	statusCmd.Flags().Int64Var(&logOffset, "log-offset", 0, "return the workload's log from this byte offset")
+	statusCmd.Flags().Int64Var(&logMax, "log-max", 0, "return at most this many bytes of the log (0: none)")
+
 	restore := &cobra.Command{
 		Use:   "restore",
 		Short: "Restore the newest committed checkpoint that verifies (falling back to older ones)",
@@ -233,19 +355,20 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 			if err != nil {
 				return err
 			}
-			os.MkdirAll(filepath.Dir(filepath.Clean(dir)), 0o755)
-			cm, skipped, err := cs.RestoreLatest(cmd.Context(), dir)
-			res := map[string]any{"step": -1, "skipped": skipped}
-			if err == nil {
-				res["step"], res["manifest_sha256"] = cm.Step, cm.ManifestSHA256
-			} else if !errors.Is(err, checkpoint.ErrNoCheckpoint) {
+			l, err := agent.NewLayout("")
+			if err != nil {
+				return err
+			}
+			res, err := agent.Restore(cmd.Context(), l, cs, dir, files)
+			if err != nil {
 				return err
 			}
 			return json.NewEncoder(f.IO.Out).Encode(res)
 		},
 	}
 	restore.Flags().StringVar(&store, "store", "", "checkpoint store URI")
-	restore.Flags().StringVar(&dir, "dir", ".vastrun/restore", "directory to restore into (replaced)")
+	restore.Flags().StringVar(&dir, "dir", agent.ResumeDir, "directory to restore into (replaced)")
+	restore.Flags().StringVar(&files, "files", "", "also put restored files matching this glob back at their original paths")
 	restore.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
 
 	upload := &cobra.Command{
@@ -267,7 +390,24 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	upload.Flags().StringVar(&store, "store", "", "output store URI")
 	upload.Flags().StringVar(&dir, "dir", "outputs", "directory to upload")
 	upload.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
-	cmd.AddCommand(watch, restore, upload)
+	manifest := &cobra.Command{
+		Use:   "manifest PATH...",
+		Short: "List the files under PATHs (relative to the login directory) with sizes and SHA-256s (JSON)",
+		Args:  usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := agent.NewLayout("")
+			if err != nil {
+				return err
+			}
+			files, err := agent.SumTree(l.Home, args)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(f.IO.Out).Encode(agent.ManifestResult{Schema: agent.ManifestSchema, SchemaVersion: agent.SchemaVersion, Files: files})
+		},
+	}
+	manifest.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
+	cmd.AddCommand(watch, start, supervise, statusCmd, restore, upload, manifest)
 	return cmd
 }
 

@@ -115,7 +115,7 @@ type Train struct {
 	OutputDir       string   `yaml:"output_dir"`
 	OutputURI       string   `yaml:"output_uri"`
 	DatasetVersion  string   `yaml:"dataset_version"`
-	Seed            int64    `yaml:"seed"`
+	Seed            *int64   `yaml:"seed"` // nil: not set, and not recorded
 	Keep            int      `yaml:"keep"`
 	RuntimeDeadline Duration `yaml:"runtime_deadline"`
 	HeartbeatTTL    Duration `yaml:"heartbeat_ttl"`
@@ -125,6 +125,17 @@ type Train struct {
 	// files have not changed for this long, for workloads that cannot write
 	// the .complete marker.
 	QuietPeriod Duration `yaml:"quiet_period"`
+	// CheckpointFile is a path or glob, relative to the login directory,
+	// of a checkpoint the workload saves in place (e.g. out/ckpt.pt): the
+	// agent snapshots it into a numbered step whenever a save completes,
+	// and restore puts it back at this path.
+	CheckpointFile string `yaml:"checkpoint_file"`
+	// CheckpointCheck is a command that must accept a snapshot (its path
+	// is appended) before it is committed.
+	CheckpointCheck string `yaml:"checkpoint_check"`
+	// StepFrom names a snapshot's step: json:FIELD or regex:RE over the
+	// workload's log; a counter when empty.
+	StepFrom string `yaml:"step_from"`
 }
 
 // IsTrain reports whether the config describes a training run.
@@ -312,6 +323,19 @@ func (c *Config) validate(valueErrs []string) error {
 		} else if !strings.HasPrefix(c.Train.CheckpointURI, "s3://") && !strings.HasPrefix(c.Train.CheckpointURI, "file://") {
 			errs = append(errs, fmt.Sprintf("train.checkpoint_uri %q must be s3://bucket/prefix or file:///absolute/path", c.Train.CheckpointURI))
 		}
+		if f := c.Train.CheckpointFile; f != "" {
+			if filepath.IsAbs(f) || strings.Contains(filepath.ToSlash(f), "..") {
+				errs = append(errs, fmt.Sprintf("train.checkpoint_file %q must be a path relative to the login directory, without ..", f))
+			} else if _, err := filepath.Match(f, ""); err != nil {
+				errs = append(errs, fmt.Sprintf("train.checkpoint_file %q is not a valid glob: %v", f, err))
+			}
+		}
+		if c.Train.CheckpointFile == "" && (c.Train.CheckpointCheck != "" || c.Train.StepFrom != "") {
+			errs = append(errs, "train.checkpoint_check and train.step_from apply to train.checkpoint_file, which is not set")
+		}
+		if err := checkStepFrom(c.Train.StepFrom); err != nil {
+			errs = append(errs, fmt.Sprintf("train.step_from: %v", err))
+		}
 		if c.Train.HeartbeatTTL.Duration() < 2*c.Train.Poll.Duration() {
 			errs = append(errs, "train.heartbeat_ttl must be at least twice train.poll, or a slow poll would look like a dead controller")
 		}
@@ -445,4 +469,28 @@ func dedupe(list, have []string) []string {
 		}
 	}
 	return out
+}
+
+// checkStepFrom checks train.step_from: "", json:FIELD, or regex:RE with a
+// capture group around the step.
+func checkStepFrom(s string) error {
+	switch {
+	case s == "":
+		return nil
+	case strings.HasPrefix(s, "json:"):
+		if strings.TrimPrefix(s, "json:") == "" {
+			return errors.New("json: needs a field name, e.g. json:iter")
+		}
+		return nil
+	case strings.HasPrefix(s, "regex:"):
+		re, err := regexp.Compile(strings.TrimPrefix(s, "regex:"))
+		if err != nil {
+			return err
+		}
+		if re.NumSubexp() < 1 {
+			return errors.New(`regex: needs a capture group around the step, e.g. regex:saved step (\d+)`)
+		}
+		return nil
+	}
+	return fmt.Errorf("%q is neither json:FIELD nor regex:RE", s)
 }

@@ -48,7 +48,7 @@ type Manifest struct {
 type TrainSpec struct {
 	Command         string `json:"command"`
 	DatasetVersion  string `json:"dataset_version"`
-	Seed            int64  `json:"seed"`
+	Seed            *int64 `json:"seed,omitempty"` // only when the config sets one
 	CheckpointDir   string `json:"checkpoint_dir"`
 	Cadence         int    `json:"checkpoint_every"`
 	CheckpointURI   string `json:"checkpoint_uri"`

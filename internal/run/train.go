@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -29,16 +30,14 @@ import (
 //	VASTRUN_OUTPUT_DIR        final outputs, uploaded with checksums at the end
 //	VASTRUN_RESULT            a JSON object with final metrics (e.g. the loss)
 //	VASTRUN_SEED, VASTRUN_DATASET_VERSION
+//
+// The agent makes every path variable absolute (anchored at the login
+// directory, which it also exports as VASTRUN_HOME) before it starts the
+// workload, so a command that changes directory still finds them.
 const (
 	remoteBin    = ".vastrun/bin/vastrun"
-	heartbeat    = ".vastrun/heartbeat"
-	agentStatus  = ".vastrun/agent.json"
-	trainExit    = ".vastrun/train.exit"
-	trainLog     = ".vastrun/train.log"
-	resumeDir    = ".vastrun/restore"
-	resumeProof  = ".vastrun/resumed_from"
-	launchMark   = ".vastrun/launched"
 	minTrainPoll = time.Second
+	logChunk     = 256 << 10 // the most of the workload's log one poll brings back
 )
 
 // TrainReport is the training part of the receipt.
@@ -117,6 +116,9 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 			e.Redactor.Add(v)
 		}
 	}
+	// The secrets are masked from the start, also when this controller
+	// re-attaches and never builds the workload's environment itself.
+	e.trainEnv(-1)
 	started := e.state.Started
 	deadline := started.Add(e.Config.Train.RuntimeDeadline.Duration())
 	var exclude []int64
@@ -233,49 +235,201 @@ func (e *Engine) trainEnv(restored int64) map[string]string {
 	env["VASTRUN_CHECKPOINT_DIR"] = t.CheckpointDir
 	env["VASTRUN_CHECKPOINT_EVERY"] = strconv.Itoa(t.Cadence)
 	env["VASTRUN_OUTPUT_DIR"] = t.OutputDir
-	env["VASTRUN_SEED"] = strconv.FormatInt(t.Seed, 10)
-	env["VASTRUN_DATASET_VERSION"] = t.DatasetVersion
-	env["VASTRUN_RESUME_PROOF"] = resumeProof
+	if t.Seed != nil { // a seed the config does not set is not invented
+		env["VASTRUN_SEED"] = strconv.FormatInt(*t.Seed, 10)
+	}
+	if t.DatasetVersion != "" {
+		env["VASTRUN_DATASET_VERSION"] = t.DatasetVersion
+	}
+	env["VASTRUN_RESUME_PROOF"] = agent.ProofFile
 	env["VASTRUN_RESULT"] = ResultPath
+	if t.CheckpointFile != "" {
+		env["VASTRUN_CHECKPOINT_FILE"] = t.CheckpointFile
+	}
 	if restored >= 0 {
 		env["VASTRUN_RESUME_STEP"] = strconv.FormatInt(restored, 10)
-		env["VASTRUN_RESUME_DIR"] = resumeDir
+		env["VASTRUN_RESUME_DIR"] = agent.ResumeDir
 	}
 	env["VASTRUN_API_URL"] = e.APIURL
 	return env
 }
 
-// trainOn sets up the instance if needed (agent binary, uploads, restore,
-// workload and agent started detached), then monitors it.
+// ErrAgentProtocol wraps an answer from the agent this controller cannot
+// act on (another schema version, a malformed document): never read as a
+// "no", it ends the run.
+var ErrAgentProtocol = errors.New("agent protocol")
+
+// errAgentMissing: the agent binary is not on the instance (yet).
+var errAgentMissing = errors.New("the vastrun agent is not on the instance")
+
+// agentPresent asks, by exit status, whether the agent binary is there.
+func (e *Engine) agentPresent(ctx context.Context, c *remote.Client) error {
+	err := c.Run(ctx, remote.Command{Script: `[ -x ` + remoteBin + ` ]`})
+	var ee *remote.ExitError
+	if errors.As(err, &ee) && ee.Code == 1 && ee.Signal == "" {
+		return errAgentMissing
+	}
+	return err
+}
+
+// agentJSON runs one agent request and returns its stdout. An SSH failure
+// or a non-zero exit is an error; the caller decodes the typed answer.
+func (e *Engine) agentJSON(ctx context.Context, c *remote.Client, env map[string]string, args string) ([]byte, error) {
+	var out, errOut strings.Builder
+	err := c.Run(ctx, remote.Command{Env: env, Stdout: &out, Stderr: &errOut, Script: remoteBin + " agent " + args})
+	if err != nil {
+		if tail := strings.TrimSpace(lastLines(errOut.String(), 5)); tail != "" {
+			return nil, fmt.Errorf("%w: %s", err, e.Redactor.String(tail))
+		}
+		return nil, err
+	}
+	return []byte(strings.TrimSpace(out.String())), nil
+}
+
+// askAgent is one status request: it also touches the heartbeat and
+// brings back the log from offset.
+func (e *Engine) askAgent(ctx context.Context, c *remote.Client, inst provider.InstanceID, offset int64) (agent.Report, error) {
+	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --touch-heartbeat --log-offset %d --log-max %d", offset, logChunk))
+	if err != nil {
+		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
+	}
+	r, err := agent.DecodeReport(b)
+	if err != nil {
+		return agent.Report{}, fmt.Errorf("%w: instance %d: %w", ErrAgentProtocol, inst, err)
+	}
+	return r, nil
+}
+
+// attemptLog collects one attempt's train.log into the evidence as it is
+// written, so an attempt whose instance vanishes still leaves its log.
+type attemptLog struct {
+	path   string
+	offset int64
+}
+
+func (e *Engine) newAttemptLog() *attemptLog {
+	n := max(len(e.state.Attempts), 1)
+	os.MkdirAll(e.EvidenceDir, 0o755)
+	p := filepath.Join(e.EvidenceDir, fmt.Sprintf("train.attempt-%d.log", n))
+	// Truncated: a re-attached controller reads the remote log again from its
+	// start. Created now, so every attempt has its log in the evidence, with
+	// what the polls brought back before any interruption.
+	if f, err := os.Create(p); err == nil {
+		f.Close()
+	}
+	return &attemptLog{path: p}
+}
+
+// add appends a chunk up to its last newline (a secret is masked whole,
+// never split across two chunks), unless the chunk is full and has none.
+func (e *Engine) addLog(l *attemptLog, ch agent.LogChunk) {
+	if ch.Offset != l.offset || len(ch.Data) == 0 {
+		return
+	}
+	data := ch.Data
+	if i := strings.LastIndexByte(string(data), '\n'); i >= 0 {
+		data = data[:i+1]
+	} else if len(data) < logChunk {
+		return
+	}
+	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	f.Write(e.Redactor.Bytes(data))
+	f.Close()
+	l.offset += int64(len(data))
+}
+
+// noteStatus takes what the controller records from one status answer:
+// newly committed checkpoints (journaled), the resume proof the agent
+// validated, and the agent's errors and disk warnings (logged once).
+func (e *Engine) noteStatus(inst provider.InstanceID, st agent.Report, seen map[string]bool) {
+	if cp := st.Checkpoint; cp.LastStep >= 0 {
+		if e.train.LastCheckpoint == nil || e.train.LastCheckpoint.Step != cp.LastStep {
+			e.infof("checkpoint %d committed", cp.LastStep)
+			e.record("event", "checkpoint", map[string]any{"step": cp.LastStep, "manifest_sha256": cp.LastSHA256})
+		}
+		e.train.LastCheckpoint = &CheckpointRef{Step: cp.LastStep, ManifestSHA256: cp.LastSHA256}
+	}
+	if rs := st.Resume; rs != nil {
+		var r *ResumeProof
+		for i := range e.train.Resumes {
+			if e.train.Resumes[i].Instance == inst {
+				r = &e.train.Resumes[i]
+			}
+		}
+		if r == nil { // restored by a controller that died since: the agent remembers
+			e.train.Resumes = append(e.train.Resumes, ResumeProof{Instance: inst, RestoredStep: rs.RestoredStep})
+			r = &e.train.Resumes[len(e.train.Resumes)-1]
+		}
+		if rs.ReportedStep != nil {
+			r.ReportedStep = rs.ReportedStep
+			r.Proven = rs.Proven && rs.RestoredStep == r.RestoredStep
+		}
+		if rs.Error != "" && !seen["proof"] {
+			seen["proof"] = true
+			e.infof("resume proof on instance %d not accepted: %s", inst, e.Redactor.String(rs.Error))
+		}
+	}
+	for _, msg := range st.Agent.Errors {
+		if !seen["err:"+msg] {
+			seen["err:"+msg] = true
+			e.infof("agent on instance %d: %s", inst, e.Redactor.String(msg))
+		}
+	}
+	if st.Disk.Low && !seen["disk"] {
+		seen["disk"] = true
+		e.infof("warning: instance %d has %.1f GiB free, room for few more checkpoints of %.1f GiB (raise gpu.disk_gb or lower train.keep)",
+			inst, float64(st.Disk.FreeBytes)/(1<<30), float64(st.Checkpoint.LastSize)/(1<<30))
+	}
+}
+
+// trainOn sets up the instance if the agent says no workload was started
+// there (agent binary, uploads, restore, workload started by the agent),
+// then monitors it. Only a successful, typed answer can lead to a start,
+// and the agent itself refuses a second workload.
 func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.Instance, deadline time.Time) (trainEnd, error) {
 	t := e.Config.Train
-	// Launched but its pid not written yet (a launch cut off by a dropped
-	// connection) counts as running: a second workload must never start.
-	// A launched workload that died without an exit status may be started
-	// again. The probe always exits 0, so an error is a transport failure.
-	running, err := c.Output(ctx, `if [ -f `+trainExit+` ]; then echo finished
-elif [ -f .vastrun/train.pid ] && kill -0 "$(cat .vastrun/train.pid)" 2>/dev/null; then echo yes
-elif [ -d `+launchMark+` ] && [ ! -f .vastrun/train.pid ]; then echo yes
-else rm -rf `+launchMark+`; fi; true`)
-	if err != nil {
-		return trainEnd{}, fmt.Errorf("check the workload on instance %d: %w", inst.ID, err)
-	}
-	if !strings.Contains(running, "yes") && !strings.Contains(running, "finished") {
-		if err := e.startTraining(ctx, c, inst); err != nil {
-			return trainEnd{}, err
-		}
-	} else {
-		e.infof("the workload is still running on instance %d; monitoring it", inst.ID)
-	}
 	poll := max(t.Poll.Duration(), minTrainPoll)
-	for {
-		if err := e.sleep(ctx, e.jittered(poll)); err != nil {
-			return trainEnd{}, err
+	alog := e.newAttemptLog()
+	seen := map[string]bool{}
+	started := false // this controller started or found the workload
+	for pass := 0; ; pass++ {
+		if pass > 0 {
+			if err := e.sleep(ctx, e.jittered(poll)); err != nil {
+				return trainEnd{}, err
+			}
 		}
-		// One round trip: heartbeat, agent status, exit status, proof.
-		out, sshErr := c.Output(ctx, `mkdir -p .vastrun && touch `+heartbeat+`; echo "==agent"; cat `+agentStatus+` 2>/dev/null; echo; echo "==exit"; cat `+trainExit+` 2>/dev/null; echo "==proof"; cat `+resumeProof+` 2>/dev/null; true`)
+		var st agent.Report
+		var sshErr error
+		if !started {
+			if sshErr = e.agentPresent(ctx, c); errors.Is(sshErr, errAgentMissing) {
+				if err := e.startTraining(ctx, c, inst, true); err != nil {
+					return trainEnd{}, err
+				}
+				started = true
+				continue
+			}
+		}
+		if sshErr == nil {
+			st, sshErr = e.askAgent(ctx, c, inst.ID, alog.offset)
+		}
 		if ctx.Err() != nil {
 			return trainEnd{}, ctx.Err()
+		}
+		if errors.Is(sshErr, ErrAgentProtocol) {
+			return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: sshErr}
+		}
+		if sshErr == nil && !started {
+			started = true
+			if st.Workload.State == agent.WorkloadAbsent {
+				if err := e.startTraining(ctx, c, inst, false); err != nil {
+					return trainEnd{}, err
+				}
+				continue
+			}
+			e.infof("the workload is %s on instance %d; monitoring it", st.Workload.State, inst.ID)
 		}
 		cur, apiErr := e.Market.ShowInstance(ctx, inst.ID)
 		switch {
@@ -284,33 +438,36 @@ else rm -rf `+launchMark+`; fi; true`)
 		case apiErr == nil && !cur.Running():
 			return trainEnd{interrupted: orDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)}, nil
 		case sshErr != nil && apiErr == nil:
-			e.Log.Debug("SSH poll failed while the API says running", "err", sshErr)
-			continue
+			// The instance runs; the answer is unknown, which is not a
+			// "no": nothing is started, and the limits below still apply.
+			e.Log.Debug("agent status failed while the API says running", "err", sshErr)
 		case sshErr != nil:
 			return trainEnd{interrupted: "SSH lost and the API cannot be read: " + sshErr.Error()}, nil
 		}
-		sec := splitSections(out)
-		if st, err := agent.ReadStatus([]byte(strings.TrimSpace(sec["agent"]))); err == nil && st.LastStep >= 0 {
-			if e.train.LastCheckpoint == nil || e.train.LastCheckpoint.Step != st.LastStep {
-				e.infof("checkpoint %d committed", st.LastStep)
-				e.record("event", "checkpoint", map[string]any{"step": st.LastStep, "manifest_sha256": st.LastSHA256})
+		if sshErr == nil {
+			e.noteStatus(inst.ID, st, seen)
+			e.addLog(alog, st.Log)
+			switch st.Workload.State {
+			case agent.WorkloadExited:
+				if st.Workload.Finalized {
+					code := *st.Workload.ExitCode
+					if st.Workload.Signal != "" {
+						e.infof("the workload was killed by signal %s", st.Workload.Signal)
+					}
+					return trainEnd{exitCode: &code}, e.finishTraining(ctx, c, inst.ID, code, alog)
+				}
+			case agent.WorkloadLost:
+				return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}
 			}
-			e.train.LastCheckpoint = &CheckpointRef{Step: st.LastStep, ManifestSHA256: st.LastSHA256}
-		}
-		if p := strings.TrimSpace(sec["proof"]); p != "" && len(e.train.Resumes) > 0 {
-			r := &e.train.Resumes[len(e.train.Resumes)-1]
-			if n, err := strconv.ParseInt(p, 10, 64); err == nil && r.Instance == inst.ID {
-				r.ReportedStep = &n
-				r.Proven = n == r.RestoredStep
+			if st.Disk.Full {
+				e.commitPending(ctx, c, inst.ID, seen)
+				return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("instance %d has %d MiB free, too little for another checkpoint of %d MiB: stopped with the last committed checkpoint (raise gpu.disk_gb, lower train.keep, or save smaller checkpoints)", inst.ID, st.Disk.FreeBytes>>20, st.Checkpoint.LastSize>>20)}
 			}
 		}
-		if code := strings.TrimSpace(sec["exit"]); code != "" {
-			n, _ := strconv.Atoi(code)
-			return trainEnd{exitCode: &n}, e.finishTraining(ctx, c, n)
-		}
-		// Money and time limits: stop with the last committed checkpoint.
-		// Stopping bills too (a final commit, destroy and confirm), so the
-		// projection covers two polls plus the time allowed for stopping.
+		// Money and time limits, on every pass: stop with the last committed
+		// checkpoint. Stopping bills too (a final commit, destroy and
+		// confirm), so the projection covers two polls plus the time allowed
+		// for stopping.
 		dph := cur.DPHTotal
 		if dph == 0 {
 			dph = e.state.Current().DPHTotal
@@ -318,100 +475,166 @@ else rm -rf `+launchMark+`; fi; true`)
 		stopping := min(time.Duration(e.Config.Timeouts.Teardown), time.Minute)
 		projected := e.spentSoFar() + dph*(2*poll+stopping).Hours()
 		if projected > e.Config.Budget.MaxSpend {
-			e.commitPending(ctx, c)
+			e.commitPending(ctx, c, inst.ID, seen)
 			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Config.Budget.MaxSpend)}
 		}
 		if !e.now().Before(deadline) {
-			e.commitPending(ctx, c)
+			e.commitPending(ctx, c, inst.ID, seen)
 			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.Config.Train.RuntimeDeadline)}
 		}
 	}
 }
 
-func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provider.Instance) error {
+// watchArgs are the agent's checkpoint flags, shared by `agent start` and
+// the final `agent watch --once`.
+func (e *Engine) watchArgs() string {
 	t := e.Config.Train
-	bin := e.AgentBinary
-	if bin == "" {
-		var err error
-		if bin, err = os.Executable(); err != nil {
-			return err
+	args := fmt.Sprintf("--store %s --dir %s --keep %d --status %s --quiet %s",
+		remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agent.StatusFile, t.QuietPeriod.Duration())
+	if t.CheckpointFile != "" {
+		args += " --files " + remote.ShellQuote(t.CheckpointFile)
+	}
+	if t.CheckpointCheck != "" {
+		args += " --check " + remote.ShellQuote(t.CheckpointCheck)
+	}
+	if t.StepFrom != "" {
+		args += " --step-from " + remote.ShellQuote(t.StepFrom)
+	}
+	return args
+}
+
+func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provider.Instance, needBinary bool) error {
+	t := e.Config.Train
+	if needBinary {
+		bin := e.AgentBinary
+		if bin == "" {
+			var err error
+			if bin, err = os.Executable(); err != nil {
+				return err
+			}
+		}
+		if err := c.Run(ctx, remote.Command{Script: "mkdir -p " + filepath.Dir(remoteBin)}); err != nil {
+			return fmt.Errorf("copy the agent to instance %d: %w", inst.ID, err)
+		}
+		if err := c.Upload(bin, remoteBin); err != nil {
+			return fmt.Errorf("copy the agent to instance %d: %w", inst.ID, err)
 		}
 	}
-	if err := c.Upload(bin, remoteBin); err != nil {
-		return fmt.Errorf("copy the agent to instance %d: %w", inst.ID, err)
-	}
-	if err := e.upload(c); err != nil {
+	if err := e.trainUpload(ctx, c, inst.ID); err != nil {
 		return &StepError{Step: "upload", Instance: inst.ID, Err: err}
 	}
 	// Restore the last committed checkpoint that verifies.
-	base := e.trainEnv(-1)
-	var out, errOut strings.Builder
-	err := c.Run(ctx, remote.Command{Env: base, Stdout: &out, Stderr: &errOut, Script: remoteBin + " agent restore --json --store " + remote.ShellQuote(t.CheckpointURI) + " --dir " + resumeDir})
+	restoreArgs := "restore --json --store " + remote.ShellQuote(t.CheckpointURI) + " --dir " + agent.ResumeDir
+	if t.CheckpointFile != "" {
+		restoreArgs += " --files " + remote.ShellQuote(t.CheckpointFile)
+	}
+	b, err := e.agentJSON(ctx, c, e.trainEnv(-1), restoreArgs)
 	if err != nil {
-		return fmt.Errorf("restore on instance %d: %w: %s", inst.ID, err, e.Redactor.String(strings.TrimSpace(lastLines(errOut.String(), 5))))
+		return fmt.Errorf("restore on instance %d: %w", inst.ID, err)
 	}
-	var rs struct {
-		Step    int64             `json:"step"`
-		SHA     string            `json:"manifest_sha256"`
-		Skipped []checkpoint.Skip `json:"skipped"`
-	}
-	if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &rs); err != nil {
-		return fmt.Errorf("restore on instance %d: bad answer %q", inst.ID, out.String())
+	rs, err := agent.DecodeRestore(b)
+	if err != nil {
+		return &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: restore on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
 	}
 	if rs.Step >= 0 {
 		e.infof("restored checkpoint %d on instance %d", rs.Step, inst.ID)
 		for _, s := range rs.Skipped {
 			e.infof("checkpoint %d failed verification and was skipped: %s", s.Step, s.Reason)
 		}
+		for _, p := range rs.Placed {
+			e.infof("put %s back at its path for the workload's own resume", p)
+		}
 		e.train.Resumes = append(e.train.Resumes, ResumeProof{Instance: inst.ID, RestoredStep: rs.Step, Skipped: rs.Skipped})
-		e.record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.SHA, "skipped": len(rs.Skipped)})
+		e.record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)})
 	}
-	env := e.trainEnv(rs.Step)
-	agentCmd := fmt.Sprintf("%s agent watch --store %s --dir %s --keep %d --heartbeat %s --ttl %s --deadline %s --status %s --poll 1s --quiet %s",
-		remoteBin, remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, heartbeat,
-		t.HeartbeatTTL.Duration(), e.state.Started.Add(t.RuntimeDeadline.Duration()).UTC().Format(time.RFC3339), agentStatus, t.QuietPeriod.Duration())
-	// The mark makes the launch happen at most once per instance, even when
-	// a dropped connection makes this script's fate unknown.
-	script := fmt.Sprintf(`mkdir -p .vastrun && { mkdir `+launchMark+` 2>/dev/null || exit 0; }
-mkdir -p %s %s && rm -f %s %s .vastrun/train.pid && touch %s
-setsid nohup %s > .vastrun/agent.log 2>&1 < /dev/null &
-setsid nohup sh -c '%s; echo $? > %s' > %s 2>&1 < /dev/null &
-echo $! > .vastrun/train.pid`,
-		remote.ShellQuote(t.CheckpointDir), remote.ShellQuote(t.OutputDir), trainExit, resumeProof, heartbeat,
-		agentCmd, strings.ReplaceAll(t.Command, "'", `'\''`), trainExit, trainLog)
+	args := fmt.Sprintf("start --json --command %s %s --heartbeat %s --ttl %s --deadline %s --poll 1s",
+		remote.ShellQuote(t.Command), e.watchArgs(), agent.Heartbeat,
+		t.HeartbeatTTL.Duration(), e.state.Started.Add(t.RuntimeDeadline.Duration()).UTC().Format(time.RFC3339))
 	if err := e.record("intent", stepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
 		return err // no intent, no workload
 	}
-	if err := c.Run(ctx, remote.Command{Env: env, Script: script}); err != nil {
+	b, err = e.agentJSON(ctx, c, e.trainEnv(rs.Step), args)
+	if err != nil {
 		return fmt.Errorf("start training on instance %d: %w", inst.ID, err)
+	}
+	sr, err := agent.DecodeStart(b)
+	if err != nil {
+		return &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: start on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
+	}
+	if !sr.Started {
+		e.infof("the agent on instance %d did not start a second workload (%s); monitoring the one it has", inst.ID, sr.Refused)
+		return nil
 	}
 	e.infof("training started on instance %d", inst.ID)
 	return nil
 }
 
-// commitPending has the agent commit complete checkpoints now.
-func (e *Engine) commitPending(ctx context.Context, c *remote.Client) {
-	t := e.Config.Train
-	c.Run(ctx, remote.Command{Env: e.trainEnv(-1), Script: fmt.Sprintf("%s agent watch --once --store %s --dir %s --keep %d --status %s",
-		remoteBin, remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agentStatus)})
-	if out, err := c.Output(ctx, "cat "+agentStatus); err == nil {
-		if st, err := agent.ReadStatus([]byte(out)); err == nil && st.LastStep >= 0 {
-			e.train.LastCheckpoint = &CheckpointRef{Step: st.LastStep, ManifestSHA256: st.LastSHA256}
+// trainUpload copies `upload:` unless the instance already holds exactly
+// those files (the agent's manifest matches the local one), and says how
+// much it copies.
+func (e *Engine) trainUpload(ctx context.Context, c *remote.Client, inst provider.InstanceID) error {
+	if len(e.Config.Upload) == 0 {
+		return nil
+	}
+	local, err := agent.SumTree(e.RepoDir, e.Config.Upload)
+	if err != nil {
+		return fmt.Errorf("upload: %w", err)
+	}
+	args := "manifest --json"
+	for _, u := range e.Config.Upload {
+		args += " " + remote.ShellQuote(filepath.ToSlash(filepath.Clean(u)))
+	}
+	if b, err := e.agentJSON(ctx, c, nil, args); err == nil {
+		if m, err := agent.DecodeManifest(b); err == nil && reflect.DeepEqual(m.Files, local) {
+			e.infof("uploads skipped: instance %d already has the same %d files", inst, len(local))
+			return nil
 		}
+	}
+	var size int64
+	for _, f := range local {
+		size += f.Size
+	}
+	e.infof("uploading %d files (%.1f MB) to instance %d", len(local), float64(size)/1e6, inst)
+	return e.upload(c)
+}
+
+// commitPending has the agent commit complete checkpoints now, under the
+// same rules as its own passes, and takes the result.
+func (e *Engine) commitPending(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool) {
+	t := e.Config.Train
+	args := fmt.Sprintf("watch --once --store %s --dir %s --keep %d --status %s --quiet %s",
+		remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agent.StatusFile, t.QuietPeriod.Duration())
+	if _, err := e.agentJSON(ctx, c, e.trainEnv(-1), args); err != nil {
+		e.Log.Debug("final commit pass failed", "err", err)
+	}
+	if st, err := e.askAgent(ctx, c, inst, 0); err == nil {
+		e.noteStatus(inst, st, seen)
 	}
 }
 
-// finishTraining commits the last checkpoints, uploads outputs with
-// checksums and collects the log, result and proof.
-func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, code int) error {
+// finishTraining takes what the agent's final pass committed, uploads
+// outputs with checksums and collects the log, result and proof.
+func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, inst provider.InstanceID, code int, alog *attemptLog) error {
 	t := e.Config.Train
-	e.commitPending(ctx, c)
 	os.MkdirAll(e.EvidenceDir, 0o755)
 	logPath := filepath.Join(e.EvidenceDir, "train.log")
-	if err := c.Download(trainLog, logPath+".raw", 64<<20); err == nil {
+	if err := c.Download(agent.LogFile, logPath+".raw", 64<<20); err == nil {
 		b, _ := os.ReadFile(logPath + ".raw")
 		os.WriteFile(logPath, e.Redactor.Bytes(b), 0o644)
+		os.WriteFile(alog.path, e.Redactor.Bytes(b), 0o644)
 		os.Remove(logPath + ".raw")
+	}
+	if err := c.Download(agent.AgentLog, logPath+".raw", 16<<20); err == nil {
+		b, _ := os.ReadFile(logPath + ".raw")
+		os.WriteFile(filepath.Join(e.EvidenceDir, "agent.log"), e.Redactor.Bytes(b), 0o644)
+		os.Remove(logPath + ".raw")
+	}
+	if st, err := e.askAgent(ctx, c, inst, 0); err == nil {
+		e.noteStatus(inst, st, map[string]bool{})
+		st.Log = agent.LogChunk{Data: []byte{}, Size: st.Log.Size}
+		if b, err := json.MarshalIndent(st, "", "  "); err == nil {
+			os.WriteFile(filepath.Join(e.EvidenceDir, "agent-status.json"), e.Redactor.Bytes(b), 0o644)
+		}
 	}
 	res := &TestOutcome{Log: "train.log", ExitCode: code}
 	e.fetchResult(c, res)

@@ -1,0 +1,542 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/checkpoint"
+	"github.com/vastrun/vastrun/internal/clock"
+)
+
+// Layout is where the agent keeps its state on the instance. Every path
+// is absolute, anchored at the login directory (Home), so a workload that
+// changes directory cannot move them.
+type Layout struct{ Home string }
+
+// NewLayout anchors a layout at dir (the login directory when "").
+func NewLayout(dir string) (Layout, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return Layout{}, err
+		}
+		dir = wd
+	}
+	abs, err := filepath.Abs(dir)
+	return Layout{Home: abs}, err
+}
+
+// The agent's files, relative to the login directory.
+const (
+	StateDir     = ".vastrun"
+	LockFile     = ".vastrun/agent.lock"
+	WorkloadFile = ".vastrun/workload.json"
+	StatusFile   = ".vastrun/agent.json"
+	RestoreFile  = ".vastrun/restore.json"
+	ProofFile    = ".vastrun/resumed_from"
+	LogFile      = ".vastrun/train.log"
+	AgentLog     = ".vastrun/agent.log"
+	Heartbeat    = ".vastrun/heartbeat"
+	ResumeDir    = ".vastrun/restore"
+	ResultFile   = ".vastrun/result.json"
+)
+
+// Abs makes p absolute under Home.
+func (l Layout) Abs(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(l.Home, p)
+}
+
+// PathVars are the workload's VASTRUN_* variables that name paths; the
+// agent makes each one absolute before starting the workload.
+var PathVars = []string{"VASTRUN_CHECKPOINT_DIR", "VASTRUN_OUTPUT_DIR", "VASTRUN_RESUME_DIR", "VASTRUN_RESUME_PROOF", "VASTRUN_RESULT", "VASTRUN_CHECKPOINT_FILE"}
+
+// WorkloadEnv is env (KEY=VALUE) with every path variable made absolute
+// and VASTRUN_HOME set to the login directory.
+func (l Layout) WorkloadEnv(env []string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == "VASTRUN_HOME" {
+			continue
+		}
+		for _, pv := range PathVars {
+			if k == pv && v != "" {
+				v = l.Abs(v)
+			}
+		}
+		out = append(out, k+"="+v)
+	}
+	return append(out, "VASTRUN_HOME="+l.Home)
+}
+
+// record is the workload's life as written by its supervisor.
+type record struct {
+	State      string     `json:"state"` // running | exited
+	PID        int        `json:"pid"`
+	StartTicks uint64     `json:"start_ticks"` // tells a reused pid apart
+	Started    time.Time  `json:"started"`
+	Ended      *time.Time `json:"ended,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	Signal     string     `json:"signal,omitempty"`
+	Finalized  bool       `json:"finalized"`
+	Error      string     `json:"error,omitempty"`
+}
+
+func (l Layout) readRecord() (*record, error) {
+	b, err := os.ReadFile(l.Abs(WorkloadFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s is unreadable: %w", WorkloadFile, err)
+	}
+	return &r, nil
+}
+
+func (l Layout) writeRecord(r record) error {
+	b, _ := json.Marshal(r)
+	return writeAtomic(l.Abs(WorkloadFile), b)
+}
+
+// ErrAlreadyStarted means a workload runs or ran on this instance.
+var ErrAlreadyStarted = errors.New("a workload was already started on this instance")
+
+// lock takes the agent lock without waiting. The supervisor holds it for
+// its whole life, so "held" means an agent owns a workload here.
+func (l Layout) lock() (*os.File, bool, error) {
+	if err := os.MkdirAll(l.Abs(StateDir), 0o755); err != nil {
+		return nil, false, err
+	}
+	f, err := os.OpenFile(l.Abs(LockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, true, nil
+		}
+		return nil, false, err
+	}
+	return f, false, nil
+}
+
+// agentRunning reports whether a supervisor holds the lock.
+func (l Layout) agentRunning() bool {
+	f, held, err := l.lock()
+	if err != nil {
+		return false
+	}
+	if f != nil {
+		f.Close() // closing releases it
+	}
+	return held
+}
+
+// Start launches the supervisor (exe with args, which must run
+// `agent supervise`) detached from this SSH session, and returns once the
+// workload has been started or refused. It never starts a second workload:
+// the lock and the workload record both say whether one exists.
+func Start(l Layout, exe string, args []string, env []string) (StartResult, error) {
+	res := StartResult{Schema: StartSchema, SchemaVersion: SchemaVersion}
+	lf, held, err := l.lock()
+	if err != nil {
+		return res, fmt.Errorf("agent start: lock %s: %w", LockFile, err)
+	}
+	if held {
+		res.Refused = "a workload is already running under its agent on this instance"
+		return res, nil
+	}
+	defer lf.Close()
+	if r, err := l.readRecord(); err != nil || r != nil {
+		res.Refused = ErrAlreadyStarted.Error()
+		if err != nil {
+			res.Refused += " (" + err.Error() + ")"
+		}
+		return res, nil
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return res, err
+	}
+	defer pr.Close()
+	logf, err := os.OpenFile(l.Abs(AgentLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		pw.Close()
+		return res, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, args...)
+	cmd.Dir = l.Home
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{lf, pw} // fd 3: the lock, handed over; fd 4: ready
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		return res, fmt.Errorf("agent start: %w", err)
+	}
+	cmd.Process.Release()
+	line, _ := bufio.NewReader(io.LimitReader(pr, 1<<16)).ReadString('\n')
+	var ready struct {
+		PID   int    `json:"pid"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(line), &ready); err != nil {
+		return res, fmt.Errorf("agent start: the supervisor did not report (see %s)", AgentLog)
+	}
+	if ready.Error != "" {
+		return res, fmt.Errorf("agent start: %s", ready.Error)
+	}
+	res.Started, res.PID = true, ready.PID
+	return res, nil
+}
+
+// Supervisor runs the workload for `agent supervise`: started by Start,
+// it holds the lock on fd 3 and reports readiness on fd 4.
+type Supervisor struct {
+	Layout  Layout
+	Command string
+	Env     []string
+	Clock   clock.Clock
+	// Ready, when set, receives one JSON line once the workload started
+	// (or failed to), and is closed: fd 4 when started by Start.
+	Ready *os.File
+}
+
+// Launch starts the workload and records it. The returned channel delivers
+// its exit code once the record says so.
+func (s *Supervisor) Launch() (pid int, exited <-chan int, err error) {
+	ready := s.Ready
+	report := func(pid int, err error) {
+		if ready == nil {
+			return
+		}
+		msg := map[string]any{"pid": pid}
+		if err != nil {
+			msg["error"] = err.Error()
+		}
+		b, _ := json.Marshal(msg)
+		ready.Write(append(b, '\n'))
+		ready.Close()
+	}
+	l := s.Layout
+	logf, err := os.OpenFile(l.Abs(LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		report(0, err)
+		return 0, nil, err
+	}
+	cmd := exec.Command("/bin/sh", "-c", s.Command)
+	cmd.Dir = l.Home
+	cmd.Env = l.WorkloadEnv(s.Env)
+	for _, kv := range cmd.Env {
+		if k, v, _ := strings.Cut(kv, "="); (k == "VASTRUN_CHECKPOINT_DIR" || k == "VASTRUN_OUTPUT_DIR") && v != "" {
+			os.MkdirAll(v, 0o755)
+		}
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group: signals reach all of it
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		code := 127
+		now := s.Clock.Now().UTC()
+		l.writeRecord(record{State: "exited", Started: now, Ended: &now, ExitCode: &code, Finalized: true, Error: err.Error()})
+		report(0, err)
+		return 0, nil, err
+	}
+	logf.Close()
+	pid = cmd.Process.Pid
+	rec := record{State: "running", PID: pid, StartTicks: startTicks(pid), Started: s.Clock.Now().UTC()}
+	if err := l.writeRecord(rec); err != nil {
+		cmd.Process.Kill()
+		report(0, err)
+		return 0, nil, err
+	}
+	report(pid, nil)
+	ch := make(chan int, 1)
+	go func() {
+		err := cmd.Wait()
+		code, sig := exitStatus(cmd, err)
+		now := s.Clock.Now().UTC()
+		rec.State, rec.Ended, rec.ExitCode, rec.Signal = "exited", &now, &code, sig
+		if err := l.writeRecord(rec); err != nil {
+			fmt.Fprintf(os.Stderr, "vastrun agent: record the workload's exit: %v\n", err)
+		}
+		ch <- code
+	}()
+	return pid, ch, nil
+}
+
+// Finalize marks the record: the final checkpoint pass after the exit is done.
+func (s *Supervisor) Finalize() {
+	r, err := s.Layout.readRecord()
+	if err != nil || r == nil {
+		return
+	}
+	r.Finalized = true
+	s.Layout.writeRecord(*r)
+}
+
+func exitStatus(cmd *exec.Cmd, err error) (int, string) {
+	if cmd.ProcessState == nil {
+		return 255, ""
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), ws.Signal().String()
+	}
+	return cmd.ProcessState.ExitCode(), ""
+}
+
+// startTicks is the process's start time in clock ticks since boot
+// (/proc/PID/stat field 22), 0 when unknown.
+func startTicks(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(fields[19], 10, 64)
+	return n
+}
+
+// alive reports whether pid is still the process the record names.
+func alive(pid int, ticks uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	return ticks == 0 || startTicks(pid) == ticks
+}
+
+// ReportOptions are the inputs of BuildReport.
+type ReportOptions struct {
+	Touch     bool  // touch the heartbeat after reading its age
+	LogOffset int64 // return the log from here
+	LogMax    int64 // at most this much of it
+	Clock     clock.Clock
+}
+
+// BuildReport answers `agent status --json` from the agent's files.
+func BuildReport(l Layout, o ReportOptions) Report {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	now := o.Clock.Now()
+	r := Report{Schema: StatusSchema, SchemaVersion: SchemaVersion, Time: now.UTC(), Home: l.Home,
+		Agent: AgentInfo{Errors: []string{}}, Checkpoint: Progress{LastStep: -1, Committed: []int64{}, Local: []int64{}}}
+	r.Agent.Running = l.agentRunning()
+	rec, err := l.readRecord()
+	switch {
+	case err != nil:
+		r.Workload = Workload{State: WorkloadLost, Error: err.Error()}
+		r.Agent.Errors = append(r.Agent.Errors, err.Error())
+	case rec == nil:
+		r.Workload = Workload{State: WorkloadAbsent}
+	default:
+		w := Workload{PID: rec.PID, Started: &rec.Started, Ended: rec.Ended, Signal: rec.Signal, Finalized: rec.Finalized, Error: rec.Error}
+		switch {
+		case rec.State == "exited" && rec.ExitCode != nil:
+			w.State, w.ExitCode = WorkloadExited, rec.ExitCode
+			if !r.Agent.Running {
+				w.Finalized = true // nobody is left to finalize it
+			}
+		case rec.State == "running" && r.Agent.Running:
+			w.State = WorkloadRunning
+		case rec.State == "running" && alive(rec.PID, rec.StartTicks):
+			w.State = WorkloadRunning
+			r.Agent.Errors = append(r.Agent.Errors, "the agent is not running: the workload runs unsupervised and its checkpoints are not committed")
+		default:
+			w.State, w.Error = WorkloadLost, "the agent and the workload are gone and no exit status was recorded"
+		}
+		r.Workload = w
+	}
+	if b, err := os.ReadFile(l.Abs(StatusFile)); err == nil {
+		if st, err := ReadStatus(b); err == nil {
+			r.Checkpoint = Progress{LastStep: st.LastStep, LastSHA256: st.LastSHA256, Committed: st.Committed, Local: st.Local, LastSize: st.LastSize}
+			if r.Checkpoint.Committed == nil {
+				r.Checkpoint.Committed = []int64{}
+			}
+			if r.Checkpoint.Local == nil {
+				r.Checkpoint.Local = []int64{}
+			}
+			if st.LastError != "" {
+				r.Agent.Errors = append(r.Agent.Errors, st.LastError)
+			}
+			r.Agent.SelfDestroyed, r.Agent.SelfDestroyReason = st.SelfDestroyed, st.SelfDestroyWhy
+			r.Disk = diskOf(l.Home, st.LastSize, st.FilesMode)
+		} else {
+			r.Agent.Errors = append(r.Agent.Errors, StatusFile+" is unreadable: "+err.Error())
+		}
+	} else {
+		r.Disk = diskOf(l.Home, 0, false)
+	}
+	r.Resume = readResume(l)
+	hb := l.Abs(Heartbeat)
+	if fi, err := os.Stat(hb); err == nil {
+		age := now.Sub(fi.ModTime()).Seconds()
+		r.HeartbeatAgeSeconds = &age
+	}
+	if o.Touch {
+		if f, err := os.OpenFile(hb, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			f.Close()
+		}
+		os.Chtimes(hb, now, now)
+	}
+	r.Log = readLog(l.Abs(LogFile), o.LogOffset, o.LogMax)
+	return r
+}
+
+// readResume validates the workload's proof: a step number, nothing else.
+func readResume(l Layout) *Resume {
+	b, err := os.ReadFile(l.Abs(RestoreFile))
+	if err != nil {
+		return nil
+	}
+	var rr RestoreResult
+	if json.Unmarshal(b, &rr) != nil || rr.Step < 0 {
+		return nil
+	}
+	res := &Resume{RestoredStep: rr.Step}
+	f, err := os.Open(l.Abs(ProofFile))
+	if err != nil {
+		return res
+	}
+	defer f.Close()
+	p, _ := io.ReadAll(io.LimitReader(f, 65))
+	text := strings.TrimSpace(string(p))
+	n, err := strconv.ParseInt(text, 10, 64)
+	switch {
+	case text == "":
+	case len(p) > 64 || err != nil:
+		res.Error = fmt.Sprintf("the resume proof is not a step number: %q", truncate(text, 40))
+	default:
+		res.ReportedStep, res.Proven = &n, n == rr.Step
+	}
+	return res
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func readLog(path string, off, limit int64) LogChunk {
+	c := LogChunk{Offset: off, Data: []byte{}}
+	f, err := os.Open(path)
+	if err != nil {
+		return c
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return c
+	}
+	c.Size = fi.Size()
+	if limit <= 0 || off >= c.Size || off < 0 {
+		return c
+	}
+	b, _ := io.ReadAll(io.NewSectionReader(f, off, min(limit, c.Size-off)))
+	c.Data = b
+	return c
+}
+
+// diskOf reports free space and whether another checkpoint still fits:
+// a save needs room for one more checkpoint (two with single-file
+// snapshots, which copy the file) plus a margin.
+func diskOf(dir string, lastSize int64, files bool) Disk {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return Disk{}
+	}
+	d := Disk{FreeBytes: st.Bavail * uint64(st.Bsize), TotalBytes: st.Blocks * uint64(st.Bsize)}
+	d.Low, d.Full = diskVerdict(d.FreeBytes, lastSize, files)
+	return d
+}
+
+func diskVerdict(free uint64, lastSize int64, files bool) (low, full bool) {
+	if lastSize <= 0 {
+		return false, false
+	}
+	per := uint64(lastSize)
+	if files {
+		per *= 2
+	}
+	const margin = 64 << 20
+	return free < 3*per+margin, free < per+margin
+}
+
+// Restore restores the newest committed checkpoint that verifies into dir
+// and records it for the resume proof. With files (train.checkpoint_file),
+// each restored file that the glob matches is also put back at its
+// original path under Home, where the script's own resume logic looks.
+func Restore(ctx context.Context, l Layout, cs checkpoint.Store, dir, files string) (RestoreResult, error) {
+	res := RestoreResult{Schema: RestoreSchema, SchemaVersion: SchemaVersion, Step: -1, Skipped: []checkpoint.Skip{}}
+	dir = l.Abs(dir)
+	if err := os.MkdirAll(filepath.Dir(filepath.Clean(dir)), 0o755); err != nil {
+		return res, err
+	}
+	cm, skipped, err := cs.RestoreLatest(ctx, dir)
+	if skipped != nil {
+		res.Skipped = skipped
+	}
+	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+		return res, nil
+	}
+	if err != nil {
+		return res, err
+	}
+	res.Step, res.ManifestSHA256 = cm.Step, cm.ManifestSHA256
+	if files != "" {
+		for _, f := range cm.Manifest.Files {
+			if ok, _ := filepath.Match(filepath.Clean(files), filepath.FromSlash(f.Path)); !ok {
+				continue
+			}
+			dst := l.Abs(filepath.FromSlash(f.Path))
+			tmp := dst + ".vastrun-restore"
+			if err := copyFile(filepath.Join(dir, filepath.FromSlash(f.Path)), tmp); err != nil {
+				return res, fmt.Errorf("restore checkpoint %d: put back %s: %w", cm.Step, f.Path, err)
+			}
+			if err := os.Rename(tmp, dst); err != nil {
+				return res, fmt.Errorf("restore checkpoint %d: put back %s: %w", cm.Step, f.Path, err)
+			}
+			res.Placed = append(res.Placed, f.Path)
+		}
+	}
+	os.Remove(l.Abs(ProofFile)) // a proof left from before is not this restore's
+	b, _ := json.Marshal(res)
+	if err := writeAtomic(l.Abs(RestoreFile), b); err != nil {
+		return res, err
+	}
+	return res, nil
+}
