@@ -646,13 +646,37 @@ func orDiscard(w io.Writer) io.Writer {
 // the login directory.
 // A copy cut off by a dropped connection is made again, whole.
 func (c *Client) Upload(local, remote string) error {
+	return c.UploadProgress(local, remote, nil)
+}
+
+// UploadProgress is Upload that reports, after each chunk written, the
+// bytes this try has copied so far. A try redialled after a dropped
+// connection copies again from the start, so the count starts again at 0.
+func (c *Client) UploadProgress(local, remote string, progress func(copied int64)) error {
 	return c.retry(context.Background(), func(cn *conn) (bool, error) {
-		err := upload(cn, local, remote)
+		err := upload(cn, local, remote, progress)
 		return transport(cn, err), err
 	})
 }
 
-func upload(cn *conn, local, remote string) error {
+// countingReader reports the running total read through it.
+type countingReader struct {
+	r     io.Reader
+	total *int64
+	fn    func(int64)
+}
+
+func (cr countingReader) Read(p []byte) (int, error) {
+	n, err := cr.r.Read(p)
+	if n > 0 && cr.fn != nil {
+		*cr.total += int64(n)
+		cr.fn(*cr.total)
+	}
+	return n, err
+}
+
+func upload(cn *conn, local, remote string, progress func(int64)) error {
+	var copied int64
 	sc, err := sftp.NewClient(cn.c)
 	if err != nil {
 		return fmt.Errorf("sftp: %w", err)
@@ -681,7 +705,7 @@ func upload(cn *conn, local, remote string) error {
 		if err != nil {
 			return fmt.Errorf("sftp create %s: %w", dst, err)
 		}
-		if _, err := io.Copy(f, src); err != nil {
+		if _, err := io.Copy(f, countingReader{r: src, total: &copied, fn: progress}); err != nil {
 			f.Close()
 			return fmt.Errorf("upload %s: %w", dst, err)
 		}

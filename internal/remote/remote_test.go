@@ -113,6 +113,15 @@ func TestRunEnvExitCodesAndFiles(t *testing.T) {
 	if err := c.Upload(local, "app"); err != nil {
 		t.Fatal(err)
 	}
+	var reported []int64
+	if err := c.UploadProgress(local, "app2", func(n int64) { reported = append(reported, n) }); err != nil {
+		t.Fatal(err)
+	}
+	// The running total ends at the bytes of run.sh and sub/data.txt.
+	want := int64(len("#!/bin/sh\necho ran > result.txt\n") + len("payload"))
+	if len(reported) == 0 || reported[len(reported)-1] != want {
+		t.Fatalf("upload progress %v, want a running total ending at %d", reported, want)
+	}
 	if out, err := c.Output(ctx, "cd app && ./run.sh && cat result.txt sub/data.txt"); err != nil || out != "ran\npayload" {
 		t.Fatalf("uploaded tree: %q %v", out, err)
 	}

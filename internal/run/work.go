@@ -58,16 +58,81 @@ func (e *Engine) upload(c *remote.Client) error {
 	if e.Config.Workdir != "" {
 		return e.syncWorkdir(c)
 	}
+	var total int64
 	for _, u := range e.Config.Upload {
 		local := filepath.Join(e.RepoDir, u)
 		if _, err := os.Stat(local); err != nil {
 			return fmt.Errorf("upload %s: %w", u, err)
 		}
-		if err := c.Upload(local, filepath.ToSlash(filepath.Clean(u))); err != nil {
+		total += treeSize(local)
+	}
+	pr := &uploadProgress{total: total, say: e.infof}
+	for _, u := range e.Config.Upload {
+		local := filepath.Join(e.RepoDir, u)
+		if err := c.UploadProgress(local, filepath.ToSlash(filepath.Clean(u)), pr.at(u)); err != nil {
 			return err
 		}
+		pr.done(u)
 	}
 	return nil
+}
+
+// uploadProgressMin is the smallest upload worth progress lines: below it
+// an upload takes no time worth watching.
+const uploadProgressMin = 8 << 20
+
+// uploadProgress says how far the uploads are, at each quarter of the total
+// bytes, so a large upload is never a silent wait. A redialled try of one
+// path copies it again; its bytes count once.
+type uploadProgress struct {
+	total    int64
+	finished int64 // bytes of the paths already uploaded
+	current  int64 // bytes of the path being uploaded, this try
+	said     int   // quarters already said
+	size     map[string]int64
+	say      func(format string, args ...any)
+}
+
+func (p *uploadProgress) at(path string) func(int64) {
+	return func(copied int64) {
+		if p.size == nil {
+			p.size = map[string]int64{}
+		}
+		p.current = max(p.current, copied)
+		p.size[path] = p.current
+		p.report()
+	}
+}
+
+func (p *uploadProgress) done(path string) {
+	p.finished += p.size[path]
+	p.current = 0
+	p.report()
+}
+
+func (p *uploadProgress) report() {
+	if p.total < uploadProgressMin || p.say == nil {
+		return
+	}
+	sent := min(p.finished+p.current, p.total)
+	q := int(sent * 4 / p.total)
+	if q > p.said {
+		p.said = q
+		p.say("uploaded %d%% (%.1f of %.1f MB)", q*25, float64(sent)/1e6, float64(p.total)/1e6)
+	}
+}
+
+// treeSize is the bytes of the regular files under path (0 when unreadable:
+// it only sizes progress lines).
+func treeSize(path string) int64 {
+	var n int64
+	filepath.Walk(path, func(_ string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+		return nil
+	})
+	return n
 }
 
 // work runs the test under the job timeout, streaming redacted output to
