@@ -3,6 +3,7 @@ package sim
 import (
 	"io"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -38,9 +39,17 @@ func startSession(sess ssh.Session, cmd *exec.Cmd) (drain func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	// A window change may arrive while the session closes the pty: resize
+	// and close take turns, and a closed pty is not resized.
+	var ttyMu sync.Mutex
+	ttyClosed := false
 	go func() {
 		for w := range winCh {
-			pty.Setsize(tty, &pty.Winsize{Cols: uint16(w.Width), Rows: uint16(w.Height)})
+			ttyMu.Lock()
+			if !ttyClosed {
+				pty.Setsize(tty, &pty.Winsize{Cols: uint16(w.Width), Rows: uint16(w.Height)})
+			}
+			ttyMu.Unlock()
 		}
 	}()
 	go func() { io.Copy(tty, sess) }()
@@ -58,7 +67,10 @@ func startSession(sess ssh.Session, cmd *exec.Cmd) (drain func(), err error) {
 		case <-copied:
 		case <-t.C:
 		}
+		ttyMu.Lock()
+		ttyClosed = true
 		tty.Close()
+		ttyMu.Unlock()
 	}, nil
 }
 
