@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,30 +17,6 @@ import (
 
 	"github.com/vastrun/vastrun/internal/checkpoint"
 )
-
-// ParseStepFrom checks a train.step_from value: "", "json:FIELD" or
-// "regex:RE" with one capture group.
-func ParseStepFrom(s string) error {
-	switch {
-	case s == "":
-		return nil
-	case strings.HasPrefix(s, "json:"):
-		if strings.TrimPrefix(s, "json:") == "" {
-			return errors.New("json: needs a field name, e.g. json:iter")
-		}
-		return nil
-	case strings.HasPrefix(s, "regex:"):
-		re, err := regexp.Compile(strings.TrimPrefix(s, "regex:"))
-		if err != nil {
-			return err
-		}
-		if re.NumSubexp() < 1 {
-			return errors.New("regex: needs a capture group around the step, e.g. regex:saved step (\\d+)")
-		}
-		return nil
-	}
-	return fmt.Errorf("%q is neither json:FIELD nor regex:RE", s)
-}
 
 type fileSig struct {
 	size  int64

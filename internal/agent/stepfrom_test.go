@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/vastrun/vastrun/internal/config"
 )
 
 func TestStepFromTheLog(t *testing.T) {
@@ -11,7 +13,7 @@ func TestStepFromTheLog(t *testing.T) {
 	log := filepath.Join(dir, "train.log")
 	os.WriteFile(log, []byte("iteration 290 loss 1\n{\"iter\": 300, \"val\": 2}\niteration 310 loss 1\nsaved step 300\n{\"iter\": \"x\"}\n"), 0o644)
 	for from, want := range map[string]int64{"json:iter": 300, `regex:saved step (\d+)`: 300, `regex:iteration (\d+)`: 310, "": 8} {
-		if err := ParseStepFrom(from); err != nil {
+		if err := config.CheckStepFrom(from); err != nil {
 			t.Fatal(from, err)
 		}
 		s := &snapshotter{o: Options{StepFrom: from, LogFile: log}}
@@ -21,7 +23,7 @@ func TestStepFromTheLog(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"json:", "regex:no group", "regex:(", "log:iter"} {
-		if ParseStepFrom(bad) == nil {
+		if config.CheckStepFrom(bad) == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/checkpoint"
 	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/run"
@@ -198,7 +199,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 		if err != nil {
 			return agent.Options{}, err
 		}
-		if err := agent.ParseStepFrom(stepFrom); err != nil {
+		if err := config.CheckStepFrom(stepFrom); err != nil {
 			return agent.Options{}, &UsageError{Err: fmt.Errorf("--step-from: %w", err)}
 		}
 		abs := func(p string) string {

@@ -333,7 +333,7 @@ func (c *Config) validate(valueErrs []string) error {
 		if c.Train.CheckpointFile == "" && (c.Train.CheckpointCheck != "" || c.Train.StepFrom != "") {
 			errs = append(errs, "train.checkpoint_check and train.step_from apply to train.checkpoint_file, which is not set")
 		}
-		if err := checkStepFrom(c.Train.StepFrom); err != nil {
+		if err := CheckStepFrom(c.Train.StepFrom); err != nil {
 			errs = append(errs, fmt.Sprintf("train.step_from: %v", err))
 		}
 		if c.Train.HeartbeatTTL.Duration() < 2*c.Train.Poll.Duration() {
@@ -471,9 +471,9 @@ func dedupe(list, have []string) []string {
 	return out
 }
 
-// checkStepFrom checks train.step_from: "", json:FIELD, or regex:RE with a
-// capture group around the step.
-func checkStepFrom(s string) error {
+// CheckStepFrom checks a train.step_from value: "", json:FIELD, or regex:RE
+// with a capture group around the step. The agent's flag takes the same.
+func CheckStepFrom(s string) error {
 	switch {
 	case s == "":
 		return nil
