@@ -6,3 +6,13 @@ func SetBeforeChangeCheck(f func()) func() {
 	beforeChangeCheck = f
 	return func() { beforeChangeCheck = nil }
 }
+
+// RecvBudgetFree reports whether the whole receive budget is free, i.e. no
+// download left a part buffer unreleased.
+func RecvBudgetFree() bool {
+	if !recvMem.TryAcquire(recvBudget) {
+		return false
+	}
+	recvMem.Release(recvBudget)
+	return true
+}

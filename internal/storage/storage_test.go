@@ -220,3 +220,56 @@ func TestPutFileRefusesAChangedFile(t *testing.T) {
 		t.Fatalf("the mismatched object was left behind: %v", err)
 	}
 }
+
+// TestRangedGetReleasesReceiveBuffers: every way a ranged download ends
+// (success, a size mismatch, a cancelled context, concurrent files) gives
+// its part buffers back to the process-wide budget; a leak would make later
+// restores wait forever.
+func TestRangedGetReleasesReceiveBuffers(t *testing.T) {
+	s, err := storage.Open("file://"+t.TempDir(), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	data := make([]byte, 40<<20+123) // 6 ranged parts
+	rand.Read(data)
+	if _, err := s.Put(ctx, "big", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	n := int64(len(data))
+	o, err := storage.GetFile(ctx, s, "big", filepath.Join(dir, "ok"), n)
+	if err != nil || o.SHA256 != hex.EncodeToString(sum[:]) || o.Size != n {
+		t.Fatalf("GetFile: %+v %v", o, err)
+	}
+	for _, want := range []int64{n - 1, n + 1, n - 9<<20, n + 8<<20} {
+		if _, err := storage.GetFile(ctx, s, "big", filepath.Join(dir, "mm"), want); !errors.Is(err, storage.ErrSizeMismatch) {
+			t.Errorf("expecting %d of %d bytes: %v, want ErrSizeMismatch", want, n, err)
+		}
+	}
+	if !storage.RecvBudgetFree() {
+		t.Fatal("a failed download kept part buffers")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := storage.GetFile(cctx, s, "big", filepath.Join(dir, "cancelled"), n); !errors.Is(err, context.Canceled) {
+		t.Errorf("GetFile with a cancelled context: %v, want context.Canceled", err)
+	}
+	var files []storage.FileTransfer
+	for i := range 6 {
+		files = append(files, storage.FileTransfer{Key: "big", Path: filepath.Join(dir, fmt.Sprint("many-", i)), Size: n})
+	}
+	got, err := storage.GetFiles(ctx, s, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range got {
+		if o.SHA256 != hex.EncodeToString(sum[:]) {
+			t.Errorf("file %d: digest %s", i, o.SHA256)
+		}
+	}
+	if !storage.RecvBudgetFree() {
+		t.Fatal("part buffers were not given back to the receive budget")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 )
 
 // Transfer tuning (docs/performance.md, "Checkpoint storage", explains the
@@ -28,12 +29,15 @@ import (
 //   - Files in flight in PutFiles/GetFiles: twice the requests in flight, so
 //     the next file is hashed or opened while the slots are busy.
 //
-// Memory: file uploads read parts straight from the file (no part buffers);
-// a download holds one 1 MiB buffer per request in flight and one 256 KiB
-// hashing buffer per file in flight. Peak heap is therefore about
-// Threads × 1 MiB + 2 × Threads × 256 KiB (12 MiB at the defaults), plus the
-// HTTP transport's per-connection buffers. Only Put of a plain stream (not
-// a file) buffers parts: at most Threads+2 parts of 16 MiB.
+// Memory: file uploads read parts straight from the file (no part buffers).
+// A ranged download receives each part into a buffer of its own, taken
+// from one process-wide budget of 64 MiB (recvBudget) before the part
+// starts, so ranged downloads hold at most 64 MiB of receive buffers
+// however many files are in flight; a single-part download holds one 1 MiB
+// buffer per request in flight. Peak heap is therefore about 64 MiB +
+// Threads × 1 MiB (72 MiB at the defaults), plus the HTTP transport's
+// per-connection buffers. Only Put of a plain stream (not a file) buffers
+// parts: at most Threads+2 parts of 16 MiB.
 const (
 	DefaultThreads  = 8
 	basePartSize    = 8 << 20
@@ -164,9 +168,10 @@ func filesInFlight(s Store) int {
 // returns what it wrote: the size and the SHA-256 of the bytes in the file.
 // Objects larger than one part are fetched as parallel ranged requests
 // (all of one ETag, so a concurrent overwrite cannot be mixed in), written
-// in place; a hashing goroutine follows the written prefix in stream order,
-// reading it back from the file, so hashing overlaps the transfer and
-// verifies what is on disk. size is the expected size: any other object
+// in place from per-part receive buffers; the hash is taken from those
+// buffers in stream order as the parts arrive (part k as soon as parts
+// 0..k are in), so hashing overlaps the transfer. A single-part object is
+// hashed piece by piece right after each piece is written. size is the expected size: any other object
 // size fails with ErrSizeMismatch (size < 0: unknown, one stream). The
 // file is not synced: callers that need it durable sync it themselves.
 func GetFile(ctx context.Context, s Store, key, path string, size int64) (Object, error) {
@@ -241,21 +246,66 @@ func (p *progress) wait(i int, have int64) (int64, bool, error) {
 
 type chunk struct{ off, n int64 } // n < 0: to the end, length unknown
 
+// Restore receive buffers. A ranged part is received into a buffer of its
+// own, written from it with WriteAt and hashed from it in stream order, so
+// nothing is read back and the hasher consumes part k as soon as parts
+// 0..k are in. Every buffer of every file in the process is taken from one
+// budget before its part is started, so the parts in flight stay within
+// recvBudget/part parts of the oldest unhashed one (the window) and memory
+// stays bounded however many files are in flight. A part larger than
+// maxRecvPart (objects over 80 GiB, or an override) is instead written
+// through a 1 MiB buffer and read back by the hasher.
+const (
+	recvBudget  = 64 << 20
+	maxRecvPart = 16 << 20
+)
+
+var (
+	recvMem  = semaphore.NewWeighted(recvBudget)
+	partBufs = sync.Pool{New: func() any { b := make([]byte, basePartSize); return &b }}
+)
+
+func getPartBuf(n int64) *[]byte {
+	if n == basePartSize {
+		return partBufs.Get().(*[]byte)
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func putPartBuf(b *[]byte) {
+	if int64(len(*b)) == basePartSize {
+		partBufs.Put(b)
+	}
+}
+
 func download(ctx context.Context, t transferer, key string, f *os.File, size int64) (Object, error) {
+	part := t.partSize(size)
+	if size < 0 || part <= 0 || size <= part {
+		return downloadOne(ctx, t, key, f, size)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var chunks []chunk
-	part := t.partSize(size)
-	if size < 0 || part <= 0 || size <= part {
-		chunks = []chunk{{0, size}}
-	} else {
-		for off := int64(0); off < size; off += part {
-			chunks = append(chunks, chunk{off, min(part, size-off)})
-		}
+	for off := int64(0); off < size; off += part {
+		chunks = append(chunks, chunk{off, min(part, size-off)})
 	}
+	inMem := part <= maxRecvPart
 	p := &progress{done: make([]int64, len(chunks)), final: make([]bool, len(chunks))}
 	p.cond.L = &p.mu
 	fail := func(err error) { p.fail(err); cancel() }
+	// bufs[i]: part i's receive buffer while it holds budget (inMem only).
+	bufs := make([]*[]byte, len(chunks))
+	release := func(i int) {
+		p.mu.Lock()
+		b := bufs[i]
+		bufs[i] = nil
+		p.mu.Unlock()
+		if b != nil {
+			putPartBuf(b)
+			recvMem.Release(part)
+		}
+	}
 
 	var (
 		next     atomic.Int64
@@ -274,10 +324,11 @@ func download(ctx context.Context, t transferer, key string, f *os.File, size in
 		}
 		return nil
 	}
-	fetch := func(i int) error {
+	fetch := func(i int, buf []byte) error {
 		c := chunks[i]
 		end := c.off + c.n
-		if i == len(chunks)-1 {
+		last := i == len(chunks)-1
+		if last {
 			end = -1 // read to the end, so a longer object shows
 		}
 		release, err := t.slot(ctx)
@@ -293,31 +344,35 @@ func download(ctx context.Context, t transferer, key string, f *os.File, size in
 		if err := sameObject(e); err != nil {
 			return err
 		}
-		bp := copyBufs.Get().(*[]byte)
-		defer copyBufs.Put(bp)
-		buf := *bp
 		var w int64
-		for {
-			n, rerr := io.ReadFull(rc, buf)
+		for w < c.n {
+			var dst []byte
+			if inMem {
+				dst = buf[w:min(w+copyBufSize, c.n)]
+			} else {
+				dst = buf[:min(int64(len(buf)), c.n-w)]
+			}
+			n, rerr := io.ReadFull(rc, dst)
 			if n > 0 {
-				if c.n >= 0 && w+int64(n) > c.n {
-					return fmt.Errorf("get %s: more than the expected %d bytes: %w", key, size, ErrSizeMismatch)
-				}
-				if _, err := f.WriteAt(buf[:n], c.off+w); err != nil {
+				if _, err := f.WriteAt(dst[:n], c.off+w); err != nil {
 					return fmt.Errorf("get %s: %w", key, err)
 				}
 				w += int64(n)
 				p.set(i, w, false)
 			}
 			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-				break
+				return fmt.Errorf("get %s: %d bytes short of the expected %d: %w", key, c.n-w, size, ErrSizeMismatch)
 			}
 			if rerr != nil {
 				return fmt.Errorf("get %s: %w", key, rerr)
 			}
 		}
-		if c.n >= 0 && w != c.n {
-			return fmt.Errorf("get %s: %d bytes short of the expected %d: %w", key, c.n-w, size, ErrSizeMismatch)
+		// The range (or, for the last one, the object) must end here.
+		var probe [1]byte
+		if n, err := io.ReadFull(rc, probe[:]); n > 0 {
+			return fmt.Errorf("get %s: more than the expected %d bytes: %w", key, size, ErrSizeMismatch)
+		} else if err != io.EOF {
+			return fmt.Errorf("get %s: %w", key, err)
 		}
 		p.set(i, w, true)
 		return nil
@@ -327,16 +382,43 @@ func download(ctx context.Context, t transferer, key string, f *os.File, size in
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var copyBuf *[]byte
+			if !inMem {
+				copyBuf = copyBufs.Get().(*[]byte)
+				defer copyBufs.Put(copyBuf)
+			}
 			for {
+				// Budget first, then the index: the lowest part not yet
+				// started always gets the next buffer, so the part the
+				// hasher waits for never waits for memory.
+				if inMem {
+					if err := recvMem.Acquire(ctx, part); err != nil {
+						fail(fmt.Errorf("get %s: %w", key, err))
+						return
+					}
+				}
 				i := int(next.Add(1) - 1)
 				if i >= len(chunks) {
+					if inMem {
+						recvMem.Release(part)
+					}
 					return
+				}
+				var buf []byte
+				if inMem {
+					b := getPartBuf(part)
+					p.mu.Lock()
+					bufs[i] = b
+					p.mu.Unlock()
+					buf = *b
+				} else {
+					buf = *copyBuf
 				}
 				if err := ctx.Err(); err != nil {
 					fail(fmt.Errorf("get %s: %w", key, err))
 					return
 				}
-				if err := fetch(i); err != nil {
+				if err := fetch(i, buf); err != nil {
 					fail(err)
 					return
 				}
@@ -346,7 +428,10 @@ func download(ctx context.Context, t transferer, key string, f *os.File, size in
 
 	// Hash in stream order on this goroutine while the workers write.
 	h := sha256.New()
-	buf := make([]byte, hashBufSize)
+	var rbuf []byte
+	if !inMem {
+		rbuf = make([]byte, hashBufSize)
+	}
 	var total int64
 	var herr error
 hash:
@@ -358,23 +443,36 @@ hash:
 				herr = err
 				break hash
 			}
+			if inMem && hashed < avail {
+				p.mu.Lock()
+				b := *bufs[i]
+				p.mu.Unlock()
+				h.Write(b[hashed:avail])
+				hashed = avail
+			}
 			for hashed < avail {
-				n := int(min(avail-hashed, int64(len(buf))))
-				if _, err := f.ReadAt(buf[:n], c.off+hashed); err != nil {
+				n := int(min(avail-hashed, int64(len(rbuf))))
+				if _, err := f.ReadAt(rbuf[:n], c.off+hashed); err != nil {
 					herr = fmt.Errorf("get %s: read back: %w", key, err)
 					fail(herr)
 					break hash
 				}
-				h.Write(buf[:n])
+				h.Write(rbuf[:n])
 				hashed += int64(n)
 			}
 			if final && hashed == avail {
 				break
 			}
 		}
+		if inMem {
+			release(i)
+		}
 		total += hashed
 	}
 	wg.Wait()
+	for i := range bufs {
+		release(i) // parts left by a failure
+	}
 	if herr == nil {
 		p.mu.Lock()
 		herr = p.err
@@ -384,6 +482,49 @@ hash:
 		return Object{}, herr
 	}
 	return Object{Key: key, Size: total, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// downloadOne fetches an object of one part (or of unknown size) as one
+// stream, hashing each piece from the receive buffer right after writing it.
+func downloadOne(ctx context.Context, t transferer, key string, f *os.File, size int64) (Object, error) {
+	release, err := t.slot(ctx)
+	if err != nil {
+		return Object{}, err
+	}
+	defer release()
+	rc, _, err := t.getRange(ctx, key, 0, -1)
+	if err != nil {
+		return Object{}, err
+	}
+	defer rc.Close()
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	h := sha256.New()
+	var w int64
+	for {
+		n, rerr := io.ReadFull(rc, buf)
+		if n > 0 {
+			if size >= 0 && w+int64(n) > size {
+				return Object{}, fmt.Errorf("get %s: more than the expected %d bytes: %w", key, size, ErrSizeMismatch)
+			}
+			if _, err := f.WriteAt(buf[:n], w); err != nil {
+				return Object{}, fmt.Errorf("get %s: %w", key, err)
+			}
+			h.Write(buf[:n])
+			w += int64(n)
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			return Object{}, fmt.Errorf("get %s: %w", key, rerr)
+		}
+	}
+	if size >= 0 && w != size {
+		return Object{}, fmt.Errorf("get %s: %d bytes short of the expected %d: %w", key, size-w, size, ErrSizeMismatch)
+	}
+	return Object{Key: key, Size: w, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // hashFile hashes f from the start, reading at offsets (f's own offset is
