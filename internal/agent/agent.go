@@ -100,8 +100,13 @@ type Status struct {
 	FilesMode      bool      `json:"files_mode,omitempty"`
 }
 
-// ErrSelfDestroyed is returned after the dead-man switch fired.
+// ErrSelfDestroyed is returned after the dead-man switch fired and the
+// instance was destroyed.
 var ErrSelfDestroyed = errors.New("agent destroyed its own instance")
+
+// ErrSelfDestroyFailed is returned when the dead-man switch fired but the
+// destroy failed: the instance may still be live and billing.
+var ErrSelfDestroyFailed = errors.New("agent could not destroy its own instance")
 
 // phase is where the workload is, for the completeness rules.
 type phase int
@@ -198,7 +203,7 @@ func Watch(ctx context.Context, o Options) error {
 				err = o.SelfDestroy(context.WithoutCancel(ctx))
 			}
 			if err != nil {
-				return fmt.Errorf("%w (%s), but the destroy failed: %v", ErrSelfDestroyed, why, err)
+				return fmt.Errorf("%w (%s): %w", ErrSelfDestroyFailed, why, err)
 			}
 			return fmt.Errorf("%w: %s", ErrSelfDestroyed, why)
 		}

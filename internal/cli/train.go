@@ -220,7 +220,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	}
 	runWatch := func(ctx context.Context, o agent.Options) error {
 		err := agent.Watch(ctx, o)
-		if errors.Is(err, agent.ErrSelfDestroyed) && !strings.Contains(err.Error(), "failed") {
+		if errors.Is(err, agent.ErrSelfDestroyed) { // done its job; a failed destroy stays an error
 			return nil
 		}
 		return err
