@@ -172,7 +172,7 @@ func testReads(t *testing.T, h Harness) {
 	if err := h.Sleep(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	from, to := time.Now().Add(-48*time.Hour), time.Now().Add(48*time.Hour)
+	from, to := h.now().Add(-48*time.Hour), h.now().Add(48*time.Hour)
 	inv, err := ops.LegacyInvoices(ctx, from, to)
 	if err != nil {
 		t.Fatalf("legacy invoices: %v", err)
@@ -271,7 +271,7 @@ func testCreateStopped(t *testing.T, h Harness) {
 	if err := h.Market.DestroyInstance(ctx, res.InstanceID); err != nil {
 		t.Fatal(err)
 	}
-	charges, err := h.Market.Charges(ctx, provider.ChargeQuery{From: time.Now().Add(-48 * time.Hour), To: time.Now().Add(48 * time.Hour)})
+	charges, err := h.Market.Charges(ctx, provider.ChargeQuery{From: h.now().Add(-48 * time.Hour), To: h.now().Add(48 * time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,11 @@ type Harness struct {
 	// Sleep waits d of marketplace time: a fake clock's advance for the
 	// simulator, a real wait for the live API.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Now is marketplace time: the fake clock for the simulator, the wall
+	// clock for the live API. Date ranges the suite queries are built
+	// from it, so the suite does not depend on the day it runs. Nil means
+	// time.Now.
+	Now func() time.Time
 	// Image is the image to rent with (small and public).
 	Image string
 	// Query selects cheap offers; the suite rents the first one.
@@ -41,6 +46,13 @@ type Harness struct {
 	Ops provider.Operations
 	// Cloud is the far side of the account's cloud integrations.
 	Cloud Cloud
+}
+
+func (h Harness) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
 }
 
 // Run runs every case. newHarness is called once per case.
@@ -221,7 +233,7 @@ func testLifecycle(t *testing.T, h Harness) {
 		t.Fatalf("destroy of a destroyed instance must succeed (idempotent): %v", err)
 	}
 
-	charges, err := h.Market.Charges(ctx, provider.ChargeQuery{From: time.Now().Add(-48 * time.Hour), To: time.Now().Add(48 * time.Hour)})
+	charges, err := h.Market.Charges(ctx, provider.ChargeQuery{From: h.now().Add(-48 * time.Hour), To: h.now().Add(48 * time.Hour)})
 	if err != nil {
 		t.Fatalf("charges: %v", err)
 	}
