@@ -103,8 +103,8 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	if err != nil {
 		return err
 	}
-	if err := e.Open(dir); err != nil {
-		return openErr(dir, err)
+	if err := openRun(e, dir); err != nil {
+		return err
 	}
 	defer e.Close()
 	st := e.State()
@@ -171,11 +171,9 @@ func recordSwept(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
 	}
 	if err == nil {
-		if err = e.Open(dir); err == nil {
+		if err = openRun(e, dir); err == nil {
 			err = e.RecordSwept(ids)
 			e.Close()
-		} else {
-			err = openErr(dir, err)
 		}
 	}
 	if err != nil {

@@ -289,8 +289,8 @@ the API. The exit status is the command's (3 when it fails).`,
 				if err := checkJournal(dir); err != nil {
 					return err
 				}
-				if err := e.Open(dir); err != nil {
-					return openErr(dir, err)
+				if err := openRun(e, dir); err != nil {
+					return err
 				}
 				defer e.Close()
 				res, err = e.Exec(ctx, script)

@@ -79,12 +79,22 @@ func checkJournal(dir string) error {
 	return de
 }
 
-// openErr classifies an error from opening a run's journal.
-func openErr(dir string, err error) error {
-	if errors.Is(err, journal.ErrLocked) {
-		return &LockedError{RunDir: dir, Holder: findLockHolder(filepath.Join(dir, journal.FileName)), Err: err}
+// openRun opens the run in dir on e. A lock held by another process is a
+// *LockedError naming that process. The holder can let go between the
+// failed flock and the look-up in /proc/locks; then nobody holds the lock
+// any more and the open is simply tried again, a few times at most.
+func openRun(e *run.Engine, dir string) error {
+	const attempts = 5
+	var err error
+	for range attempts {
+		if err = e.Open(dir); !errors.Is(err, journal.ErrLocked) {
+			return err
+		}
+		if h := findLockHolder(filepath.Join(dir, journal.FileName)); h != nil {
+			return &LockedError{RunDir: dir, Holder: h, Err: err}
+		}
 	}
-	return err
+	return &LockedError{RunDir: dir, Err: err}
 }
 
 type lockHolder struct {

@@ -148,7 +148,7 @@ func runSSH(ctx context.Context, f *Factory, o *SSHOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := e.Open(dir); err != nil {
+	if err := openRun(e, dir); err != nil {
 		return err
 	}
 	defer e.Close()

@@ -154,7 +154,7 @@ unless --accept-config-change.`,
 			if err != nil {
 				return err
 			}
-			if err := e.Open(dir); err != nil {
+			if err := openRun(e, dir); err != nil {
 				return err
 			}
 			e.AcceptConfigChange = acceptChange
