@@ -145,25 +145,9 @@ func newCmdCanaryValidate(f *Factory) *cobra.Command {
 			if err != nil {
 				return &UsageError{Err: err}
 			}
-			var problems []string
-			if !cfg.IsCanary() {
-				problems = append(problems, "canary.smoke is empty")
-			}
-			if err := image.CheckPinned(cfg.Image); err != nil {
-				problems = append(problems, err.Error())
-			}
-			for _, name := range cfg.Canary.EnvNames {
-				if f.Getenv(name) == "" && !contains(cfg.Secrets, name) && cfg.Env[name] == "" {
-					problems = append(problems, fmt.Sprintf("the image needs %s, but it is neither in env:, nor a declared secret, nor set here", name))
-				}
-			}
-			for _, ig := range cfg.Canary.IgnoreFields {
-				if contains(cfg.Canary.ExpectFields, ig) {
-					problems = append(problems, fmt.Sprintf("field %q is both expected and ignored", ig))
-				}
-			}
+			problems := canary.Validate(cfg, f.Getenv)
 			if len(problems) > 0 {
-				return &UsageError{Err: errors.New("canary contract: " + strings.Join(problems, "; "))}
+				return &UsageError{Err: errors.New("canary contract: " + strings.Join(problems, "; ")), Hint: "put the names the image needs under env: (an empty value is allowed) or secrets:, and export each declared secret before validating"}
 			}
 			f.IO.Infof("canary contract in %s is valid: smoke %q, expect exit %d, fields %v", file, cfg.Canary.Smoke, cfg.Canary.ExpectExit, cfg.Canary.ExpectFields)
 			return nil
@@ -171,13 +155,4 @@ func newCmdCanaryValidate(f *Factory) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "vastrun.yaml", "config file")
 	return cmd
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -88,6 +88,43 @@ type Canary struct {
 	// HealthTimeout bounds how long health_url may take to answer 2xx on
 	// the instance, reached through an SSH forward (default 1m).
 	HealthTimeout Duration `yaml:"health_timeout"`
+
+	// With health_url or ports set, the smoke is a server: it is started in
+	// the background, waited for, probed with Request, and stopped.
+	Request  CanaryRequest  `yaml:"request"`
+	Timeouts CanaryTimeouts `yaml:"timeouts"`
+	Compare  CanaryCompare  `yaml:"compare"`
+}
+
+// IsServer reports whether the smoke is a server to start, probe and stop.
+func (c Canary) IsServer() bool { return c.HealthURL != "" || len(c.Ports) > 0 }
+
+// CanaryRequest is the probe sent to a ready server: a command (which may
+// write $VASTRUN_RESULT), or an HTTP request whose JSON answer is the result.
+type CanaryRequest struct {
+	Command      string            `yaml:"command"`
+	Method       string            `yaml:"method"` // default GET, or POST with a body
+	URL          string            `yaml:"url"`    // as the machine running the server sees it
+	Headers      map[string]string `yaml:"headers"`
+	Body         string            `yaml:"body"`
+	ExpectStatus int               `yaml:"expect_status"` // default 200
+}
+
+// IsSet reports whether a request is configured.
+func (r CanaryRequest) IsSet() bool { return r.Command != "" || r.URL != "" }
+
+// CanaryTimeouts bound each local step (the GPU side runs under timeouts.job).
+type CanaryTimeouts struct {
+	Unit  Duration `yaml:"unit"`  // canary.unit locally (default 10m)
+	Smoke Duration `yaml:"smoke"` // the whole local smoke, server start to stop (default 10m)
+	Stop  Duration `yaml:"stop"`  // a server's grace between TERM and KILL (default 10s)
+}
+
+// CanaryCompare says how the local and GPU results are compared. Objects
+// compare by key, whatever the order; arrays by position.
+type CanaryCompare struct {
+	Tolerance float64  `yaml:"tolerance"` // numbers within this absolute or relative difference are equal
+	Ignore    []string `yaml:"ignore"`    // dotted fields (and all under them) not compared
 }
 
 // ImageLogin names the credentials of a private registry. The file holds

@@ -72,6 +72,31 @@ func (c *Config) checkValues(explicit map[string]bool) []string {
 			errs = append(errs, fmt.Sprintf("canary.ports entry %d is outside 1..65535", p))
 		}
 	}
+	if r := c.Canary.Request; r.Command != "" && r.URL != "" {
+		errs = append(errs, "canary.request has both command and url: give one (a command that probes, or an HTTP request)")
+	}
+	if u := c.Canary.Request.URL; u != "" {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			errs = append(errs, fmt.Sprintf("canary.request.url %q is not an http(s) URL: write e.g. http://localhost:8000/v1/models", u))
+		}
+	}
+	if c.Canary.Request.IsSet() && !c.Canary.IsServer() {
+		errs = append(errs, "canary.request needs canary.health_url or canary.ports: it probes a server the smoke starts")
+	}
+	if s := c.Canary.Request.ExpectStatus; s != 0 && (s < 100 || s > 599) {
+		errs = append(errs, fmt.Sprintf("canary.request.expect_status %d is not an HTTP status", s))
+	}
+	if t := c.Canary.Compare.Tolerance; t < 0 {
+		errs = append(errs, fmt.Sprintf("canary.compare.tolerance %g must not be negative", t))
+	}
+	for _, k := range []struct {
+		name string
+		d    Duration
+	}{{"canary.timeouts.unit", c.Canary.Timeouts.Unit}, {"canary.timeouts.smoke", c.Canary.Timeouts.Smoke}, {"canary.timeouts.stop", c.Canary.Timeouts.Stop}, {"canary.health_timeout", c.Canary.HealthTimeout}} {
+		if k.d < 0 {
+			errs = append(errs, fmt.Sprintf("%s %s must not be negative", k.name, k.d))
+		}
+	}
 	return errs
 }
 

@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
-	"sort"
 	"strings"
 
+	"github.com/vastrun/vastrun/internal/canary"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/remote"
 )
@@ -35,14 +33,14 @@ type SmokeOutcome struct {
 	MissingFields []string       `json:"missing_fields,omitempty"`
 	Passed        bool           `json:"passed"`
 	Log           string         `json:"log"`
+	// Server is the server smoke contract's report (health_url or ports set).
+	Server *canary.ServerReport `json:"server,omitempty"`
+	// TimedOut: the local step ran past canary.timeouts.unit or .smoke.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // FieldDelta is one field that differs between the CPU and GPU results.
-type FieldDelta struct {
-	Field string `json:"field"`
-	Local any    `json:"local"`
-	GPU   any    `json:"gpu"`
-}
+type FieldDelta = canary.FieldDelta
 
 // CUDACheck is what the GPU-only check saw.
 type CUDACheck struct {
@@ -101,16 +99,29 @@ func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 	cc := e.Config.Canary
 	if cc.Unit != "" {
 		e.infof("local unit tests: %s", cc.Unit)
-		if code, err := e.localRun(ctx, cc.Unit, "unit.log", nil); err != nil || code != 0 {
+		uctx, cancel := e.withClockTimeout(ctx, localTimeout(cc.Timeouts.Unit.Duration()))
+		code, err := e.localRun(uctx, cc.Unit, "unit.log", nil)
+		timedOut := timedOut(uctx)
+		cancel()
+		if err != nil || code != 0 {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			e.canary.Local = SmokeOutcome{Where: "host", ExitCode: code, Log: "unit.log"}
+			e.canary.Local = SmokeOutcome{Where: "host", ExitCode: code, Log: "unit.log", TimedOut: timedOut}
+			if timedOut {
+				return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests ran past canary.timeouts.unit %s and were stopped", ErrLocalFailed, localTimeout(cc.Timeouts.Unit.Duration()))}
+			}
+			if err != nil {
+				return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests: %w", ErrLocalFailed, err)}
+			}
 			return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests exited %d", ErrLocalFailed, code)}
 		}
 	}
 	resultPath, _ := filepath.Abs(filepath.Join(e.EvidenceDir, "local-result.json"))
 	env := map[string]string{"VASTRUN_DEVICE": "cpu", "VASTRUN_RESULT": resultPath}
+	if cc.IsServer() {
+		return e.localServerSmoke(ctx, env, resultPath, allowFailure)
+	}
 	where := "host-cpu"
 	script := cc.Smoke
 	if eng := containerEngine(); eng != "" {
@@ -118,25 +129,44 @@ func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 			where = eng
 			tag := "vastrun-canary:" + e.state.RunID
 			e.infof("building the image locally with %s", eng)
-			if code, err := e.localRun(ctx, eng+" build -t "+tag+" .", "build.log", nil); err != nil || code != 0 {
+			bctx, cancel := e.withClockTimeout(ctx, localTimeout(cc.Timeouts.Smoke.Duration()))
+			code, err := e.localRun(bctx, eng+" build -t "+tag+" .", "build.log", nil)
+			cancel()
+			if err != nil || code != 0 {
 				return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: %s build exited %d", ErrLocalFailed, eng, code)}
 			}
 			dir := filepath.Dir(resultPath)
-			script = fmt.Sprintf("%s run --rm -e VASTRUN_DEVICE=cpu -e VASTRUN_RESULT=/vastrun/local-result.json -v %s:/vastrun %s sh -c %s",
-				eng, remote.ShellQuote(dir), tag, remote.ShellQuote(cc.Smoke))
+			script = fmt.Sprintf("%s run --rm%s -e VASTRUN_DEVICE=cpu -e VASTRUN_RESULT=/vastrun/local-result.json -v %s:/vastrun %s sh -c %s",
+				eng, e.containerEnvFlags(), remote.ShellQuote(dir), tag, remote.ShellQuote(cc.Smoke))
+		} else {
+			e.canary.LocalNote = "the repository has no Dockerfile: the smoke command ran directly on this host in CPU mode"
+			e.infof("%s", e.canary.LocalNote)
 		}
 	} else {
 		e.canary.LocalNote = "no container engine (docker or podman) is available: the smoke command ran directly on this host in CPU mode"
 		e.infof("%s", e.canary.LocalNote)
 	}
 	e.infof("local smoke (%s): %s", where, cc.Smoke)
-	code, err := e.localRun(ctx, script, "local-smoke.log", env)
+	limit := localTimeout(cc.Timeouts.Smoke.Duration())
+	sctx, cancel := e.withClockTimeout(ctx, limit)
+	code, err := e.localRun(sctx, script, "local-smoke.log", env)
+	late := timedOut(sctx)
+	cancel()
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
 	out := e.judgeSmoke(where, code, resultPath, "local-smoke.log")
+	if late {
+		out.Passed, out.TimedOut = false, true
+	}
 	e.canary.Local = out
 	if !out.Passed && !allowFailure {
+		if late {
+			return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: the smoke ran past canary.timeouts.smoke %s and was stopped", ErrLocalFailed, limit)}
+		}
+		if err != nil {
+			return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke: %w", ErrLocalFailed, err)}
+		}
 		return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke exited %d (want %d), missing fields %v", ErrLocalFailed, code, cc.ExpectExit, out.MissingFields)}
 	}
 	return nil
@@ -144,35 +174,16 @@ func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 
 // localRun runs a shell command in the repository, logging to evidence.
 func (e *Engine) localRun(ctx context.Context, script, logName string, env map[string]string) (int, error) {
-	f, err := os.Create(filepath.Join(e.EvidenceDir, logName))
+	w, closeLog, err := e.evidenceLog(logName)
 	if err != nil {
 		return -1, err
 	}
-	defer f.Close()
-	var sink io.Writer = f
-	if e.Stream != nil {
-		sink = io.MultiWriter(f, e.Stream)
-	}
-	w := e.Redactor.Writer(sink)
-	defer w.Close()
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", script)
-	cmd.Dir, cmd.Stdout, cmd.Stderr = e.RepoDir, w, w
-	cmd.Env = os.Environ()
-	for k, v := range e.Config.Env { // the same contract locally and on the GPU
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	err = cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode(), nil
-	}
+	defer closeLog()
+	full, err := e.localEnv(env)
 	if err != nil {
 		return -1, err
 	}
-	return 0, nil
+	return canary.Local{Dir: e.RepoDir}.Run(ctx, script, full, w)
 }
 
 func (e *Engine) judgeSmoke(where string, code int, resultPath, log string) SmokeOutcome {
@@ -204,53 +215,17 @@ func lookup(m map[string]any, field string) (any, bool) {
 	return cur, true
 }
 
-// flatten turns nested objects into dotted fields.
-func flatten(prefix string, v any, out map[string]any) {
-	if obj, ok := v.(map[string]any); ok {
-		for k, x := range obj {
-			key := k
-			if prefix != "" {
-				key = prefix + "." + k
-			}
-			flatten(key, x, out)
-		}
-		return
-	}
-	out[prefix] = v
+// Delta compares two JSON results field by field, skipping ignored fields
+// (and everything under them), exactly (no tolerance).
+func Delta(local, gpu map[string]any, ignore []string) []FieldDelta {
+	return canary.Compare(local, gpu, canary.CompareOptions{Ignore: ignore})
 }
 
-// Delta compares two JSON results field by field, skipping ignored fields
-// (and everything under them).
-func Delta(local, gpu map[string]any, ignore []string) []FieldDelta {
-	a, b := map[string]any{}, map[string]any{}
-	flatten("", local, a)
-	flatten("", gpu, b)
-	ignored := func(f string) bool {
-		for _, ig := range ignore {
-			if f == ig || strings.HasPrefix(f, ig+".") {
-				return true
-			}
-		}
-		return false
-	}
-	keys := map[string]bool{}
-	for k := range a {
-		keys[k] = true
-	}
-	for k := range b {
-		keys[k] = true
-	}
-	var out []FieldDelta
-	for k := range keys {
-		if ignored(k) {
-			continue
-		}
-		if av, bv := a[k], b[k]; !reflect.DeepEqual(av, bv) {
-			out = append(out, FieldDelta{Field: k, Local: av, GPU: bv})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Field < out[j].Field })
-	return out
+// compareResults compares under canary.compare (tolerance, ignore) and the
+// older canary.ignore_fields.
+func (e *Engine) compareResults(local, gpu map[string]any) []FieldDelta {
+	cc := e.Config.Canary
+	return canary.Compare(local, gpu, canary.CompareOptions{Tolerance: cc.Compare.Tolerance, Ignore: append(append([]string{}, cc.IgnoreFields...), cc.Compare.Ignore...)})
 }
 
 func (e *Engine) gpuCanary(ctx context.Context, c *remote.Client, inst provider.Instance) error {
@@ -267,27 +242,32 @@ func (e *Engine) gpuCanary(ctx context.Context, c *remote.Client, inst provider.
 	env["VASTRUN_DEVICE"] = "gpu"
 	cc := e.Config.Canary
 	e.infof("GPU smoke on instance %d: %s", inst.ID, cc.Smoke)
-	e.mark("test_start")
-	res, err := e.work(ctx, c, cc.Smoke, env)
-	e.mark("test_end")
-	if err != nil {
-		return err
-	}
-	gpu := SmokeOutcome{Where: "gpu", ExitCode: res.ExitCode, Result: res.Result, Log: "test.log"}
-	for _, f := range cc.ExpectFields {
-		if _, ok := lookup(gpu.Result, f); !ok {
-			gpu.MissingFields = append(gpu.MissingFields, f)
+	var gpu SmokeOutcome
+	if cc.IsServer() {
+		e.mark("test_start")
+		out, err := e.gpuServerSmoke(ctx, c, env)
+		e.mark("test_end")
+		if err != nil {
+			return err
 		}
+		gpu = out
+	} else {
+		e.mark("test_start")
+		res, err := e.work(ctx, c, cc.Smoke, env)
+		e.mark("test_end")
+		if err != nil {
+			return err
+		}
+		gpu = SmokeOutcome{Where: "gpu", ExitCode: res.ExitCode, Result: res.Result, Log: "test.log"}
+		for _, f := range cc.ExpectFields {
+			if _, ok := lookup(gpu.Result, f); !ok {
+				gpu.MissingFields = append(gpu.MissingFields, f)
+			}
+		}
+		gpu.Passed = res.ExitCode == cc.ExpectExit && len(gpu.MissingFields) == 0
 	}
-	gpu.Passed = res.ExitCode == cc.ExpectExit && len(gpu.MissingFields) == 0
 	e.canary.GPU = &gpu
 	e.canary.CUDA = e.cudaCheck(ctx, c, env)
-	if cc.HealthURL != "" {
-		h := e.checkHealth(ctx, c)
-		e.canary.Health = h
-		e.infof("health %s through an SSH forward: passed=%t after %d attempt(s) %s", h.URL, h.Passed, h.Attempts, h.Error)
-		gpu.Passed = gpu.Passed && h.Passed
-	}
 
 	local := e.canary.Local
 	switch {
@@ -299,7 +279,7 @@ func (e *Engine) gpuCanary(ctx context.Context, c *remote.Client, inst provider.
 	case !local.Passed:
 		e.canary.Comparison = CanaryBothFailed
 	default:
-		if d := Delta(local.Result, gpu.Result, cc.IgnoreFields); len(d) > 0 {
+		if d := e.compareResults(local.Result, gpu.Result); len(d) > 0 {
 			e.canary.Comparison, e.canary.Delta = CanaryOutputDelta, d
 		} else {
 			e.canary.Comparison = CanaryMatch

@@ -262,6 +262,7 @@ func Summary(r *Receipt) string {
 		parts = append(parts, fmt.Sprintf("%s %.1fs", k, r.Timings[k]))
 	}
 	fmt.Fprintf(&b, "| timings | %s |\n", strings.Join(parts, ", "))
+	b.WriteString(canarySummary(r.Canary))
 	return b.String()
 }
 

@@ -1,0 +1,45 @@
+package run
+
+import (
+	"sort"
+	"strings"
+)
+
+// localEnv is the local side's whole environment: what the GPU side gets
+// (env:, declared secrets, VASTRUN_*), plus PATH and HOME so that tools
+// are found, plus extra. Nothing else from this shell reaches the local
+// run, so a variable set only here cannot make the two sides differ.
+func (e *Engine) localEnv(extra map[string]string) (map[string]string, error) {
+	env, err := e.testEnv()
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"PATH", "HOME"} {
+		if _, set := env[k]; !set {
+			if v := e.Getenv(k); v != "" {
+				env[k] = v
+			}
+		}
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env, nil
+}
+
+// containerEnvFlags passes the same names into a local container; docker
+// and podman take each value from their own environment, which is
+// localEnv's.
+func (e *Engine) containerEnvFlags() string {
+	var b strings.Builder
+	env, _ := e.testEnv()
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(" -e " + k)
+	}
+	return b.String()
+}

@@ -1,0 +1,262 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/canary"
+	"github.com/vastrun/vastrun/internal/remote"
+)
+
+// remoteHost runs the server smoke contract on the instance itself: the
+// server is started over SSH, probed through SSH dials to the instance's
+// own loopback, and stopped through its pid file.
+type remoteHost struct{ c *remote.Client }
+
+func (h remoteHost) Run(ctx context.Context, script string, env map[string]string, log io.Writer) (int, error) {
+	err := h.c.Run(ctx, remote.Command{Script: script, Env: env, Stdout: log, Stderr: log})
+	var ee *remote.ExitError
+	if errors.As(err, &ee) {
+		return ee.Code, nil
+	}
+	if err != nil {
+		return -1, err
+	}
+	return 0, nil
+}
+
+// serverPidFile is where the started server's shell writes its pid; the
+// shell execs the command, so the pid (and its process group) is the
+// server's.
+const serverPidFile = ".vastrun/canary-server.pid"
+
+func (h remoteHost) Start(ctx context.Context, script string, env map[string]string, log io.Writer) (canary.Process, error) {
+	full := "mkdir -p .vastrun && echo $$ > " + serverPidFile + " && exec /bin/sh -c " + remote.ShellQuote(script)
+	p := &remoteProc{c: h.c, done: make(chan struct{}), code: -1}
+	sctx, cancel := context.WithCancel(ctx)
+	p.cancel = cancel
+	go func() {
+		defer close(p.done)
+		code, err := h.Run(sctx, full, env, log)
+		if err == nil {
+			p.code = code
+		}
+	}()
+	return p, nil
+}
+
+func (h remoteHost) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return h.c.Dial(ctx, network, addr)
+}
+
+type remoteProc struct {
+	c      *remote.Client
+	cancel context.CancelFunc
+	done   chan struct{}
+	code   int
+}
+
+func (p *remoteProc) Done() <-chan struct{} { return p.done }
+func (p *remoteProc) ExitCode() int         { return p.code }
+func (p *remoteProc) Terminate(ctx context.Context) error {
+	return p.signal(ctx, "TERM")
+}
+
+// Kill signals the server's group, then ends the session, which also
+// makes remote.Client kill what it started.
+func (p *remoteProc) Kill(ctx context.Context) error {
+	err := p.signal(ctx, "KILL")
+	p.cancel()
+	return err
+}
+
+func (p *remoteProc) signal(ctx context.Context, sig string) error {
+	script := `p=$(cat ` + serverPidFile + ` 2>/dev/null); [ -n "$p" ] || exit 0; kill -` + sig + ` -- -"$p" 2>/dev/null; pkill -` + sig + ` -P "$p" 2>/dev/null; kill -` + sig + ` "$p" 2>/dev/null; true`
+	_, err := p.c.Output(ctx, script)
+	if err != nil {
+		return fmt.Errorf("send SIG%s to the canary server on the instance: %w", sig, err)
+	}
+	return nil
+}
+
+// serverSpec is the server smoke contract of the config, for one side.
+func (e *Engine) serverSpec(env map[string]string, log, probeLog io.Writer) canary.Server {
+	cc := e.Config.Canary
+	return canary.Server{
+		Command:   cc.Smoke,
+		Env:       env,
+		HealthURL: canary.HealthURL(cc.HealthURL, cc.Ports),
+		Ports:     cc.Ports,
+		Request:   cc.Request,
+		Ready:     cc.HealthTimeout.Duration(),
+		Grace:     cc.Timeouts.Stop.Duration(),
+		Clock:     e.Clock,
+		Log:       log,
+		ProbeLog:  probeLog,
+	}
+}
+
+// evidenceLog opens a redacted evidence log, also streamed to the terminal.
+func (e *Engine) evidenceLog(name string) (io.Writer, func(), error) {
+	f, err := os.Create(filepath.Join(e.EvidenceDir, name))
+	if err != nil {
+		return nil, nil, err
+	}
+	var sink io.Writer = f
+	if e.Stream != nil {
+		sink = io.MultiWriter(f, e.Stream)
+	}
+	w := e.Redactor.Writer(sink)
+	return w, func() { w.Close(); f.Close() }, nil
+}
+
+// serverOutcome turns a server smoke report into the smoke outcome.
+func (e *Engine) serverOutcome(where string, rep *canary.ServerReport, result map[string]any, log string) SmokeOutcome {
+	out := SmokeOutcome{Where: where, Result: result, Log: log, Server: rep}
+	if rep.Request != nil {
+		out.ExitCode = rep.Request.ExitCode
+	}
+	for _, f := range e.Config.Canary.ExpectFields {
+		if _, ok := lookup(out.Result, f); !ok {
+			out.MissingFields = append(out.MissingFields, f)
+		}
+	}
+	out.Passed = rep.Passed && len(out.MissingFields) == 0
+	return out
+}
+
+// localTimeout is canary.timeouts.unit or .smoke, or the default.
+func localTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return defaultLocalStep
+	}
+	return d
+}
+
+const defaultLocalStep = 10 * time.Minute
+
+// errStepTimeout ends a local step that ran past its canary.timeouts bound.
+var errStepTimeout = errors.New("the local step ran past its timeout")
+
+// withClockTimeout is context.WithTimeout on the engine's clock, so that a
+// test's clock decides when a local step is too long.
+func (e *Engine) withClockTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-e.Clock.After(d):
+			cancel(errStepTimeout)
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+func timedOut(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errStepTimeout) }
+
+// localServerSmoke runs the server smoke contract on this machine.
+func (e *Engine) localServerSmoke(ctx context.Context, extra map[string]string, resultPath string, allowFailure bool) error {
+	cc := e.Config.Canary
+	env, err := e.localEnv(extra)
+	if err != nil {
+		return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", ErrLocalFailed, err)}
+	}
+	log, closeLog, err := e.evidenceLog("local-smoke.log")
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	probe, closeProbe, err := e.evidenceLog("local-request.log")
+	if err != nil {
+		return err
+	}
+	defer closeProbe()
+	limit := localTimeout(cc.Timeouts.Smoke.Duration())
+	e.canary.LocalNote = "the server smoke ran directly on this host in CPU mode"
+	e.infof("local server smoke (host-cpu): %s", cc.Smoke)
+	sctx, cancel := e.withClockTimeout(ctx, limit)
+	rep, result := canary.RunServer(sctx, canary.Local{Dir: e.RepoDir}, e.serverSpec(env, log, probe), cc.ExpectExit)
+	late := timedOut(sctx)
+	cancel()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if result == nil && (!cc.Request.IsSet() || cc.Request.Command != "") {
+		if b, err := os.ReadFile(resultPath); err == nil {
+			json.Unmarshal(e.Redactor.JSON(b), &result)
+		}
+	}
+	out := e.serverOutcome("host-cpu", rep, result, "local-smoke.log")
+	if late {
+		out.Passed, out.TimedOut = false, true
+		rep.Error = fmt.Sprintf("the smoke ran past canary.timeouts.smoke %s and was stopped", limit)
+	}
+	e.canary.Local = out
+	e.infof("local server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
+	if !out.Passed && !allowFailure {
+		why := rep.Error
+		if why == "" && len(out.MissingFields) > 0 {
+			why = fmt.Sprintf("missing fields %v", out.MissingFields)
+		}
+		if why == "" && rep.Request != nil {
+			why = fmt.Sprintf("request failed: exit %d, status %d %s", rep.Request.ExitCode, rep.Request.Status, rep.Request.Error)
+		}
+		return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: server smoke: %s", ErrLocalFailed, why)}
+	}
+	return nil
+}
+
+// gpuServerSmoke runs the same contract on the instance itself, under
+// timeouts.job.
+func (e *Engine) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[string]string) (SmokeOutcome, error) {
+	log, closeLog, err := e.evidenceLog("test.log")
+	if err != nil {
+		return SmokeOutcome{}, err
+	}
+	defer closeLog()
+	probe, closeProbe, err := e.evidenceLog("gpu-request.log")
+	if err != nil {
+		return SmokeOutcome{}, err
+	}
+	defer closeProbe()
+	if err := e.record("intent", stepWork, map[string]any{"command": e.Config.Canary.Smoke, "server": true}); err != nil {
+		return SmokeOutcome{}, &StepError{Step: stepWork, Err: err}
+	}
+	// $VASTRUN_RESULT is absolute on the instance, as for a plain smoke.
+	prefix := `VASTRUN_RESULT="$PWD/` + ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; `
+	spec := e.serverSpec(env, log, probe)
+	spec.Command = prefix + `rm -f "$VASTRUN_RESULT"; ` + spec.Command
+	if spec.Request.Command != "" {
+		spec.Request.Command = prefix + spec.Request.Command
+	}
+	jctx, cancel := e.withClockTimeout(ctx, e.Config.Timeouts.Job.Duration())
+	rep, result := canary.RunServer(jctx, remoteHost{c}, spec, e.Config.Canary.ExpectExit)
+	late := timedOut(jctx)
+	cancel()
+	if ctx.Err() != nil {
+		return SmokeOutcome{}, ctx.Err()
+	}
+	if late {
+		jerr := e.record("failed", stepWork, map[string]any{"timeout": e.Config.Timeouts.Job.String()})
+		return SmokeOutcome{}, errors.Join(&StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.Config.Timeouts.Job)}, jerr)
+	}
+	if result == nil && (!e.Config.Canary.Request.IsSet() || e.Config.Canary.Request.Command != "") {
+		res := &TestOutcome{}
+		e.fetchResult(c, res)
+		result = res.Result
+	}
+	if err := e.record("done", stepWork, map[string]any{"ready": rep.Ready, "passed": rep.Passed}); err != nil {
+		return SmokeOutcome{}, &StepError{Step: stepWork, Err: err}
+	}
+	out := e.serverOutcome("gpu", rep, result, "test.log")
+	e.canary.Health = &HealthCheck{URL: rep.HealthURL, Status: rep.HealthStatus, Attempts: rep.Attempts, Passed: rep.Ready, Error: rep.Error}
+	e.infof("GPU server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
+	return out, nil
+}
