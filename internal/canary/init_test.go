@@ -34,8 +34,9 @@ func TestInitFromDockerfileAndMakefile(t *testing.T) {
 	if c.Smoke != "python -m app --smoke --out '$VASTRUN_RESULT'" || c.Unit != "make test" || c.HealthURL != "http://localhost:8080/health" {
 		t.Fatalf("%+v", c)
 	}
-	if strings.Join(c.EnvNames, ",") != "HF_HOME,HF_TOKEN,MODEL_DIR" || len(c.Ports) != 2 || c.Ports[0] != 8080 || c.Ports[1] != 9090 {
-		t.Fatalf("env %v ports %v", c.EnvNames, c.Ports)
+	// ENV names are the image's defaults; a credential among them is a secret to pass.
+	if strings.Join(c.EnvNames, ",") != "HF_TOKEN" || strings.Join(p.Secrets, ",") != "HF_TOKEN" || strings.Join(p.ImageDefaults, ",") != "HF_HOME,MODEL_DIR" || len(c.Ports) != 2 || c.Ports[0] != 8080 || c.Ports[1] != 9090 {
+		t.Fatalf("env %v secrets %v defaults %v ports %v", c.EnvNames, p.Secrets, p.ImageDefaults, c.Ports)
 	}
 	// The rendered block is valid config that names no values.
 	var doc struct {
@@ -60,7 +61,7 @@ func TestInitFromComposeAndPackage(t *testing.T) {
 	}
 	c := p.Canary
 	if c.Unit != "npm test" || c.HealthURL != "http://localhost:3000/healthz" || len(c.Ports) != 1 || c.Ports[0] != 3000 ||
-		strings.Join(c.EnvNames, ",") != "API_SECRET,DATABASE_URL" {
+		strings.Join(c.EnvNames, ",") != "API_SECRET,DATABASE_URL" || strings.Join(p.Secrets, ",") != "API_SECRET" || p.Env["DATABASE_URL"] != "postgres://x" {
 		t.Fatalf("%+v", c)
 	}
 }

@@ -6,21 +6,23 @@ import (
 	"strings"
 
 	"github.com/vastrun/vastrun/internal/config"
-	"github.com/vastrun/vastrun/internal/image"
+	imageref "github.com/vastrun/vastrun/internal/image"
+	"github.com/vastrun/vastrun/internal/redact"
 )
 
 // Validate checks a canary contract the way the run will use it, so that a
 // contract validate accepts is one the run accepts: the image is pinned,
 // every name the image needs is in env: (an empty value counts, when it
 // is written there) or is a declared secret, and every declared secret is
-// set in getenv (the run refuses to start otherwise). Variables set only
+// set in getenv, long enough to be masked (the run refuses to start
+// otherwise). Variables set only
 // in this shell count for nothing: neither side of the run sees them.
 func Validate(cfg *config.Config, getenv func(string) string) []string {
 	var problems []string
 	if !cfg.IsCanary() {
 		problems = append(problems, "canary.smoke is empty")
 	}
-	if err := image.CheckPinned(cfg.Image); err != nil {
+	if err := imageref.CheckPinned(cfg.Image); err != nil {
 		problems = append(problems, err.Error())
 	}
 	for _, name := range cfg.Canary.EnvNames {
@@ -30,8 +32,11 @@ func Validate(cfg *config.Config, getenv func(string) string) []string {
 	}
 	var unset []string
 	for _, name := range cfg.Secrets {
-		if getenv(name) == "" {
+		switch v := getenv(name); {
+		case v == "":
 			unset = append(unset, name)
+		case len(v) < redact.MinSecretLen:
+			problems = append(problems, fmt.Sprintf("secret %s is %d bytes: the run refuses secrets under %d bytes (too short to mask)", name, len(v), redact.MinSecretLen))
 		}
 	}
 	if len(unset) > 0 {

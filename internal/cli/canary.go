@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/vastrun/vastrun/internal/canary"
 	"github.com/vastrun/vastrun/internal/ci"
@@ -88,11 +89,16 @@ func newCmdCanaryInit(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Propose a canary: section from the repository's Dockerfile, compose file and test targets",
-		Long: `Read the Dockerfile (ENTRYPOINT, CMD, EXPOSE, ENV, HEALTHCHECK), a compose
-file, and Makefile/package test targets, and propose a canary: section: smoke
-command, expected exit code, ports, health URL and the environment variable
-NAMES the image needs (never their values). Prints it, or with --write adds it
-to vastrun.yaml (which must not have a canary: section yet).`,
+		Long: `Read the repository and propose a contract: the compose file (GPU variants such
+as compose.cuda.yaml first: image, build target, ports, environment, env_file,
+healthcheck), the served stage of the Dockerfile (Dockerfile.gpu first:
+ENTRYPOINT, CMD, EXPOSE, HEALTHCHECK, COPY), .env/sample.env files, the CI
+workflow step that runs the tests (and its env and secrets), Python settings
+read from the environment, and the repository's test runner (Taskfile,
+Makefile, nox, poetry, uv, npm, go). Image ENV names are defaults, not inputs;
+names that look like credentials become secrets: (names only, never values).
+Prints the proposal, or with --write adds it to vastrun.yaml (which must not
+have a canary: section yet; keys it already has are added as comments).`,
 		Example: "  vastrun canary init\n  vastrun canary init --write",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -100,27 +106,34 @@ to vastrun.yaml (which must not have a canary: section yet).`,
 			if err != nil {
 				return &UsageError{Err: err}
 			}
-			block := p.YAML()
 			if !write {
-				fmt.Fprint(f.IO.Out, block)
+				fmt.Fprint(f.IO.Out, p.YAML())
 				return nil
 			}
 			existing, err := os.ReadFile(file)
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
-			if strings.Contains("\n"+string(existing), "\ncanary:") {
+			have, err := topLevelKeys(existing)
+			if err != nil {
+				return &UsageError{Err: fmt.Errorf("%s: %w", file, err), Hint: "fix the file, or run without --write to see the proposal"}
+			}
+			if have["canary"] {
 				return &UsageError{Err: fmt.Errorf("%s already has a canary: section", file), Hint: "edit it, or run without --write to see the proposal"}
 			}
 			text := string(existing)
 			if text == "" {
-				// An unpinned placeholder: validate refuses it until a real
-				// image is pinned.
-				text = "# Replace with your image, pinned by digest (vastrun canary --resolve pins a tag).\nimage: REPLACE-ME/your-image:tag\ngpu:\n  max_dph: 0.50\nbudget:\n  max_spend: 1.00\n"
+				text = "gpu:\n  max_dph: 0.50\nbudget:\n  max_spend: 1.00\n"
+				if p.Image == "" {
+					// An unpinned placeholder: validate refuses it until a
+					// real image is pinned.
+					text = "# Replace with your image, pinned by digest (vastrun canary --resolve pins a tag).\nimage: REPLACE-ME/your-image:tag\n" + text
+				}
 			}
 			if !strings.HasSuffix(text, "\n") {
 				text += "\n"
 			}
+			block := p.Render(have)
 			if err := os.WriteFile(file, []byte(text+"\n"+block), 0o644); err != nil {
 				return err
 			}
@@ -155,4 +168,17 @@ func newCmdCanaryValidate(f *Factory) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "vastrun.yaml", "config file")
 	return cmd
+}
+
+// topLevelKeys lists the top-level keys of a YAML config (none when empty).
+func topLevelKeys(b []byte) (map[string]bool, error) {
+	have := map[string]bool{}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return nil, err
+	}
+	for k := range doc {
+		have[k] = true
+	}
+	return have, nil
 }

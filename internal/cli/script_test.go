@@ -42,6 +42,12 @@ func TestScripts(t *testing.T) {
 			e.Setenv("VAST_API_KEY", "")
 			e.Setenv("VAST_URL", "http://127.0.0.1:1")
 			e.Setenv("GITHUB_ACTIONS", "")
+			// The hand-made fixture repositories canary init is tried on.
+			repos, err := filepath.Abs("../../testdata/canary-repos")
+			if err != nil {
+				return err
+			}
+			e.Setenv("CANARY_REPOS", repos)
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},

@@ -1,0 +1,5 @@
+from app import webservice
+
+
+def test_defaults():
+    assert webservice.ASR_MODEL

@@ -1,0 +1,1 @@
+print("would fetch weights")

@@ -1,0 +1,2 @@
+def test_nothing_needs_a_network():
+    assert True
