@@ -30,7 +30,15 @@ plus nvidia-smi and canary.cuda_check. The image must be pinned by digest
 (--resolve pins a tag through the registry); if the instance runs other bytes,
 the outcome is remote_bytes_differ. Outcomes: match, gpu_only_failure (with
 driver, CUDA, image and command evidence kept), local_only_failure,
-output_delta (field-level diff of the JSON results), both_failed.`,
+output_delta (field-level diff of the JSON results), both_failed.
+
+With canary.ports or canary.health_url set, the smoke is a server: it is
+started in the background, waited for (ports accept, health_url answers 2xx,
+within canary.health_timeout), probed with canary.request, then stopped
+(SIGTERM, then SIGKILL after canary.timeouts.stop), the same way locally and
+on the instance. Local steps are bounded by canary.timeouts.unit and .smoke
+and get only env:, secrets:, VASTRUN_* and PATH/HOME. Results compare with
+canary.compare.tolerance and canary.compare.ignore (docs/config.md).`,
 		Example: `  vastrun canary init            # propose a canary: section from the repo
   vastrun canary validate
   vastrun canary --sim --yes -f examples/canary/vastrun.yaml

@@ -106,7 +106,10 @@ type Engine struct {
 	// variables) given to the agent and the workload, and masked everywhere.
 	StorageEnv map[string]string
 	Simulated  bool
-	Workflow   string
+	// SimInstance says where a simulated instance's commands ran (see
+	// sim.InstanceRuntime); it goes into every receipt of a simulated run.
+	SimInstance string
+	Workflow    string
 	// AcceptConfigChange lets a resumed run go on with a configuration that
 	// differs from its frozen manifest (the change is journaled).
 	AcceptConfigChange bool

@@ -49,6 +49,7 @@ type Receipt struct {
 	Outcome        string             `json:"outcome"`
 	Error          string             `json:"error,omitempty"`
 	Simulated      bool               `json:"simulated"`
+	SimInstance    string             `json:"sim_instance,omitempty"`
 	CI             ReceiptCI          `json:"ci"`
 	Commit         string             `json:"commit"`
 	Image          string             `json:"image"`
@@ -166,7 +167,7 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 	st := e.state
 	r := &Receipt{
 		Schema: ReceiptSchema, Workflow: e.Workflow, RunID: st.RunID, Label: st.Label, Outcome: outcome,
-		Simulated: e.Simulated, Commit: e.manifest.Commit, Image: e.Config.Image, ManifestSHA256: st.ManifestHash,
+		Simulated: e.Simulated, SimInstance: e.SimInstance, Commit: e.manifest.Commit, Image: e.Config.Image, ManifestSHA256: st.ManifestHash,
 		Attempts: st.Attempts, Test: e.test, Verify: e.verifyRep, Train: e.train, Canary: e.canary, Timings: e.timings, Cost: e.cost,
 		StartedAt: st.Started, FinishedAt: e.now().UTC(), EvidenceDir: e.EvidenceDir,
 		CI: ReceiptCI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},
@@ -228,6 +229,9 @@ func Summary(r *Receipt) string {
 	fmt.Fprintf(&b, "## vastrun %s: %s %s\n\n", r.Workflow, icon, r.Outcome)
 	if r.Simulated {
 		b.WriteString("> Simulated run: nothing was rented or billed for real.\n\n")
+		if r.SimInstance != "" {
+			fmt.Fprintf(&b, "> Note: %s.\n\n", r.SimInstance)
+		}
 	}
 	if r.SimTime != nil {
 		fmt.Fprintf(&b, "> The simulator ran at %g× speed: timings are wall-clock; simulated ones are under sim_time.\n\n", r.SimTime.Speed)
