@@ -9,7 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -173,7 +173,7 @@ func RunServer(ctx context.Context, h Host, s Server, expectExit int) (rep *Serv
 		}
 		rr.Passed = err == nil && code == expectExit
 	} else {
-		result = sendRequest(ctx, client, rq, rr, probeLog)
+		result = sendRequest(ctx, client, expandRequest(rq, s.Env), rr, probeLog)
 	}
 	select {
 	case <-proc.Done():
@@ -218,6 +218,27 @@ func probeReady(ctx context.Context, h Host, client *http.Client, s Server, rep 
 	return "", true
 }
 
+// expandRequest fills ${NAME} in the request's URL, headers and body from
+// the smoke's environment (an API key among the secrets, say), the same on
+// both sides. Only names of that environment expand, others stay as
+// written; what is logged and kept is redacted like every sink.
+func expandRequest(rq config.CanaryRequest, env map[string]string) config.CanaryRequest {
+	get := func(k string) string {
+		if v, ok := env[k]; ok {
+			return v
+		}
+		return "${" + k + "}"
+	}
+	out := rq
+	out.URL = os.Expand(rq.URL, get)
+	out.Body = os.Expand(rq.Body, get)
+	out.Headers = map[string]string{}
+	for k, v := range rq.Headers {
+		out.Headers[k] = os.Expand(v, get)
+	}
+	return out
+}
+
 // sendRequest sends the HTTP probe; its JSON object answer is the result.
 func sendRequest(ctx context.Context, client *http.Client, rq config.CanaryRequest, rr *RequestReport, log io.Writer) map[string]any {
 	rr.Method = strings.ToUpper(rq.Method)
@@ -227,7 +248,7 @@ func sendRequest(ctx context.Context, client *http.Client, rq config.CanaryReque
 			rr.Method = http.MethodPost
 		}
 	}
-	rr.URL = rq.URL
+	rr.URL = rq.URL // expanded: the receipt is redacted, so a secret in it is masked
 	want := rq.ExpectStatus
 	if want == 0 {
 		want = http.StatusOK
@@ -327,10 +348,4 @@ func lastBytes(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
-}
-
-// ValidateURL reports whether raw is an absolute http(s) URL.
-func validURL(raw string) bool {
-	u, err := url.Parse(raw)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }

@@ -209,3 +209,21 @@ func TestLocalHostStopsTheGroupAndPassesOnlyTheGivenEnv(t *testing.T) {
 		t.Fatalf("stopped %q code %d", rep.Stopped, p.ExitCode())
 	}
 }
+
+func TestRequestExpandsTheSmokeEnvironment(t *testing.T) {
+	var got string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Get("Authorization") + " " + r.URL.Query().Get("m")
+		w.WriteHeader(200)
+	}))
+	t.Cleanup(srv.Close)
+	h := &fakeHost{target: srv.Listener.Addr().String()}
+	rep, _ := RunServer(context.Background(), h, Server{
+		Command: "serve", Ports: []int{1}, Env: map[string]string{"API_KEY": "k-123", "MODEL": "tiny"},
+		Request: config.CanaryRequest{URL: "http://localhost:1/x?m=${MODEL}", Headers: map[string]string{"Authorization": "Bearer ${API_KEY} ${UNSET}"}},
+		Clock:   autoClock(),
+	}, 0)
+	if !rep.Passed || got != "Bearer k-123 ${UNSET} tiny" {
+		t.Fatalf("passed %v, server saw %q", rep.Passed, got)
+	}
+}
