@@ -116,6 +116,16 @@ func TestInitStagesAndVariants(t *testing.T) {
 	}
 }
 
+func TestInitImageFromCI(t *testing.T) {
+	dir := repo(t, map[string]string{"Dockerfile": "FROM a\nCMD [\"srv\"]\n"})
+	os.MkdirAll(filepath.Join(dir, ".github", "workflows"), 0o755)
+	os.WriteFile(filepath.Join(dir, ".github", "workflows", "release.yml"), []byte("jobs:\n  push:\n    steps:\n      - uses: docker/build-push-action@v6\n        with:\n          tags: ${{ env.X }}\n      - uses: docker/build-push-action@v6\n        with:\n          tags: ghcr.io/example/srv:latest\n"), 0o644)
+	p, err := Init(dir)
+	if err != nil || p.Image != "ghcr.io/example/srv:latest" || !contains(p.Sources, ".github/workflows/release.yml") {
+		t.Fatalf("image %q sources %v err %v", p.Image, p.Sources, err)
+	}
+}
+
 func TestInitNeverPanicsOnOddDockerfiles(t *testing.T) {
 	for _, df := range []string{"ENV", "ENV \n", "ENV =\n", "FROM\n", "FROM a AS\n", "HEALTHCHECK\n", "HEALTHCHECK CMD\n", "COPY\n", "EXPOSE x/y 99999\n", "\\\n", "CMD [\n", "FROM a AS b\nFROM b AS a\nCMD x\n"} {
 		if _, err := Init(repo(t, map[string]string{"Dockerfile": df})); err != nil {

@@ -181,6 +181,12 @@ func Init(dir string) (Proposal, error) {
 			secrets[s] = true
 		}
 	}
+	if p.Image == "" {
+		if img, f := ciImage(dir); img != "" {
+			p.Image = img
+			source(f)
+		}
+	}
 	// Settings read from the environment.
 	optional, pySecrets, pySources := pyEnv(dir)
 	for _, s := range pySecrets {

@@ -47,7 +47,7 @@ func (p Proposal) Render(have map[string]bool) string {
 		b.Write(out)
 	}
 	if p.Image != "" {
-		top("image", p.Image, "From the compose file: pin it by digest (vastrun canary --resolve pins a tag).")
+		top("image", p.Image, "From the compose file or CI workflow: pin it by digest (vastrun canary --resolve pins a tag).")
 	}
 	if len(p.Upload) > 0 {
 		top("upload", p.Upload, "What the smoke needs on the instance (the GPU side sees nothing else).")

@@ -475,3 +475,23 @@ func noxfile(dir string) (string, bool) {
 	}
 	return "", false
 }
+
+// ciImage is the first image a workflow names (a build-push step's tags:,
+// a metadata step's images:, a job's image:), from a registry host, with
+// no ${{ }} in it.
+var ciImageRE = regexp.MustCompile(`(?m)^\s*-?\s*(?:tags|images|image):\s*["']?([a-z0-9.-]+\.[a-z]{2,}(?::\d+)?/[A-Za-z0-9._/-]+(?::[A-Za-z0-9._-]+)?)`)
+
+func ciImage(dir string) (image, file string) {
+	paths, _ := filepath.Glob(filepath.Join(dir, ".github", "workflows", "*.y*ml"))
+	sort.Strings(paths)
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		if m := ciImageRE.FindStringSubmatch(string(b)); m != nil {
+			return m[1], filepath.ToSlash(mustRel(dir, p))
+		}
+	}
+	return "", ""
+}
