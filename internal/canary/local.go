@@ -18,7 +18,9 @@ type Local struct {
 	Dir string
 }
 
-// Run implements [Host]. When ctx ends, the whole process group is killed.
+// Run implements [Host]. When ctx ends, the whole process group is killed;
+// so is whatever the command left running in the background when it
+// ends: nothing a local step starts outlives it.
 func (l Local) Run(ctx context.Context, script string, env map[string]string, log io.Writer) (int, error) {
 	p, err := l.Start(ctx, script, env, log)
 	if err != nil {
@@ -26,6 +28,7 @@ func (l Local) Run(ctx context.Context, script string, env map[string]string, lo
 	}
 	select {
 	case <-p.Done():
+		p.(*localProc).killGroup()
 		return p.ExitCode(), nil
 	case <-ctx.Done():
 		p.Kill(ctx)
@@ -84,6 +87,12 @@ func (p *localProc) Terminate(context.Context) error {
 	return p.signal(syscall.SIGTERM)
 }
 func (p *localProc) Kill(context.Context) error { return p.signal(syscall.SIGKILL) }
+
+// killGroup kills what is left of the process group once its leader has
+// exited (background children).
+func (p *localProc) killGroup() {
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+}
 
 func (p *localProc) signal(sig syscall.Signal) error {
 	select {

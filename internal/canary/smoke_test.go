@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -226,4 +229,40 @@ func TestRequestExpandsTheSmokeEnvironment(t *testing.T) {
 	if !rep.Passed || got != "Bearer k-123 ${UNSET} tiny" {
 		t.Fatalf("passed %v, server saw %q", rep.Passed, got)
 	}
+}
+
+func TestLocalRunLeavesNothingBehind(t *testing.T) {
+	dir := t.TempDir()
+	code, err := Local{Dir: dir}.Run(context.Background(), `sleep 1000 >/dev/null 2>&1 & echo $! > child.pid`, map[string]string{"PATH": "/usr/bin:/bin"}, nil)
+	if err != nil || code != 0 {
+		t.Fatal(code, err)
+	}
+	pid, _ := os.ReadFile(filepath.Join(dir, "child.pid"))
+	if !killed(strings.TrimSpace(string(pid))) {
+		t.Fatal("the background child was left running")
+	}
+}
+
+// killed reports whether pid is gone, a zombie, or has SIGKILL pending
+// (delivered, not yet acted on): no wait, so no timing.
+func killed(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return true
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
+				return true
+			}
+		case "ShdPnd", "SigPnd":
+			if n, err := strconv.ParseUint(v, 16, 64); err == nil && n&(1<<(9-1)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
