@@ -130,7 +130,7 @@ func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 			tag := "vastrun-canary:" + e.state.RunID
 			e.infof("building the image locally with %s", eng)
 			bctx, cancel := e.withClockTimeout(ctx, localTimeout(cc.Timeouts.Smoke.Duration()))
-			code, err := e.localRun(bctx, eng+" build -t "+tag+" .", "build.log", nil)
+			code, err := e.localRun(bctx, eng+" build -t "+tag+" .", "build.log", e.engineEnv(nil))
 			cancel()
 			if err != nil || code != 0 {
 				return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: %s build exited %d", ErrLocalFailed, eng, code)}
@@ -138,6 +138,7 @@ func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 			dir := filepath.Dir(resultPath)
 			script = fmt.Sprintf("%s run --rm%s -e VASTRUN_DEVICE=cpu -e VASTRUN_RESULT=/vastrun/local-result.json -v %s:/vastrun %s sh -c %s",
 				eng, e.containerEnvFlags(), remote.ShellQuote(dir), tag, remote.ShellQuote(cc.Smoke))
+			env = e.engineEnv(env)
 		} else {
 			e.canary.LocalNote = "the repository has no Dockerfile: the smoke command ran directly on this host in CPU mode"
 			e.infof("%s", e.canary.LocalNote)

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"os"
 	"sort"
 	"strings"
 )
@@ -42,4 +43,24 @@ func (e *Engine) containerEnvFlags() string {
 		b.WriteString(" -e " + k)
 	}
 	return b.String()
+}
+
+// engineEnv is what docker or podman themselves need from this shell
+// (their configuration, runtime directory, registry auth), for the local
+// image build and run. The smoke inside the container still sees only
+// the names containerEnvFlags passes.
+func (e *Engine) engineEnv(extra map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "CONTAINERS_") || strings.HasPrefix(k, "DOCKER_") || strings.HasPrefix(k, "BUILDAH_") || strings.HasPrefix(k, "XDG_") || k == "REGISTRY_AUTH_FILE" || k == "TMPDIR" {
+			if v := e.Getenv(k); v != "" {
+				out[k] = v
+			}
+		}
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
 }
