@@ -86,7 +86,7 @@ type Canary struct {
 	EnvNames     []string `yaml:"env_names"` // environment the image needs (names only)
 
 	// HealthTimeout bounds how long health_url may take to answer 2xx on
-	// the instance, reached through an SSH forward (default 1m).
+	// the machine running the server, during the server smoke (default 1m).
 	HealthTimeout Duration `yaml:"health_timeout"`
 
 	// With health_url or ports set, the smoke is a server: it is started in

@@ -58,7 +58,7 @@ type CanaryReport struct {
 	LocalNote  string        `json:"local_note,omitempty"`
 	GPU        *SmokeOutcome `json:"gpu,omitempty"`
 	CUDA       *CUDACheck    `json:"cuda,omitempty"`
-	Health     *HealthCheck  `json:"health,omitempty"` // canary.health_url through an SSH forward
+	Health     *HealthCheck  `json:"health,omitempty"` // canary.health_url, probed on the instance
 	Comparison string        `json:"comparison,omitempty"`
 	Delta      []FieldDelta  `json:"delta,omitempty"`
 	// FailureEvidence names the file with driver, CUDA, image and command
