@@ -64,6 +64,7 @@ type Config struct {
 	Verify      Verify            `yaml:"verify"`
 	Train       Train             `yaml:"train"`
 	Canary      Canary            `yaml:"canary"`
+	Evidence    Evidence          `yaml:"evidence"`
 
 	// Workdir (e.g. ".") sends the repository's files git keeps (tracked,
 	// plus untracked ones .gitignore does not exclude) with the upload:
@@ -88,6 +89,19 @@ type Canary struct {
 	// HealthTimeout bounds how long health_url may take to answer 2xx on
 	// the instance, reached through an SSH forward (default 1m).
 	HealthTimeout Duration `yaml:"health_timeout"`
+
+	// ImageSource is what `vastrun publish` / `canary --publish` pushes: an
+	// OCI layout directory, a docker/podman save tarball, or the name of an
+	// image in the local container engine.
+	ImageSource string `yaml:"image_source"`
+}
+
+// Evidence configures where a run's evidence goes besides EvidenceDir.
+type Evidence struct {
+	// URI (s3://bucket/prefix or file:///path; ${VAR} and ${PWD} expanded
+	// from vastrun's environment) receives the evidence directory under
+	// <uri>/<run id>/ at the end of every run, whatever its outcome.
+	URI string `yaml:"uri"`
 }
 
 // ImageLogin names the credentials of a private registry. The file holds
@@ -368,6 +382,9 @@ func (c *Config) validate(valueErrs []string) error {
 		if l.Registry != "" && c.Image != "" && ImageRegistry(c.Image) != l.Registry {
 			errs = append(errs, fmt.Sprintf("image_login.registry %q is not the image's registry %q", l.Registry, ImageRegistry(c.Image)))
 		}
+	}
+	if u := c.Evidence.URI; u != "" && !strings.HasPrefix(u, "s3://") && !strings.HasPrefix(u, "file://") {
+		errs = append(errs, fmt.Sprintf("evidence.uri %q must be s3://bucket/prefix or file:///absolute/path", u))
 	}
 	for _, s := range c.Secrets {
 		if !envName.MatchString(s) {
