@@ -183,12 +183,11 @@ func TestPublishRefusals(t *testing.T) {
 	if _, err := publish.Publish(ctx, o); !errors.Is(err, publish.ErrDirty) {
 		t.Fatalf("dirty tree: %v, want ErrDirty", err)
 	}
-	if r, _ := name.ParseReference(repo + ":" + head); r != nil {
-		if _, err := remote.Head(r); err == nil {
-			t.Fatal("a refused publish pushed the commit tag anyway")
-		}
+	tagRef, err := name.ParseReference(repo + ":" + head)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if false {
+	if _, err := remote.Head(tagRef); err == nil {
 		t.Fatal("a refused publish pushed the commit tag anyway")
 	}
 	o.AllowDirty = true
@@ -286,7 +285,9 @@ func TestPublishFromEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := publish.Options{Source: "localhost/app:dev", Repo: registrytest.Host(srv) + "/acme/app", RepoDir: repoDir, Keychain: anonymous, TempDir: work,
-		Engine: func(context.Context) (*container.Engine, error) { return &container.Engine{Name: "podman", Path: script}, nil }}
+		Engine: func(context.Context) (*container.Engine, error) {
+			return &container.Engine{Name: "podman", Path: script}, nil
+		}}
 	res, err := publish.Publish(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
