@@ -45,7 +45,8 @@ func TestScripts(t *testing.T) {
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout},
+		Condition: scriptCondition,
+		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "s3": cmdS3},
 	})
 }
 
