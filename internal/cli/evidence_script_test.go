@@ -73,11 +73,40 @@ func cmdS3(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// scriptCondition answers the scenarios' custom conditions: [s3] (see cmdS3).
+// scriptCondition answers the scenarios' custom conditions:
+//
+//	[s3]      a real S3 server is there, or required (see cmdS3)
+//	[podman]  VASTRUN_TEST_PODMAN=required (.ci/run sets it once Podman
+//	          has run a container; else it prints why Podman cannot run)
 func scriptCondition(cond string) (bool, error) {
 	switch cond {
 	case "s3":
 		return os.Getenv("VASTRUN_TEST_S3_ENDPOINT") != "" || os.Getenv("VASTRUN_TEST_S3_REQUIRED") != "", nil
+	case "podman":
+		return os.Getenv("VASTRUN_TEST_PODMAN") == "required", nil
 	}
 	return false, fmt.Errorf("unknown condition %q", cond)
+}
+
+// cmdRepoCopy copies files or directories of this repository into the
+// script's work directory, at the same relative path: repocopy PATH...
+func cmdRepoCopy(ts *testscript.TestScript, neg bool, args []string) {
+	for _, rel := range args {
+		src := filepath.Join("..", "..", filepath.FromSlash(rel)) // the test runs in internal/cli
+		ts.Check(filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+			if err != nil || fi.IsDir() {
+				return err
+			}
+			r, _ := filepath.Rel(src, p)
+			dst := filepath.Join(ts.MkAbs(rel), r)
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return err
+			}
+			return os.WriteFile(dst, b, fi.Mode().Perm())
+		}))
+	}
 }

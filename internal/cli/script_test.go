@@ -42,11 +42,13 @@ func TestScripts(t *testing.T) {
 			e.Setenv("VAST_API_KEY", "")
 			e.Setenv("VAST_URL", "http://127.0.0.1:1")
 			e.Setenv("GITHUB_ACTIONS", "")
+			// The host's docker/podman stays out unless a scenario asks.
+			e.Setenv("VASTRUN_CONTAINER_ENGINE", "none")
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},
 		Condition: scriptCondition,
-		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "s3": cmdS3},
+		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "s3": cmdS3, "repocopy": cmdRepoCopy},
 	})
 }
 

@@ -94,6 +94,10 @@ type Canary struct {
 	// OCI layout directory, a docker/podman save tarball, or the name of an
 	// image in the local container engine.
 	ImageSource string `yaml:"image_source"`
+	// Containerfile builds the local smoke's container (path in the
+	// repository; the build context is the repository). Default:
+	// Containerfile, else Dockerfile, at the repository's root.
+	Containerfile string `yaml:"containerfile"`
 }
 
 // Evidence configures where a run's evidence goes besides EvidenceDir.

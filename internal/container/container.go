@@ -151,7 +151,8 @@ type RunSpec struct {
 // Environment values are passed through the engine's environment
 // (`-e NAME` without a value), so they never appear in its argv.
 func (e *Engine) Run(ctx context.Context, spec RunSpec, w io.Writer) (int, error) {
-	args := []string{"run", "--rm"}
+	// The image is always local (built or loaded here): never pull.
+	args := []string{"run", "--rm", "--pull=never"}
 	if spec.Network != "" {
 		args = append(args, "--network", spec.Network)
 	}

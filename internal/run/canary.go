@@ -85,18 +85,6 @@ func (e *Engine) RunCanary(ctx context.Context, allowLocalFailure bool) (*Receip
 	})
 }
 
-// containerEngine finds a working docker or podman.
-func containerEngine() string {
-	for _, name := range []string{"docker", "podman"} {
-		if _, err := exec.LookPath(name); err == nil {
-			if exec.Command(name, "info").Run() == nil {
-				return name
-			}
-		}
-	}
-	return ""
-}
-
 func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 	cc := e.Config.Canary
 	if cc.Unit != "" {
@@ -112,27 +100,31 @@ func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 	resultPath, _ := filepath.Abs(filepath.Join(e.EvidenceDir, "local-result.json"))
 	env := map[string]string{"VASTRUN_DEVICE": "cpu", "VASTRUN_RESULT": resultPath}
 	where := "host-cpu"
-	script := cc.Smoke
-	if eng := containerEngine(); eng != "" {
-		if _, err := os.Stat(filepath.Join(e.RepoDir, "Dockerfile")); err == nil {
-			where = eng
-			tag := "vastrun-canary:" + e.state.RunID
-			e.infof("building the image locally with %s", eng)
-			if code, err := e.localRun(ctx, eng+" build -t "+tag+" .", "build.log", nil); err != nil || code != 0 {
-				return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: %s build exited %d", ErrLocalFailed, eng, code)}
+	// The container path (canarycontainer.go): the engine, the build file,
+	// or the note saying why the smoke runs on the host.
+	eng, file, note, err := e.localContainer(ctx)
+	if err != nil {
+		return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: err}
+	}
+	var code int
+	if eng != nil {
+		where = eng.Name
+		e.infof("local smoke (%s, CPU mode): %s", where, cc.Smoke)
+		if code, err = e.containerSmoke(ctx, eng, file, resultPath, env); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			dir := filepath.Dir(resultPath)
-			script = fmt.Sprintf("%s run --rm -e VASTRUN_DEVICE=cpu -e VASTRUN_RESULT=/vastrun/local-result.json -v %s:/vastrun %s sh -c %s",
-				eng, remote.ShellQuote(dir), tag, remote.ShellQuote(cc.Smoke))
+			e.canary.Local = SmokeOutcome{Where: where, ExitCode: code, Log: "local-smoke.log"}
+			return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: err}
 		}
 	} else {
-		e.canary.LocalNote = "no container engine (docker or podman) is available: the smoke command ran directly on this host in CPU mode"
-		e.infof("%s", e.canary.LocalNote)
-	}
-	e.infof("local smoke (%s): %s", where, cc.Smoke)
-	code, err := e.localRun(ctx, script, "local-smoke.log", env)
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
+		e.canary.LocalNote = note
+		e.infof("%s", note)
+		e.infof("local smoke (%s): %s", where, cc.Smoke)
+		code, err = e.localRun(ctx, cc.Smoke, "local-smoke.log", env)
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
 	out := e.judgeSmoke(where, code, resultPath, "local-smoke.log")
 	e.canary.Local = out
