@@ -343,3 +343,39 @@ func TestRepoOf(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishFromPodman publishes an image held by a real Podman (saved
+// with `podman save`), then has Podman pull it back by the pinned digest
+// from the registry: the bytes go both ways over the real OCI protocol.
+// It runs with VASTRUN_TEST_PODMAN=required (.ci/run sets it once Podman
+// has run a container); otherwise it is skipped, NOT RUN.
+func TestPublishFromPodman(t *testing.T) {
+	if mode := os.Getenv("VASTRUN_TEST_PODMAN"); mode != "required" {
+		t.Skipf("NOT RUN: VASTRUN_TEST_PODMAN=%q, not required", mode)
+	}
+	local := "localhost/vastrun-publish-test:base"
+	if out, err := exec.Command("../../scripts/container-base.sh", local).CombinedOutput(); err != nil {
+		t.Fatalf("base image: %v: %s", err, out)
+	}
+	srv := registrytest.Start(registrytest.Options{})
+	defer srv.Close()
+	repoDir, head := gitRepo(t)
+	repo := registrytest.Host(srv) + "/acme/from-podman"
+	res, err := publish.Publish(context.Background(), publish.Options{Source: local, Repo: repo, RepoDir: repoDir, Keychain: anonymous, TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SourceKind != "engine:podman" || res.Tag != repo+":"+head {
+		t.Fatalf("result %+v", res)
+	}
+	out, err := exec.Command("podman", "pull", "--quiet", "--tls-verify=false", res.Pinned).CombinedOutput()
+	if err != nil {
+		t.Fatalf("podman pull %s: %v: %s", res.Pinned, err, out)
+	}
+	// The local image keeps its own digest; the pulled reference is
+	// recorded among its repo digests.
+	digests, err := exec.Command("podman", "image", "inspect", "--format", "{{.RepoDigests}}", res.Pinned).Output()
+	if err != nil || !strings.Contains(string(digests), res.Pinned) {
+		t.Fatalf("podman's repo digests %q (%v) lack %s", digests, err, res.Pinned)
+	}
+}
