@@ -109,7 +109,6 @@ func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 	var code int
 	if eng != nil {
 		where = eng.Name
-		e.infof("local smoke (%s, CPU mode): %s", where, cc.Smoke)
 		if code, err = e.containerSmoke(ctx, eng, file, resultPath, env); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -62,6 +62,7 @@ func (e *Engine) containerSmoke(ctx context.Context, eng *container.Engine, file
 	if err := e.logTo(ctx, "build.log", func(w io.Writer) error { return eng.Build(ctx, e.RepoDir, file, tag, w) }); err != nil {
 		return -1, fmt.Errorf("%w: %s build: %w (see build.log)", ErrContainer, eng.Name, err)
 	}
+	e.infof("local smoke (%s, CPU mode): %s", eng.Name, e.Config.Canary.Smoke)
 	cenv := map[string]string{}
 	for k, v := range e.Config.Env { // the same contract locally and on the GPU
 		cenv[k] = v
