@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"strings"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/spf13/cobra"
 
 	"github.com/vastrun/vastrun/internal/config"
@@ -95,10 +98,20 @@ func runPublish(ctx context.Context, f *Factory, o *PublishOptions, cfg *config.
 		return nil, err
 	}
 	po := publish.Options{Source: src, Repo: repo, RepoDir: wd, AllowDirty: o.AllowDirty, Insecure: o.Insecure}
-	if l := cfg.ImageLogin; l.IsSet() {
-		token := f.Getenv(l.TokenEnv)
+	if l := cfg.ImageLogin; l.IsSet() && config.ImageRegistry(repo) == l.Registry {
+		user, token := f.Getenv(l.UserEnv), f.Getenv(l.TokenEnv)
 		f.IO.Redactor().Add(token) // before anything could print it
-		po.Login = &image.Login{Registry: l.Registry, User: f.Getenv(l.UserEnv), Token: token}
+		var missing []string
+		for _, kv := range [][2]string{{l.UserEnv, user}, {l.TokenEnv, token}} {
+			if kv[1] == "" {
+				missing = append(missing, kv[0])
+			}
+		}
+		if len(missing) > 0 {
+			return nil, &UsageError{Err: fmt.Errorf("image_login for %s: %s not set in the environment", l.Registry, strings.Join(missing, " and ")),
+				Hint: "export the variables image_login names (their values never go in vastrun.yaml or on the command line)"}
+		}
+		po.Login = &image.Login{Registry: l.Registry, User: user, Token: token}
 	}
 	f.IO.Infof("publishing %s to %s", src, repo)
 	res, err := publish.Publish(ctx, po)
@@ -127,6 +140,10 @@ func publishErr(err error) error {
 		return &UsageError{Err: err, Hint: "run from the git repository the image was built from, with a commit"}
 	case errors.Is(err, publish.ErrSource):
 		return &UsageError{Err: err, Hint: "set canary.image_source or pass --source: an OCI layout directory, a 'docker save'/'podman save' tarball, or a local image name"}
+	}
+	var te *transport.Error
+	if errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden) {
+		return &hintedError{err: err, hint: "the registry refused the credentials: set the variables image_login names, or 'docker login' (the docker config and its credential helpers are read)"}
 	}
 	// A digest mismatch (publish.ErrDigestMismatch) keeps its own message:
 	// nothing is pinned and nothing is rented.

@@ -12,13 +12,19 @@ import (
 //
 //	registry start                 sets $REGISTRY to its host:port
 //	registry start wrong-digest    one that answers a wrong digest for tags
+//	registry start auth USER PASS  one that requires basic auth
 func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 || args[0] != "start" {
-		ts.Fatalf("usage: registry start [wrong-digest]")
+		ts.Fatalf("usage: registry start [wrong-digest | auth USER PASS]")
 	}
 	var o registrytest.Options
-	if len(args) > 1 && args[1] == "wrong-digest" {
+	switch {
+	case len(args) == 2 && args[1] == "wrong-digest":
 		o.WrongDigest = "sha256:" + strings.Repeat("ab", 32)
+	case len(args) == 4 && args[1] == "auth":
+		o.User, o.Password = args[2], args[3]
+	case len(args) != 1:
+		ts.Fatalf("usage: registry start [wrong-digest | auth USER PASS]")
 	}
 	srv := registrytest.Start(o)
 	ts.Defer(srv.Close)

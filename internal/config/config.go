@@ -390,6 +390,9 @@ func (c *Config) validate(valueErrs []string) error {
 	if u := c.Evidence.URI; u != "" && !strings.HasPrefix(u, "s3://") && !strings.HasPrefix(u, "file://") {
 		errs = append(errs, fmt.Sprintf("evidence.uri %q must be s3://bucket/prefix or file:///absolute/path", u))
 	}
+	if f := filepath.ToSlash(filepath.Clean(c.Canary.Containerfile)); c.Canary.Containerfile != "" && (filepath.IsAbs(c.Canary.Containerfile) || f == ".." || strings.HasPrefix(f, "../")) {
+		errs = append(errs, fmt.Sprintf("canary.containerfile %q must be a path inside the repository (the build context)", c.Canary.Containerfile))
+	}
 	for _, s := range c.Secrets {
 		if !envName.MatchString(s) {
 			errs = append(errs, fmt.Sprintf("secrets entry %q must be an environment variable name (letters, digits, _)", s))

@@ -111,6 +111,21 @@ func (e *Engine) evidenceURI() string {
 	return runScoped(u, e.state.RunID)
 }
 
+// checkEvidenceURI refuses, before renting, an evidence.uri that cannot name
+// a store (whether it is reachable is only known at the end: a failed
+// upload is reported then, never blocking the run).
+func (e *Engine) checkEvidenceURI() error {
+	u := e.evidenceBase()
+	if u == "" {
+		return nil
+	}
+	// Opening parses the URI (file: an absolute directory, created here).
+	if _, err := storage.Open(u, storage.Options{Getenv: e.Getenv}); err != nil {
+		return fmt.Errorf("evidence.uri: %w", err)
+	}
+	return nil
+}
+
 // uploadEvidence copies the evidence directory (but the receipt files) and
 // its manifest; finish then records e.evidenceUp in the receipt.
 func (e *Engine) uploadEvidence(ctx context.Context) error {

@@ -130,6 +130,9 @@ func (e *Engine) prepare(ctx context.Context) error {
 	if err := e.checkWorkdir(ctx); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
+	if err := e.checkEvidenceURI(); err != nil { // evidence.go
+		return &StepError{Step: stepFreeze, Err: err}
+	}
 	if err := e.freeze(ctx); err != nil {
 		return err
 	}
