@@ -264,6 +264,22 @@ func TestPublishAuth(t *testing.T) {
 	if _, err := publish.Publish(ctx, o); err != nil {
 		t.Fatalf("with the docker config: %v", err)
 	}
+
+	// A credential helper named by the docker config (credHelpers): the
+	// secret comes from the helper's stdout, never from argv.
+	binDir := t.TempDir()
+	helper := "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread server\n[ \"$server\" = \"" + host + "\" ] || { echo \"credentials not found in native keychain\"; exit 1; }\n" +
+		"printf '{\"ServerURL\":\"%s\",\"Username\":\"ci\",\"Secret\":\"s3cret-token\"}' \"$server\"\n"
+	if err := os.WriteFile(filepath.Join(binDir, "docker-credential-vastrun-test"), []byte(helper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", binDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if err := os.WriteFile(filepath.Join(cfgDir, "config.json"), []byte(`{"credHelpers":{"`+host+`":"vastrun-test"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publish.Publish(ctx, o); err != nil {
+		t.Fatalf("with a credential helper: %v", err)
+	}
 }
 
 // A fake engine: `podman save -o DEST --format docker-archive IMAGE`
