@@ -18,7 +18,8 @@ import (
 // NewCmdCanary builds `vastrun canary` and its init/validate subcommands.
 func NewCmdCanary(f *Factory) *cobra.Command {
 	o := &WorkflowOptions{}
-	var resolve, insecure, allowLocal bool
+	var resolve, insecure, allowLocal, doPublish bool
+	po := &PublishOptions{}
 	cmd := &cobra.Command{
 		Use:   "canary",
 		Short: "Prove the smoke contract locally, then on the smallest GPU, and compare",
@@ -53,7 +54,12 @@ canary.compare.tolerance and canary.compare.ignore (docs/config.md).`,
 			if !cfg.IsCanary() {
 				return &UsageError{Err: fmt.Errorf("%s has no canary.smoke", o.ConfigPath), Hint: "run 'vastrun canary init' to propose one"}
 			}
-			if resolve && !image.IsPinned(cfg.Image) {
+			if doPublish { // push the bytes built here and pin the run to them
+				po.ConfigPath, po.Insecure = o.ConfigPath, insecure
+				if _, err := runPublish(ctx, f, po, cfg); err != nil {
+					return err
+				}
+			} else if resolve && !image.IsPinned(cfg.Image) {
 				ro := image.Options{Insecure: insecure}
 				if l := cfg.ImageLogin; l.IsSet() { // the credentials Vast will pull with
 					ro.Login = &image.Login{Registry: l.Registry, User: f.Getenv(l.UserEnv), Token: f.Getenv(l.TokenEnv)}
@@ -86,6 +92,9 @@ canary.compare.tolerance and canary.compare.ignore (docs/config.md).`,
 	o.addFlags(cmd, true)
 	cmd.Flags().BoolVar(&resolve, "resolve", false, "pin a tagged image to its digest through the registry (auth from the docker config)")
 	cmd.Flags().BoolVar(&insecure, "insecure-registry", false, "with --resolve: allow a plain-HTTP registry")
+	cmd.Flags().BoolVar(&doPublish, "publish", false, "first publish canary.image_source under <repo>:<git sha> and pin the run to its digest (see 'vastrun publish')")
+	po.addFlags(cmd, "publish-")
+	cmd.MarkFlagsMutuallyExclusive("publish", "resolve")
 	cmd.Flags().BoolVar(&allowLocal, "allow-local-failure", false, "rent even when the local smoke fails, to compare (outcome local_only_failure or both_failed)")
 	cmd.AddCommand(newCmdCanaryInit(f), newCmdCanaryValidate(f))
 	return cmd

@@ -28,6 +28,7 @@ const (
 	ExitUnavailable = 8   // the marketplace API could not be reached or kept failing
 	ExitBudget      = 9   // the run would exceed, or exceeded, budget.max_spend
 	ExitProvision   = 10  // the rental never became a verified, reachable instance (it was destroyed)
+	ExitEvidence    = 11  // the run itself passed, but its evidence could not be copied to evidence.uri
 	ExitInterrupted = 130 // SIGINT/SIGTERM
 )
 
@@ -53,6 +54,12 @@ func exitCode(err error) int {
 	var cleanup *run.CleanupError
 	var testFailed *run.TestFailedError
 	var step *run.StepError
+	if rest, ok := withoutEvidenceErr(err); ok { // the run's own class first
+		if rest == nil {
+			return ExitEvidence
+		}
+		return exitCode(rest)
+	}
 	switch {
 	case err == nil:
 		return ExitOK
@@ -138,4 +145,28 @@ func hints(err error) []string {
 		return []string{"check the network and VAST_URL; vastrun already retried with backoff"}
 	}
 	return nil
+}
+
+// withoutEvidenceErr splits failed evidence uploads off err (the engine
+// joins them to the run's error); ok reports whether there were any.
+func withoutEvidenceErr(err error) (rest error, ok bool) {
+	if _, isEv := err.(*run.EvidenceUploadError); isEv {
+		return nil, true
+	}
+	j, isJoin := err.(interface{ Unwrap() []error })
+	if !isJoin {
+		return err, false
+	}
+	var kept []error
+	for _, e := range j.Unwrap() {
+		if _, isEv := e.(*run.EvidenceUploadError); isEv {
+			ok = true
+			continue
+		}
+		kept = append(kept, e)
+	}
+	if !ok {
+		return err, false
+	}
+	return errors.Join(kept...), true
 }

@@ -48,10 +48,13 @@ func TestScripts(t *testing.T) {
 				return err
 			}
 			e.Setenv("CANARY_REPOS", repos)
+			// The host's docker/podman stays out unless a scenario asks.
+			e.Setenv("VASTRUN_CONTAINER_ENGINE", "none")
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile},
+		Condition: scriptCondition,
+		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "s3": cmdS3, "repocopy": cmdRepoCopy},
 	})
 }
 

@@ -64,6 +64,7 @@ type Config struct {
 	Verify      Verify            `yaml:"verify"`
 	Train       Train             `yaml:"train"`
 	Canary      Canary            `yaml:"canary"`
+	Evidence    Evidence          `yaml:"evidence"`
 
 	// Workdir (e.g. ".") sends the repository's files git keeps (tracked,
 	// plus untracked ones .gitignore does not exclude) with the upload:
@@ -94,6 +95,14 @@ type Canary struct {
 	Request  CanaryRequest  `yaml:"request"`
 	Timeouts CanaryTimeouts `yaml:"timeouts"`
 	Compare  CanaryCompare  `yaml:"compare"`
+	// ImageSource is what `vastrun publish` / `canary --publish` pushes: an
+	// OCI layout directory, a docker/podman save tarball, or the name of an
+	// image in the local container engine.
+	ImageSource string `yaml:"image_source"`
+	// Containerfile builds the local smoke's container (path in the
+	// repository; the build context is the repository). Default:
+	// Containerfile, else Dockerfile, at the repository's root.
+	Containerfile string `yaml:"containerfile"`
 }
 
 // IsServer reports whether the smoke is a server to start, probe and stop.
@@ -125,6 +134,14 @@ type CanaryTimeouts struct {
 type CanaryCompare struct {
 	Tolerance float64  `yaml:"tolerance"` // numbers within this absolute or relative difference are equal
 	Ignore    []string `yaml:"ignore"`    // dotted fields (and all under them) not compared
+}
+
+// Evidence configures where a run's evidence goes besides EvidenceDir.
+type Evidence struct {
+	// URI (s3://bucket/prefix or file:///path; ${VAR} and ${PWD} expanded
+	// from vastrun's environment) receives the evidence directory under
+	// <uri>/<run id>/ at the end of every run, whatever its outcome.
+	URI string `yaml:"uri"`
 }
 
 // ImageLogin names the credentials of a private registry. The file holds
@@ -405,6 +422,12 @@ func (c *Config) validate(valueErrs []string) error {
 		if l.Registry != "" && c.Image != "" && ImageRegistry(c.Image) != l.Registry {
 			errs = append(errs, fmt.Sprintf("image_login.registry %q is not the image's registry %q", l.Registry, ImageRegistry(c.Image)))
 		}
+	}
+	if u := c.Evidence.URI; u != "" && !strings.HasPrefix(u, "s3://") && !strings.HasPrefix(u, "file://") {
+		errs = append(errs, fmt.Sprintf("evidence.uri %q must be s3://bucket/prefix or file:///absolute/path", u))
+	}
+	if f := filepath.ToSlash(filepath.Clean(c.Canary.Containerfile)); c.Canary.Containerfile != "" && (filepath.IsAbs(c.Canary.Containerfile) || f == ".." || strings.HasPrefix(f, "../")) {
+		errs = append(errs, fmt.Sprintf("canary.containerfile %q must be a path inside the repository (the build context)", c.Canary.Containerfile))
 	}
 	for _, s := range c.Secrets {
 		if !envName.MatchString(s) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -83,18 +82,6 @@ func (e *Engine) RunCanary(ctx context.Context, allowLocalFailure bool) (*Receip
 	})
 }
 
-// containerEngine finds a working docker or podman.
-func containerEngine() string {
-	for _, name := range []string{"docker", "podman"} {
-		if _, err := exec.LookPath(name); err == nil {
-			if exec.Command(name, "info").Run() == nil {
-				return name
-			}
-		}
-	}
-	return ""
-}
-
 func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 	cc := e.Config.Canary
 	if cc.Unit != "" {
@@ -123,38 +110,33 @@ func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
 		return e.localServerSmoke(ctx, env, resultPath, allowFailure)
 	}
 	where := "host-cpu"
-	script := cc.Smoke
-	if eng := containerEngine(); eng != "" {
-		if _, err := os.Stat(filepath.Join(e.RepoDir, "Dockerfile")); err == nil {
-			where = eng
-			tag := "vastrun-canary:" + e.state.RunID
-			e.infof("building the image locally with %s", eng)
-			bctx, cancel := e.withClockTimeout(ctx, localTimeout(cc.Timeouts.Smoke.Duration()))
-			code, err := e.localRun(bctx, eng+" build -t "+tag+" .", "build.log", e.engineEnv(nil))
-			cancel()
-			if err != nil || code != 0 {
-				return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: %s build exited %d", ErrLocalFailed, eng, code)}
-			}
-			dir := filepath.Dir(resultPath)
-			script = fmt.Sprintf("%s run --rm%s -e VASTRUN_DEVICE=cpu -e VASTRUN_RESULT=/vastrun/local-result.json -v %s:/vastrun %s sh -c %s",
-				eng, e.containerEnvFlags(), remote.ShellQuote(dir), tag, remote.ShellQuote(cc.Smoke))
-			env = e.engineEnv(env)
-		} else {
-			e.canary.LocalNote = "the repository has no Dockerfile: the smoke command ran directly on this host in CPU mode"
-			e.infof("%s", e.canary.LocalNote)
-		}
-	} else {
-		e.canary.LocalNote = "no container engine (docker or podman) is available: the smoke command ran directly on this host in CPU mode"
-		e.infof("%s", e.canary.LocalNote)
+	// The container path (canarycontainer.go): the engine, the build file,
+	// or the note saying why the smoke runs on the host. Build and run are
+	// bounded together by canary.timeouts.smoke.
+	eng, file, note, err := e.localContainer(ctx)
+	if err != nil {
+		return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: err}
 	}
-	e.infof("local smoke (%s): %s", where, cc.Smoke)
 	limit := localTimeout(cc.Timeouts.Smoke.Duration())
 	sctx, cancel := e.withClockTimeout(ctx, limit)
-	code, err := e.localRun(sctx, script, "local-smoke.log", env)
+	var code int
+	if eng != nil {
+		where = eng.Name
+		code, err = e.containerSmoke(sctx, eng, file, resultPath, env)
+	} else {
+		e.canary.LocalNote = note
+		e.infof("%s", note)
+		e.infof("local smoke (%s): %s", where, cc.Smoke)
+		code, err = e.localRun(sctx, cc.Smoke, "local-smoke.log", env)
+	}
 	late := timedOut(sctx)
 	cancel()
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if err != nil && eng != nil && !late {
+		e.canary.Local = SmokeOutcome{Where: where, ExitCode: code, Log: "local-smoke.log"}
+		return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: err}
 	}
 	out := e.judgeSmoke(where, code, resultPath, "local-smoke.log")
 	if late {

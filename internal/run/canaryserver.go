@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/vastrun/vastrun/internal/clock"
 	"io"
 	"net"
 	"os"
@@ -146,8 +147,13 @@ const defaultLocalStep = 10 * time.Minute
 var errStepTimeout = errors.New("the local step ran past its timeout")
 
 // withClockTimeout is context.WithTimeout on the engine's clock, so that a
-// test's clock decides when a local step is too long.
+// test's clock decides when a local step is too long. A local step runs in
+// real time even when the simulator's clock is scaled (--sim), so there
+// the bound is stretched by the scale: canary.timeouts mean wall seconds.
 func (e *Engine) withClockTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if sc, ok := e.Clock.(*clock.Scaled); ok && sc.Factor > 1 {
+		d = time.Duration(float64(d) * sc.Factor)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {

@@ -139,6 +139,7 @@ type Engine struct {
 	unjournaled []journal.Record
 	// beforeRent runs at the end of prepare (the canary's local contract).
 	beforeRent func(ctx context.Context) error
+	evidenceUp *EvidenceUpload // the copy at evidence.uri (evidence.go)
 }
 
 func (e *Engine) mark(phase string) {
@@ -373,7 +374,7 @@ func (e *Engine) spec(ctx context.Context) Manifest {
 		Commit: gitCommit(ctx, e.RepoDir, e.CI.Commit), CIRun: e.CI.RunURL, Image: c.Image, Test: c.Test,
 		Upload: c.Upload, Policy: c.Policy(), MaxSpendUSD: c.Budget.MaxSpend,
 		ReadyDeadline: c.Timeouts.Ready.String(), JobTimeout: c.Timeouts.Job.String(), TeardownLimit: c.Timeouts.Teardown.String(),
-		EvidenceDir: e.EvidenceDir, EnvNames: sortedCopy(env), SecretNames: sortedCopy(c.Secrets), CreatedAt: e.now().UTC(),
+		EvidenceDir: e.EvidenceDir, EvidenceURI: e.evidenceBase(), EnvNames: sortedCopy(env), SecretNames: sortedCopy(c.Secrets), CreatedAt: e.now().UTC(),
 	}
 	if e.Workflow == "train" {
 		t := c.Train

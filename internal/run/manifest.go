@@ -38,6 +38,7 @@ type Manifest struct {
 	JobTimeout    string        `json:"job_timeout"`
 	TeardownLimit string        `json:"teardown_limit"`
 	EvidenceDir   string        `json:"evidence_dir"`
+	EvidenceURI   string        `json:"evidence_uri,omitempty"` // expanded; the run's copy is under <uri>/<run id>/
 	EnvNames      []string      `json:"env_names,omitempty"`
 	SecretNames   []string      `json:"secret_names,omitempty"`
 	Train         *TrainSpec    `json:"train,omitempty"`

@@ -65,6 +65,7 @@ type Receipt struct {
 	StartedAt      time.Time          `json:"started_at"`
 	FinishedAt     time.Time          `json:"finished_at"`
 	EvidenceDir    string             `json:"evidence_dir"`
+	EvidenceUpload *EvidenceUpload    `json:"evidence_upload,omitempty"` // evidence.uri's copy (evidence.go)
 	// SimTime is set when the simulator ran scaled: the receipt's own times
 	// and timings are wall-clock, these are the simulated ones.
 	SimTime *SimTime `json:"sim_time,omitempty"`
@@ -169,7 +170,7 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 		Schema: ReceiptSchema, Workflow: e.Workflow, RunID: st.RunID, Label: st.Label, Outcome: outcome,
 		Simulated: e.Simulated, SimInstance: e.SimInstance, Commit: e.manifest.Commit, Image: e.Config.Image, ManifestSHA256: st.ManifestHash,
 		Attempts: st.Attempts, Test: e.test, Verify: e.verifyRep, Train: e.train, Canary: e.canary, Timings: e.timings, Cost: e.cost,
-		StartedAt: st.Started, FinishedAt: e.now().UTC(), EvidenceDir: e.EvidenceDir,
+		StartedAt: st.Started, FinishedAt: e.now().UTC(), EvidenceDir: e.EvidenceDir, EvidenceUpload: e.evidenceUp,
 		CI: ReceiptCI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},
 	}
 	if r.Attempts == nil {

@@ -130,6 +130,9 @@ func (e *Engine) prepare(ctx context.Context) error {
 	if err := e.checkWorkdir(ctx); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
+	if err := e.checkEvidenceURI(); err != nil { // evidence.go
+		return &StepError{Step: stepFreeze, Err: err}
+	}
 	if err := e.freeze(ctx); err != nil {
 		return err
 	}
@@ -283,7 +286,11 @@ func (e *Engine) settle(ctx context.Context, recovered any, client *remote.Clien
 	if e.train != nil {
 		e.fillTrainReport(ctx)
 	}
-	return e.finish(ctx, outcome, err), err
+	// After teardown, whatever the outcome: a failed upload joins err
+	// without changing the outcome (evidence.go).
+	evErr := e.uploadEvidence(ctx)
+	r := e.finish(ctx, outcome, err)
+	return r, withEvidenceErr(err, evErr, e.uploadReceipt(ctx))
 }
 
 // Exec runs script on the run's current instance (opened with Open).
@@ -322,5 +329,7 @@ func (e *Engine) ExecInstance(ctx context.Context, id provider.InstanceID, scrip
 // Down tears the run down and records the outcome.
 func (e *Engine) Down(ctx context.Context) (*Receipt, error) {
 	err := e.Teardown(ctx)
-	return e.finish(ctx, OutcomeDown, err), err
+	evErr := e.uploadEvidence(ctx)
+	r := e.finish(ctx, OutcomeDown, err)
+	return r, withEvidenceErr(err, evErr, e.uploadReceipt(ctx))
 }

@@ -1,0 +1,123 @@
+// Package registrytest serves a real OCI distribution registry
+// (go-containerregistry's pkg/registry) on 127.0.0.1 for tests, with
+// optional basic auth and a fault that answers a wrong digest for tags, and
+// builds small images in the test (no engine needed).
+package registrytest
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Options shape the registry.
+type Options struct {
+	User, Password string // when set, every request needs basic auth
+	// WrongDigest makes HEAD and GET of a manifest by tag answer this
+	// digest in Docker-Content-Digest: a registry that rewrote the bytes.
+	WrongDigest string
+}
+
+// Start serves a registry; Host is "127.0.0.1:PORT". Close it when done.
+func Start(o Options) *httptest.Server {
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	h := http.Handler(reg)
+	if o.WrongDigest != "" {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if (r.Method == http.MethodHead || r.Method == http.MethodGet) && isTagManifest(r.URL.Path) {
+				inner.ServeHTTP(&digestRewriter{ResponseWriter: w, digest: o.WrongDigest}, r)
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
+	if o.User != "" {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			u, p, ok := r.BasicAuth()
+			if !ok || u != o.User || p != o.Password {
+				w.Header().Set("WWW-Authenticate", `Basic realm="registrytest"`)
+				http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
+	}
+	return httptest.NewServer(h) // httptest listens on 127.0.0.1
+}
+
+func isTagManifest(path string) bool {
+	i := strings.LastIndex(path, "/manifests/")
+	return i >= 0 && !strings.HasPrefix(path[i+len("/manifests/"):], "sha256:")
+}
+
+type digestRewriter struct {
+	http.ResponseWriter
+	digest string
+}
+
+func (d *digestRewriter) WriteHeader(code int) {
+	if code == http.StatusOK {
+		d.Header().Set("Docker-Content-Digest", d.digest)
+	}
+	d.ResponseWriter.WriteHeader(code)
+}
+
+// Host is the registry address of a server from Start.
+func Host(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+
+// Image builds a one-layer image holding files (path → content), with cmd
+// as its command.
+func Image(files map[string]string, cmd ...string) (v1.Image, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for p, c := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: p, Mode: 0o755, Size: int64(len(c)), Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write([]byte(c)); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	b := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config.Cmd = cmd
+	return mutate.ConfigFile(img, cf)
+}
+
+// WriteLayout writes img as an OCI image layout in dir.
+func WriteLayout(dir string, img v1.Image) error {
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	return p.AppendImage(img)
+}
