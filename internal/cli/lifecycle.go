@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/team"
 )
 
 // WorkflowOptions are the flags shared by ci, up, exec and down.
@@ -29,6 +31,10 @@ type WorkflowOptions struct {
 	AllowPRTarget       bool
 	RunID               string
 	allowMissingConfigs bool
+	// Team state (team.go).
+	State     string
+	WaitLease time.Duration
+	team      *team.Controller
 }
 
 func (o *WorkflowOptions) addFlags(cmd *cobra.Command, withConfig bool) {
@@ -41,6 +47,7 @@ func (o *WorkflowOptions) addFlags(cmd *cobra.Command, withConfig bool) {
 	fl.BoolVarP(&o.Yes, "yes", "y", false, "approve renting/destroying without a prompt")
 	fl.StringVar(&o.EvidenceDir, "evidence-dir", "", "where to write evidence (default ./vastrun-evidence/RUN)")
 	fl.StringVar(&o.StateDir, "state-dir", "", "where run journals live (default: state_dir in the config, else .vastrun)")
+	o.addTeamFlags(cmd)
 }
 
 func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
@@ -107,6 +114,9 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Redactor: red, Approve: approver(f.IO, o.Yes), Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
+	}
+	if err := attachTeam(ctx, f, o, cfg, e); err != nil {
+		return nil, err
 	}
 	return e, nil
 }

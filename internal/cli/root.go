@@ -28,6 +28,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // Run executes one command line with the given factory. Tests call it
 // directly; it never calls os.Exit.
 func Run(ctx context.Context, f *Factory, args []string) int {
+	ctx, f.stopRun = context.WithCancel(ctx) // a lost team lease stops the command (team.go)
+	defer f.stopRun()
 	defer f.Close()
 	root := NewRootCmd(f)
 	root.SetArgs(args)

@@ -70,6 +70,18 @@ type Config struct {
 	// extras, as one compressed archive of at most WorkdirMaxMB.
 	Workdir      string  `yaml:"workdir"`
 	WorkdirMaxMB float64 `yaml:"workdir_max_mb"`
+
+	// State is where run state is authoritative: "local" (state_dir, the
+	// default) or s3://bucket/prefix, shared by a team (docs/teams.md).
+	State string `yaml:"state"`
+	Team  Team   `yaml:"team"`
+}
+
+// Team tunes team state on S3 (docs/teams.md).
+type Team struct {
+	// LeaseTTL is how long a run's lease lives unless renewed (default
+	// 30s; renewed every third of it).
+	LeaseTTL Duration `yaml:"lease_ttl"`
 }
 
 // Canary configures `vastrun canary`: the same smoke contract run locally
@@ -339,6 +351,12 @@ func (c *Config) validate(valueErrs []string) error {
 		if c.Train.HeartbeatTTL.Duration() < 2*c.Train.Poll.Duration() {
 			errs = append(errs, "train.heartbeat_ttl must be at least twice train.poll, or a slow poll would look like a dead controller")
 		}
+	}
+	if st := c.State; st != "" && st != "local" && (!strings.HasPrefix(st, "s3://") || len(strings.TrimPrefix(st, "s3://")) == 0) {
+		errs = append(errs, fmt.Sprintf("state %q must be local or s3://bucket/prefix (a team bucket; see docs/teams.md)", st))
+	}
+	if t := c.Team.LeaseTTL.Duration(); t != 0 && (t < 3*time.Second || t > time.Hour) {
+		errs = append(errs, fmt.Sprintf("team.lease_ttl %s must be from 3s to 1h", t))
 	}
 	if c.Budget.MaxSpend == 0 && !containsPrefix(valueErrs, "budget.max_spend") {
 		errs = append(errs, "budget.max_spend is required: the most this run may cost, in $")
