@@ -154,6 +154,14 @@ func (l *RunLog) Append(ctx context.Context, typ, step string, data any) (Entry,
 // fenced-off writer: an entry whose generation is lower than one already
 // seen was written by a controller that had lost the run.
 func ReadRunLog(ctx context.Context, b Backend, run string) ([]Entry, error) {
+	return ReadRunLogAfter(ctx, b, run, nil)
+}
+
+// ReadRunLogAfter is ReadRunLog that reuses prev, an earlier result:
+// journal objects never change once created, so only the newer ones are
+// fetched. A controller reads the journal before it takes the lease and
+// only the tail after, which keeps the read under the lease short.
+func ReadRunLogAfter(ctx context.Context, b Backend, run string, prev []Entry) ([]Entry, error) {
 	keys, err := b.List(ctx, journalPrefix(run))
 	if err != nil {
 		return nil, fmt.Errorf("journal of run %s: %w", run, err)
@@ -169,9 +177,15 @@ func ReadRunLog(ctx context.Context, b Backend, run string) ([]Entry, error) {
 		}
 	}
 	sort.Slice(ks, func(i, j int) bool { return ks[i].seq < ks[j].seq })
-	var out []Entry
-	var maxGen int64
+	out := append([]Entry(nil), prev...)
+	var maxGen, last int64
+	for _, e := range prev {
+		maxGen, last = max(maxGen, e.Generation), max(last, e.Seq)
+	}
 	for _, k := range ks {
+		if k.seq <= last {
+			continue
+		}
 		o, _, err := b.Get(ctx, k.key)
 		if err != nil {
 			return nil, fmt.Errorf("journal of run %s: %w", run, err)
