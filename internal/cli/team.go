@@ -88,7 +88,9 @@ func attachTeam(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config
 	ctrl := o.team
 	e.JournalHook = ctrl.Hook
 	e.Market = ctrl.Fence(e.Market)
-	f.onClose(func() { closeTeamRun(f, ctrl, e) })
+	budget := &teamBudget{ctrl: ctrl, limit: cfg.Team.BudgetUSD}
+	e.Approve = budget.approve(e.Approve, e.Clock.Now)
+	f.onClose(func() { closeTeamRun(f, ctrl, e); budget.settle(f, e) })
 	// A lost or fenced lease ends the command: nothing more may be done on
 	// this run here, and whatever is in flight stops at once.
 	go func() {
@@ -100,14 +102,15 @@ func attachTeam(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config
 	return nil
 }
 
-// closeTeamRun releases the lease of a run that reached its outcome with
-// nothing left alive; any other run keeps its lease until it expires, so
-// that `vastrun resume` elsewhere can take it over.
+// closeTeamRun releases the lease of a run that reached an outcome (its
+// journal says what is still alive, so `down` or `resume` may take over
+// at once); a run without one keeps its lease until it expires, so that
+// nobody takes over from a controller that may still be working.
 func closeTeamRun(f *Factory, ctrl *team.Controller, e *run.Engine) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := e.State()
-	release := st != nil && st.Outcome != "" && len(st.Unconfirmed()) == 0
+	release := st != nil && st.Outcome != ""
 	if err := ctrl.Close(ctx, release); err != nil && release {
 		f.IO.Infof("team state: the lease of run %s was not released (%v); it expires by itself", st.RunID, err)
 	}
@@ -146,4 +149,74 @@ func teamRunDir(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config
 	}
 	o.team = ctrl
 	return dir, nil
+}
+
+// teamBudget reserves each approval's worst case in the team ledger
+// before the person (or --yes) approves, and settles the run's charges at
+// the end.
+type teamBudget struct {
+	ctrl   *team.Controller
+	limit  float64
+	period string
+	run    string
+}
+
+func (t *teamBudget) approve(inner func(run.Plan) (bool, error), now func() time.Time) func(run.Plan) (bool, error) {
+	return func(p run.Plan) (bool, error) {
+		l := t.ctrl.Lease()
+		if l == nil {
+			return false, fmt.Errorf("team budget: no lease held")
+		}
+		ask := p.WorstCase
+		if p.CeilingDPH > p.TotalDPH && p.TotalDPH > 0 {
+			ask *= p.CeilingDPH / p.TotalDPH // a replacement offer may cost up to the ceiling
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rec := l.Record()
+		at := now()
+		if err := team.Reserve(ctx, t.ctrl.Backend(), at, rec.Run, rec.Holder.String(), ask, t.limit); err != nil {
+			if errors.Is(err, team.ErrOverBudget) {
+				return false, &run.StepError{Step: "approve", Outcome: run.OutcomeBudget, Err: err}
+			}
+			return false, fmt.Errorf("team budget: %w", err)
+		}
+		t.period, t.run = team.Period(at), rec.Run
+		ok, err := inner(p)
+		if !ok || err != nil {
+			// Declined: the reservation goes back.
+			team.Settle(ctx, t.ctrl.Backend(), t.period, t.run, 0, at)
+		}
+		return ok, err
+	}
+}
+
+// settle records the run's charges in the ledger once every rental of it
+// is destroyed (confirmed) and has its charge; until then (a kept `up`
+// instance bills on) the reservation stands.
+func (t *teamBudget) settle(f *Factory, e *run.Engine) {
+	st := e.State()
+	if st == nil || st.Outcome == "" || len(st.Unconfirmed()) > 0 {
+		return
+	}
+	if t.period == "" {
+		// Approved by an earlier process (up, then down): the run's own
+		// reservation is in the month it started.
+		t.period, t.run = team.Period(st.Started), st.RunID
+	}
+	total := 0.0
+	for _, a := range st.Attempts {
+		if a.InstanceID == 0 {
+			continue
+		}
+		if a.Charged == nil {
+			return
+		}
+		total += *a.Charged
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := team.Settle(ctx, t.ctrl.Backend(), t.period, t.run, total, time.Now()); err != nil {
+		f.IO.Infof("team budget: run %s's spend $%.4f was not settled in the ledger (%v); its reservation stands", t.run, total, err)
+	}
 }

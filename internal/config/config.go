@@ -82,6 +82,9 @@ type Team struct {
 	// LeaseTTL is how long a run's lease lives unless renewed (default
 	// 30s; renewed every third of it).
 	LeaseTTL Duration `yaml:"lease_ttl"`
+	// BudgetUSD is the team's limit per calendar month, used while the
+	// ledger has none of its own (`vastrun budget --set-limit`); 0: none.
+	BudgetUSD float64 `yaml:"budget_usd"`
 }
 
 // Canary configures `vastrun canary`: the same smoke contract run locally
@@ -354,6 +357,9 @@ func (c *Config) validate(valueErrs []string) error {
 	}
 	if st := c.State; st != "" && st != "local" && (!strings.HasPrefix(st, "s3://") || len(strings.TrimPrefix(st, "s3://")) == 0) {
 		errs = append(errs, fmt.Sprintf("state %q must be local or s3://bucket/prefix (a team bucket; see docs/teams.md)", st))
+	}
+	if c.Team.BudgetUSD < 0 {
+		errs = append(errs, "team.budget_usd must not be negative")
 	}
 	if t := c.Team.LeaseTTL.Duration(); t != 0 && (t < 3*time.Second || t > time.Hour) {
 		errs = append(errs, fmt.Sprintf("team.lease_ttl %s must be from 3s to 1h", t))

@@ -78,6 +78,9 @@ func New(o Options) *Controller {
 	return &Controller{o: o, ended: make(chan struct{})}
 }
 
+// Backend is the state backend.
+func (c *Controller) Backend() state.Backend { return c.o.Backend }
+
 // Lease is the held lease, or nil.
 func (c *Controller) Lease() *state.Lease {
 	c.mu.Lock()
