@@ -23,14 +23,19 @@ var scriptBuckets atomic.Int64
 // cmdS3 gives a script a fresh bucket on the real S3 server .ci/run starts
 // (VASTRUN_TEST_S3_ENDPOINT, moto):
 //
-//	s3 bucket          create a bucket; sets $BUCKET, $S3ENDPOINT and the AWS_* variables
+//	s3 bucket                  create a bucket; sets $BUCKET, $S3ENDPOINT and the AWS_* variables
+//	s3 wait-expired PREFIX RUN wait until RUN's lease is expired on the server's clock
 //
 // Scripts start with `[!s3] skip`: without the endpoint the condition is
 // false, unless VASTRUN_TEST_S3_REQUIRED is set, when it is an error: team
 // state is only ever tested on a real server.
 func cmdS3(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 3 && args[0] == "wait-expired" {
+		waitLeaseExpired(ts, args[1], args[2])
+		return
+	}
 	if len(args) != 1 || args[0] != "bucket" {
-		ts.Fatalf("usage: s3 bucket")
+		ts.Fatalf("usage: s3 bucket | s3 wait-expired PREFIX RUN")
 	}
 	ep := os.Getenv("VASTRUN_TEST_S3_ENDPOINT")
 	if ep == "" {
@@ -50,6 +55,18 @@ func cmdS3(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("AWS_ACCESS_KEY_ID", key)
 	ts.Setenv("AWS_SECRET_ACCESS_KEY", secret)
 	ts.Setenv("AWS_DEFAULT_REGION", "us-east-1")
+}
+
+// waitLeaseExpired waits (up to 20 s) until the server's clock says the
+// run's lease in $BUCKET/prefix is expired or released.
+func waitLeaseExpired(ts *testscript.TestScript, prefix, run string) {
+	b, err := state.NewS3(ts.Getenv("BUCKET"), prefix, state.S3Options{Endpoint: ts.Getenv("S3ENDPOINT"),
+		AccessKey: ts.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: ts.Getenv("AWS_SECRET_ACCESS_KEY")})
+	ts.Check(err)
+	waitFor(ts, func() bool {
+		_, live, _, err := state.ReadLease(context.Background(), b, run)
+		return err == nil && !live
+	}, "the lease of run "+run+" to expire")
 }
 
 // scriptCondition answers [s3].
