@@ -205,6 +205,9 @@ Exit codes: 0 passed, 3 test or gate failed, 5 no offer, 6 needs --yes,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if done, err := maybeMatrix(ctx, f, o); done { // gpu.matrix (many.go)
+				return err
+			}
 			e, err := trustedEngine(ctx, f, o)
 			if e == nil || err != nil {
 				return err

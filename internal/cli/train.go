@@ -35,6 +35,11 @@ func trainEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.Engi
 	if err != nil {
 		return nil, err
 	}
+	return trainEngineFor(ctx, f, o, cfg)
+}
+
+// trainEngineFor is trainEngine for a loaded config (sweep children).
+func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config) (*run.Engine, error) {
 	if !cfg.IsTrain() {
 		return nil, &UsageError{Err: fmt.Errorf("%s has no train.command", o.ConfigPath), Hint: "see examples/train/train.yaml and docs/config.md"}
 	}

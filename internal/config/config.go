@@ -169,6 +169,12 @@ type GPU struct {
 	DiskGB          float64   `yaml:"disk_gb"`
 	MaxDPH          float64   `yaml:"max_dph"`
 	MinInetDownMbps float64   `yaml:"min_inet_down_mbps"`
+
+	// Matrix runs `vastrun ci` once per GPU model, in parallel, each its own
+	// run with models: [that one] (docs/teams.md); MatrixPass says whether
+	// all (default) or any must pass.
+	Matrix     []string `yaml:"matrix"`
+	MatrixPass string   `yaml:"matrix_pass"`
 }
 
 // Countries allow or deny two-letter country codes.
@@ -357,6 +363,14 @@ func (c *Config) validate(valueErrs []string) error {
 	}
 	if st := c.State; st != "" && st != "local" && (!strings.HasPrefix(st, "s3://") || len(strings.TrimPrefix(st, "s3://")) == 0) {
 		errs = append(errs, fmt.Sprintf("state %q must be local or s3://bucket/prefix (a team bucket; see docs/teams.md)", st))
+	}
+	if p := c.GPU.MatrixPass; p != "" && p != "all" && p != "any" {
+		errs = append(errs, fmt.Sprintf("gpu.matrix_pass %q must be all or any", p))
+	}
+	for _, m := range c.GPU.Matrix {
+		if strings.TrimSpace(m) == "" {
+			errs = append(errs, "gpu.matrix has an empty model name")
+		}
 	}
 	if c.Team.BudgetUSD < 0 {
 		errs = append(errs, "team.budget_usd must not be negative")
