@@ -73,7 +73,9 @@ const ParallelCreates = 8
 // (success then refused), replace with a wrong ETag (refused), replace a
 // missing key (not success), replace with the right ETag (success), and
 // ParallelCreates racing creates of one key (exactly one success). An
-// unreachable backend is an error, not a verdict.
+// unreachable backend is an error, not a verdict — except in the race
+// once an earlier check failed: the refusal stands (a server that ignores
+// the conditions may also fail racing plain writes).
 func Probe(ctx context.Context, b Backend) (Verdict, error) {
 	v := Verdict{Schema: ProbeSchema, V: 1, URI: b.URI(), At: time.Now().UTC()}
 	base := "probe/" + NewID()
@@ -120,9 +122,13 @@ func Probe(ctx context.Context, b Backend) (Verdict, error) {
 		}()
 	}
 	wg.Wait()
+	failedSoFar := false
+	for _, c := range v.Checks {
+		failedSoFar = failedSoFar || !c.OK
+	}
 	wins, refused := 0, 0
 	for _, e := range errs {
-		if unreachable(e) {
+		if unreachable(e) && !failedSoFar {
 			return Verdict{}, fmt.Errorf("probe %s: %w", b.URI(), e)
 		}
 		if e == nil {

@@ -259,11 +259,10 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 	t.Run("TakeoverFencesTheOldWriter", func(t *testing.T) {
 		b := open(t)
 		c := ctx(t)
-		short := state.LeaseOptions{TTL: 2 * time.Second, Margin: time.Second}
-		// The old holder's own clock is fake and stands still, so it does
-		// not self-fence: this case proves the server-side fence alone.
-		frozen := short
-		frozen.Clock = clock.NewFake(time.Unix(1e9, 0))
+		// Both holders' own clocks are fake and stand still, so neither
+		// self-fences however slow the machine is: this case proves the
+		// server-side fence alone (expiry is the server's clock's call).
+		frozen := state.LeaseOptions{TTL: 2 * time.Second, Margin: time.Second, Clock: clock.NewFake(time.Unix(1e9, 0))}
 		old, err := state.Acquire(c, b, "r3", holder("old"), frozen)
 		if err != nil {
 			t.Fatal(err)
@@ -276,7 +275,7 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 			t.Fatal(err)
 		}
 		waitExpired(t, b, "r3")
-		nw, err := state.Acquire(c, b, "r3", holder("new"), short)
+		nw, err := state.Acquire(c, b, "r3", holder("new"), frozen)
 		if err != nil {
 			t.Fatalf("take over an expired lease: %v", err)
 		}
