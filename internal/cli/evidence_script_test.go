@@ -81,7 +81,12 @@ func cmdS3(ts *testscript.TestScript, neg bool, args []string) {
 func scriptCondition(cond string) (bool, error) {
 	switch cond {
 	case "s3":
-		return os.Getenv("VASTRUN_TEST_S3_ENDPOINT") != "" || os.Getenv("VASTRUN_TEST_S3_REQUIRED") != "", nil
+		// A required server that is missing fails the script rather
+		// than skipping it.
+		if os.Getenv("VASTRUN_TEST_S3_ENDPOINT") == "" && os.Getenv("VASTRUN_TEST_S3_REQUIRED") != "" {
+			return false, fmt.Errorf("VASTRUN_TEST_S3_REQUIRED is set but VASTRUN_TEST_S3_ENDPOINT is not")
+		}
+		return os.Getenv("VASTRUN_TEST_S3_ENDPOINT") != "", nil
 	case "podman":
 		return os.Getenv("VASTRUN_TEST_PODMAN") == "required", nil
 	}

@@ -43,7 +43,11 @@ type Factory struct {
 	keyUsed string // for masking only; never printed
 	simSrv  *sim.Server
 	simHTTP *http.Server
+	closers []func() // run by Close, last first (team.go)
+	stopRun func()   // cancels the command's context
 }
+
+func (f *Factory) onClose(fn func()) { f.closers = append(f.closers, fn) }
 
 // Logger is the developer log: silent unless --debug.
 func (f *Factory) Logger() *slog.Logger {
@@ -156,6 +160,10 @@ func (f *Factory) SimServer() *sim.Server { return f.simSrv }
 
 // Close stops anything the factory started.
 func (f *Factory) Close() {
+	for i := len(f.closers) - 1; i >= 0; i-- {
+		f.closers[i]()
+	}
+	f.closers = nil
 	if f.simHTTP != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

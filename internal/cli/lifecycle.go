@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/team"
 )
 
 // WorkflowOptions are the flags shared by ci, up, exec and down.
@@ -30,6 +32,10 @@ type WorkflowOptions struct {
 	AllowPRTarget       bool
 	RunID               string
 	allowMissingConfigs bool
+	// Team state (team.go).
+	State     string
+	WaitLease time.Duration
+	team      *team.Controller
 }
 
 func (o *WorkflowOptions) addFlags(cmd *cobra.Command, withConfig bool) {
@@ -42,6 +48,7 @@ func (o *WorkflowOptions) addFlags(cmd *cobra.Command, withConfig bool) {
 	fl.BoolVarP(&o.Yes, "yes", "y", false, "approve renting/destroying without a prompt")
 	fl.StringVar(&o.EvidenceDir, "evidence-dir", "", "where to write evidence (default ./vastrun-evidence/RUN)")
 	fl.StringVar(&o.StateDir, "state-dir", "", "where run journals live (default: state_dir in the config, else .vastrun)")
+	o.addTeamFlags(cmd)
 }
 
 func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
@@ -111,6 +118,9 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 	}
 	if f.Sim {
 		e.SimInstance = sim.InstanceRuntime(sim.PodmanProbe{})
+	}
+	if err := attachTeam(ctx, f, o, cfg, e); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -199,6 +209,9 @@ Exit codes: 0 passed, 3 test or gate failed, 5 no offer, 6 needs --yes,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if done, err := maybeMatrix(ctx, f, o); done { // gpu.matrix (many.go)
+				return err
+			}
 			e, err := trustedEngine(ctx, f, o)
 			if e == nil || err != nil {
 				return err

@@ -306,6 +306,7 @@ func orDash(s string) string {
 func NewCmdReap(f *Factory) *cobra.Command {
 	var prefix, at string
 	var yes bool
+	to := &reapTeamOptions{}
 	cmd := &cobra.Command{
 		Use:   "reap",
 		Short: "Destroy instances whose vastrun label has expired (a dry run unless --yes)",
@@ -313,10 +314,14 @@ func NewCmdReap(f *Factory) *cobra.Command {
 vastrun label (self-checking, with an expiry) under --label-prefix, and
 destroy the expired ones. Needs no state: the label says everything. Without
 --yes it only reports.`,
-		Example: "  vastrun reap\n  vastrun reap --label-prefix vastrun-acme --yes --json\n  vastrun reap --at 2026-12-24T00:00:00Z",
+		Example: "  vastrun reap\n  vastrun reap --label-prefix vastrun-acme --yes --json\n  vastrun reap --at 2026-12-24T00:00:00Z\n  vastrun reap --team --state s3://ml-team/vastrun --yes",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			if to.team { // reap_team.go
+				to.prefix, to.yes = prefix, yes
+				return reapTeam(ctx, f, to)
+			}
 			m, err := f.Marketplace(ctx)
 			if err != nil {
 				return err
@@ -382,6 +387,7 @@ destroy the expired ones. Needs no state: the label says everything. Without
 	cmd.Flags().StringVar(&prefix, "label-prefix", label.DefaultPrefix+"-", "only labels starting with this")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "destroy (default: only report)")
 	cmd.Flags().StringVar(&at, "at", "", "judge expiry as of this RFC 3339 time instead of now (to plan ahead)")
+	to.addFlags(cmd)
 	return cmd
 }
 

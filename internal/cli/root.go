@@ -28,6 +28,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // Run executes one command line with the given factory. Tests call it
 // directly; it never calls os.Exit.
 func Run(ctx context.Context, f *Factory, args []string) int {
+	ctx, f.stopRun = context.WithCancel(ctx) // a lost team lease stops the command (team.go)
+	defer f.stopRun()
 	defer f.Close()
 	root := NewRootCmd(f)
 	root.SetArgs(args)
@@ -108,7 +110,7 @@ Exit codes are documented in docs/exit-codes.md.`,
 	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f),
 		NewCmdCI(f), NewCmdUp(f), NewCmdExec(f), NewCmdDown(f), NewCmdStatus(f), NewCmdReap(f), NewCmdDoctor(f),
 		NewCmdTrain(f), NewCmdResume(f), NewCmdAgent(f), NewCmdCanary(f), NewCmdReport(f),
-		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdPublish(f, nil))
+		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdPublish(f, nil), NewCmdRuns(f), NewCmdBudget(f), NewCmdSweep(f))
 	root.AddCommand(newCmdCheckpoint(f)) // hidden developer tool
 	return root
 }

@@ -35,6 +35,11 @@ func trainEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.Engi
 	if err != nil {
 		return nil, err
 	}
+	return trainEngineFor(ctx, f, o, cfg)
+}
+
+// trainEngineFor is trainEngine for a loaded config (sweep children).
+func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config) (*run.Engine, error) {
 	if !cfg.IsTrain() {
 		return nil, &UsageError{Err: fmt.Errorf("%s has no train.command", o.ConfigPath), Hint: "see examples/train/train.yaml and docs/config.md"}
 	}
@@ -132,8 +137,11 @@ unless --accept-config-change.`,
 			if len(args) == 1 {
 				id = args[0]
 			}
-			dir, err := runDir(cfg.StateDir, id)
+			dir, err := teamRunDir(ctx, f, o, cfg, id)
 			if err != nil {
+				if u := (*UsageError)(nil); errors.As(err, &u) || errors.As(err, new(*hintedError)) {
+					return err
+				}
 				return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(cfg.StateDir, "current")}
 			}
 			st, err := run.LoadState(dir)
@@ -167,6 +175,7 @@ unless --accept-config-change.`,
 		},
 	}
 	o.addFlags(cmd, true)
+	o.addResumeTeamFlags(cmd)
 	cmd.Flags().BoolVar(&acceptChange, "accept-config-change", false, "go on although the configuration differs from the run's frozen manifest (the change is journaled)")
 	return cmd
 }

@@ -71,6 +71,21 @@ type Config struct {
 	// extras, as one compressed archive of at most WorkdirMaxMB.
 	Workdir      string  `yaml:"workdir"`
 	WorkdirMaxMB float64 `yaml:"workdir_max_mb"`
+
+	// State is where run state is authoritative: "local" (state_dir, the
+	// default) or s3://bucket/prefix, shared by a team (docs/teams.md).
+	State string `yaml:"state"`
+	Team  Team   `yaml:"team"`
+}
+
+// Team tunes team state on S3 (docs/teams.md).
+type Team struct {
+	// LeaseTTL is how long a run's lease lives unless renewed (default
+	// 30s; renewed every third of it).
+	LeaseTTL Duration `yaml:"lease_ttl"`
+	// BudgetUSD is the team's limit per calendar month, used while the
+	// ledger has none of its own (`vastrun budget --set-limit`); 0: none.
+	BudgetUSD float64 `yaml:"budget_usd"`
 }
 
 // Canary configures `vastrun canary`: the same smoke contract run locally
@@ -208,6 +223,12 @@ type GPU struct {
 	DiskGB          float64   `yaml:"disk_gb"`
 	MaxDPH          float64   `yaml:"max_dph"`
 	MinInetDownMbps float64   `yaml:"min_inet_down_mbps"`
+
+	// Matrix runs `vastrun ci` once per GPU model, in parallel, each its own
+	// run with models: [that one] (docs/teams.md); MatrixPass says whether
+	// all (default) or any must pass.
+	Matrix     []string `yaml:"matrix"`
+	MatrixPass string   `yaml:"matrix_pass"`
 }
 
 // Countries allow or deny two-letter country codes.
@@ -393,6 +414,23 @@ func (c *Config) validate(valueErrs []string) error {
 		if c.Train.HeartbeatTTL.Duration() < 2*c.Train.Poll.Duration() {
 			errs = append(errs, "train.heartbeat_ttl must be at least twice train.poll, or a slow poll would look like a dead controller")
 		}
+	}
+	if st := c.State; st != "" && st != "local" && (!strings.HasPrefix(st, "s3://") || len(strings.TrimPrefix(st, "s3://")) == 0) {
+		errs = append(errs, fmt.Sprintf("state %q must be local or s3://bucket/prefix (a team bucket; see docs/teams.md)", st))
+	}
+	if p := c.GPU.MatrixPass; p != "" && p != "all" && p != "any" {
+		errs = append(errs, fmt.Sprintf("gpu.matrix_pass %q must be all or any", p))
+	}
+	for _, m := range c.GPU.Matrix {
+		if strings.TrimSpace(m) == "" {
+			errs = append(errs, "gpu.matrix has an empty model name")
+		}
+	}
+	if c.Team.BudgetUSD < 0 {
+		errs = append(errs, "team.budget_usd must not be negative")
+	}
+	if t := c.Team.LeaseTTL.Duration(); t != 0 && (t < 3*time.Second || t > time.Hour) {
+		errs = append(errs, fmt.Sprintf("team.lease_ttl %s must be from 3s to 1h", t))
 	}
 	if c.Budget.MaxSpend == 0 && !containsPrefix(valueErrs, "budget.max_spend") {
 		errs = append(errs, "budget.max_spend is required: the most this run may cost, in $")

@@ -59,6 +59,17 @@ type Journal struct {
 	now  func() time.Time
 	// fault, when set, is asked before each write (fault injection).
 	fault func(Record) error
+	// mirror, when set, receives each record before it is written here.
+	mirror func(Record) error
+}
+
+// SetMirror makes every later Append hand the record to f before writing
+// it locally; an error from f fails the Append with nothing written here.
+// Team state uses it: the bucket is authoritative, this file its cache.
+func (j *Journal) SetMirror(f func(Record) error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.mirror = f
 }
 
 // SetWriteFault makes every later Append ask f first: a non-nil error
@@ -134,6 +145,11 @@ func (j *Journal) Append(typ, step string, data any) (Record, error) {
 	if j.fault != nil {
 		if err := j.fault(rec); err != nil {
 			return Record{}, fmt.Errorf("journal %s %s: write: %w", typ, step, err)
+		}
+	}
+	if j.mirror != nil {
+		if err := j.mirror(rec); err != nil {
+			return Record{}, fmt.Errorf("journal %s %s: %w", typ, step, err)
 		}
 	}
 	// A failed write (a full disk) may leave part of the line: cut back to

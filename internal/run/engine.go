@@ -116,6 +116,10 @@ type Engine struct {
 	// JournalFault, when set, is installed on the run's journal (see
 	// journal.Journal.SetWriteFault): tests use it to fill the disk.
 	JournalFault func(journal.Record) error
+	// JournalHook, when set, is asked for a mirror as the run's journal
+	// opens (Begin and Open); each record goes to the mirror first (see
+	// journal.Journal.SetMirror). Team state on S3 hooks in here.
+	JournalHook func(runID, runDir string) (func(journal.Record) error, error)
 	// SSHKeepAlive is how often SSH connections are probed for a stall
 	// (0: remote's default; see remote.Dialer.KeepAlive).
 	SSHKeepAlive time.Duration
@@ -297,6 +301,9 @@ func (e *Engine) Begin(workflow string) error {
 	if e.JournalFault != nil {
 		j.SetWriteFault(e.JournalFault)
 	}
+	if err := e.hookJournal(j, runID); err != nil {
+		return err
+	}
 	e.j = j
 	if err := e.record("event", stepStart, startData{RunID: runID, Label: l.String(), Workflow: workflow}); err != nil {
 		return err
@@ -329,8 +336,25 @@ func (e *Engine) Open(runDir string) error {
 	if e.JournalFault != nil {
 		j.SetWriteFault(e.JournalFault)
 	}
-	e.j, e.state, e.runDir = j, st, runDir
+	e.runDir = runDir
+	if err := e.hookJournal(j, st.RunID); err != nil {
+		return err
+	}
+	e.j, e.state = j, st
 	e.defaultEvidence(st.RunID)
+	return nil
+}
+
+func (e *Engine) hookJournal(j *journal.Journal, runID string) error {
+	if e.JournalHook == nil {
+		return nil
+	}
+	m, err := e.JournalHook(runID, e.runDir)
+	if err != nil {
+		j.Close()
+		return err
+	}
+	j.SetMirror(m)
 	return nil
 }
 

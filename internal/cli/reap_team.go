@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/team"
+)
+
+// reapTeamOptions are the flags of `vastrun reap --team`.
+type reapTeamOptions struct {
+	wf     WorkflowOptions
+	team   bool
+	prefix string
+	grace  time.Duration
+	yes    bool
+}
+
+func (o *reapTeamOptions) addFlags(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.BoolVar(&o.team, "team", false, "judge every instance of the account by its label and the team bucket's state (state: s3://...): destroy only orphans of ended or abandoned runs, after taking their lease")
+	fl.DurationVar(&o.grace, "grace", 5*time.Minute, "with --team: leave instances younger than this alone (a run may not have written its state yet)")
+	fl.StringVarP(&o.wf.ConfigPath, "file", "f", "vastrun.yaml", "with --team: config file (for state: and team.lease_ttl)")
+	o.wf.addTeamFlags(cmd)
+}
+
+// reapTeam classifies every instance of the account by label and bucket
+// state and destroys the orphans (with --yes), each after taking its run's
+// lease over. Any other verdict, unknown included, is left alone.
+func reapTeam(ctx context.Context, f *Factory, o *reapTeamOptions) error {
+	o.wf.allowMissingConfigs = true
+	if o.wf.ConfigPath == "" {
+		o.wf.ConfigPath = "vastrun.yaml"
+	}
+	cfg, err := o.wf.loadConfig()
+	if err != nil {
+		return err
+	}
+	loc, err := stateLocation(&o.wf, cfg)
+	if err != nil {
+		return err
+	}
+	if loc.Kind != "s3" {
+		return &UsageError{Err: fmt.Errorf("reap --team judges instances by the team bucket, and the state is local"), Hint: "pass --state s3://BUCKET/PREFIX, or use plain 'vastrun reap' (label expiry only)"}
+	}
+	b, err := openTeamBackend(ctx, f, loc)
+	if err != nil {
+		return err
+	}
+	m, err := f.Marketplace(ctx)
+	if err != nil {
+		return err
+	}
+	list, err := m.ListInstances(ctx, provider.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("reap --team: list instances: %w", err)
+	}
+	js := team.Classify(ctx, b, list, o.prefix, o.grace, time.Now())
+	var failed []provider.InstanceID
+	for i := range js {
+		j := &js[i]
+		if j.Verdict != team.VerdictOrphan {
+			j.Result = "left alone"
+			continue
+		}
+		if !o.yes {
+			j.Result = "would destroy (dry run)"
+			continue
+		}
+		ctrl, err := team.TakeOver(ctx, b, state.ThisProcess(f.Getenv), j.Run, j.Instance, leaseOptions(cfg))
+		if err != nil {
+			// Someone took the run meanwhile, or the bucket failed: not ours to act on now.
+			j.Verdict, j.Result = team.VerdictUnknown, "left alone: could not take the run's lease: "+err.Error()
+			continue
+		}
+		c := run.Confirmer{Market: ctrl.Fence(m), Clock: f.clock()}
+		limit := 4 * time.Minute
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
+		_, derr := c.DestroyConfirm(dctx, j.Instance, j.Label, f.clock().Now().Add(limit))
+		cancel()
+		ctrl.Reaped(ctx, j.Instance, derr == nil)
+		ctrl.Close(ctx, true)
+		if derr != nil {
+			j.Result = "NOT confirmed: " + derr.Error()
+			failed = append(failed, j.Instance)
+		} else {
+			j.Result = "destroyed (confirmed), after taking the run's lease"
+		}
+	}
+	if f.JSON {
+		if js == nil {
+			js = []team.Judgement{}
+		}
+		enc := json.NewEncoder(f.IO.Out)
+		enc.SetIndent("", "  ")
+		enc.Encode(map[string]any{"schema": "vastrun.reap.team", "v": 1, "dry_run": !o.yes, "state": loc.String(), "scanned": len(list), "instances": js})
+	} else {
+		for _, j := range js {
+			fmt.Fprintf(f.IO.Out, "%d\t%s\t%s\t%s\t%s\n", j.Instance, dashIfEmpty(j.Label), j.Verdict, j.Reason, j.Result)
+		}
+		f.IO.Infof("%d instances scanned%s", len(list), map[bool]string{true: "", false: " (dry run: pass --yes to destroy the orphans)"}[o.yes])
+	}
+	if len(failed) > 0 {
+		return &run.CleanupError{Instances: failed, Err: errors.New("reap --team could not confirm every destruction")}
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/team"
+)
+
+// TeamRunsSchema names the JSON of `vastrun runs --all`.
+const TeamRunsSchema = "vastrun.team.runs"
+
+// listTeamRuns prints the team's runs from the bucket.
+func listTeamRuns(ctx context.Context, f *Factory, o *WorkflowOptions, mine bool) error {
+	cfg, err := o.loadConfig()
+	if err != nil {
+		return err
+	}
+	loc, err := stateLocation(o, cfg)
+	if err != nil {
+		return err
+	}
+	if loc.Kind != "s3" {
+		return &UsageError{Err: fmt.Errorf("runs --all lists a team bucket, and the state is local"), Hint: "pass --state s3://BUCKET/PREFIX, or set state: in the config (docs/teams.md)"}
+	}
+	b, err := openTeamBackend(ctx, f, loc)
+	if err != nil {
+		return err
+	}
+	rows, err := team.List(ctx, b)
+	if err != nil {
+		return fmt.Errorf("list runs in %s: %w", loc, err)
+	}
+	if mine {
+		me := state.ThisProcess(f.Getenv)
+		kept := rows[:0]
+		for _, r := range rows {
+			if r.Holder.Host == me.Host && r.Holder.User == me.User {
+				kept = append(kept, r)
+			}
+		}
+		rows = kept
+	}
+	if f.JSON {
+		if rows == nil {
+			rows = []team.Row{}
+		}
+		enc := json.NewEncoder(f.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"schema": TeamRunsSchema, "v": 1, "state": loc.String(), "runs": rows})
+	}
+	tw := tabwriter.NewWriter(f.IO.Out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tWORKFLOW\tSTATE\tHOLDER\tLEASE\tINSTANCES\t$/H\tCOST")
+	for _, r := range rows {
+		lease := r.Lease
+		if r.Lease == team.LeaseLive {
+			lease = fmt.Sprintf("live %.0fs", r.LeaseLeftS)
+		}
+		holder := "-"
+		if r.Holder.Host != "" {
+			holder = r.Holder.String()
+		}
+		var inst []string
+		for _, id := range r.Live {
+			inst = append(inst, fmt.Sprint(id))
+		}
+		live := strings.Join(inst, ",")
+		if live == "" {
+			live = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t$%.4f\n", r.RunID, dashIfEmpty(r.Workflow), r.State, holder, lease, live, r.DPH, r.CostUSD)
+	}
+	return tw.Flush()
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,55 @@
+package team
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/state"
+)
+
+// FencedMarket checks the run's lease before every mutating marketplace
+// call (rent, destroy, attach a key), so that a controller that lost its
+// lease, or fenced itself, changes nothing on the marketplace. Reads pass.
+type FencedMarket struct {
+	run.Market
+	Lease func() *state.Lease
+}
+
+// Fence wraps m; calls made before the lease exists are refused too.
+func (c *Controller) Fence(m run.Market) run.Market {
+	return &FencedMarket{Market: m, Lease: c.Lease}
+}
+
+func (f *FencedMarket) check(op string) error {
+	l := f.Lease()
+	if l == nil {
+		return fmt.Errorf("%s: team state: no lease held on this run", op)
+	}
+	if err := l.Check(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+func (f *FencedMarket) CreateInstance(ctx context.Context, req provider.CreateRequest) (provider.CreateResult, error) {
+	if err := f.check(fmt.Sprintf("rent offer %d", req.OfferID)); err != nil {
+		return provider.CreateResult{}, err
+	}
+	return f.Market.CreateInstance(ctx, req)
+}
+
+func (f *FencedMarket) DestroyInstance(ctx context.Context, id provider.InstanceID) error {
+	if err := f.check(fmt.Sprintf("destroy instance %d", id)); err != nil {
+		return err
+	}
+	return f.Market.DestroyInstance(ctx, id)
+}
+
+func (f *FencedMarket) AttachSSHKey(ctx context.Context, id provider.InstanceID, publicKey string) error {
+	if err := f.check(fmt.Sprintf("attach a key to instance %d", id)); err != nil {
+		return err
+	}
+	return f.Market.AttachSSHKey(ctx, id, publicKey)
+}

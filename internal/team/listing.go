@@ -1,0 +1,93 @@
+package team
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/state"
+)
+
+// Lease states in a listing.
+const (
+	LeaseLive     = "live"
+	LeaseExpired  = "expired"
+	LeaseReleased = "released"
+	LeaseNone     = "none"
+)
+
+// Row is one run in the team listing (vastrun runs --all).
+type Row struct {
+	Summary
+	Lease string `json:"lease"` // live, expired, released, none
+	// LeaseLeft is how long a live lease has unless renewed (server clock).
+	LeaseLeftS float64 `json:"lease_left_s,omitempty"`
+	// State is the run's outcome, "running" under a live lease, or
+	// "abandoned" when its lease expired before an outcome.
+	State string `json:"state"`
+}
+
+// RunIDs lists the runs that have objects in the backend.
+func RunIDs(ctx context.Context, b state.Backend) ([]string, error) {
+	keys, err := b.List(ctx, "runs/")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, k := range keys {
+		id, _, ok := strings.Cut(strings.TrimPrefix(k, "runs/"), "/")
+		if ok && id != "" && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// List reads every run's summary and lease. A run whose summary is missing
+// is listed from its lease alone; one that has neither is skipped.
+func List(ctx context.Context, b state.Backend) ([]Row, error) {
+	ids, err := RunIDs(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	var rows []Row
+	for _, id := range ids {
+		r := Row{Lease: LeaseNone}
+		s, serr := ReadSummary(ctx, b, id)
+		if serr != nil && !errors.Is(serr, state.ErrNotExist) {
+			return nil, serr
+		}
+		r.Summary = s
+		r.RunID = id
+		rec, live, left, lerr := state.ReadLease(ctx, b, id)
+		switch {
+		case lerr == nil && rec.Released:
+			r.Lease = LeaseReleased
+		case lerr == nil && live:
+			r.Lease, r.LeaseLeftS = LeaseLive, left.Round(time.Second).Seconds()
+		case lerr == nil:
+			r.Lease = LeaseExpired
+		case !errors.Is(lerr, state.ErrNotExist):
+			return nil, lerr
+		}
+		if lerr == nil {
+			r.Holder, r.Generation = rec.Holder, rec.Generation
+		}
+		switch {
+		case r.Outcome != "":
+			r.State = r.Outcome
+		case r.Lease == LeaseLive:
+			r.State = "running"
+		default:
+			r.State = "abandoned"
+		}
+		rows = append(rows, r)
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Started.After(rows[j].Started) })
+	return rows, nil
+}

@@ -1,0 +1,96 @@
+package team
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/label"
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/state"
+)
+
+// Reap verdicts, most conservative first. Only VerdictOrphan is acted on.
+const (
+	VerdictNotOurs   = "not_ours"  // no vastrun label under the prefix: never touched
+	VerdictYoung     = "young"     // inside the grace period: its run may not have written yet
+	VerdictLive      = "live"      // its run's lease is live: someone drives it
+	VerdictKept      = "kept"      // an `up` run keeps it on purpose, until its label expires
+	VerdictUntracked = "untracked" // its run is not in the bucket (local state, or another bucket)
+	VerdictUnknown   = "unknown"   // the bucket could not be read: fail closed
+	VerdictOrphan    = "orphan"    // terminal or abandoned run: destroy, after taking its lease
+)
+
+// Judgement is the verdict on one instance.
+type Judgement struct {
+	Instance provider.InstanceID `json:"instance_id"`
+	Label    string              `json:"label"`
+	Run      string              `json:"run_id,omitempty"`
+	Verdict  string              `json:"verdict"`
+	Reason   string              `json:"reason"`
+	Result   string              `json:"result,omitempty"`
+}
+
+// Classify judges every instance of the account by its label and the
+// bucket's state of its run. An error reading the bucket for a run makes
+// that instance VerdictUnknown, never an orphan.
+func Classify(ctx context.Context, b state.Backend, list []provider.Instance, prefix string, grace time.Duration, now time.Time) []Judgement {
+	var out []Judgement
+	for _, in := range list {
+		j := Judgement{Instance: in.ID, Label: in.Label}
+		l, err := label.Parse(in.Label)
+		switch {
+		case err != nil || !strings.HasPrefix(in.Label, prefix):
+			j.Verdict, j.Reason = VerdictNotOurs, "no vastrun label under "+prefix
+			out = append(out, j)
+			continue
+		case !in.StartDate.IsZero() && now.Sub(in.StartDate) < grace:
+			j.Run, j.Verdict, j.Reason = l.RunID, VerdictYoung, fmt.Sprintf("started %s ago, inside the %s grace period", now.Sub(in.StartDate).Round(time.Second), grace)
+			out = append(out, j)
+			continue
+		}
+		j.Run = l.RunID
+		rec, live, _, lerr := state.ReadLease(ctx, b, l.RunID)
+		sum, serr := ReadSummary(ctx, b, l.RunID)
+		switch {
+		case lerr != nil && !errors.Is(lerr, state.ErrNotExist), serr != nil && !errors.Is(serr, state.ErrNotExist):
+			j.Verdict, j.Reason = VerdictUnknown, fmt.Sprintf("the bucket could not be read: %v", errors.Join(lerr, serr))
+		case errors.Is(lerr, state.ErrNotExist) && errors.Is(serr, state.ErrNotExist):
+			j.Verdict, j.Reason = VerdictUntracked, "its run is not in this bucket (reap by label expiry: vastrun reap)"
+		case live:
+			j.Verdict, j.Reason = VerdictLive, fmt.Sprintf("run %s is driven by %s (lease generation %d)", l.RunID, rec.Holder, rec.Generation)
+		case sum.Outcome == "up" && !l.Expired(now):
+			j.Verdict, j.Reason = VerdictKept, "kept by `vastrun up` until its label expires "+l.Expiry.UTC().Format(time.RFC3339)
+		case sum.Outcome != "":
+			j.Verdict, j.Reason = VerdictOrphan, fmt.Sprintf("run %s ended (%s) and this instance outlived it", l.RunID, sum.Outcome)
+		default:
+			j.Verdict, j.Reason = VerdictOrphan, fmt.Sprintf("run %s has no outcome and its lease expired: its controller is gone", l.RunID)
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// TakeOver acquires an orphan's run lease (generation+1) and journals the
+// reap intent, so that no controller can still act on the run while it is
+// destroyed. The caller destroys through the returned controller's Fence
+// and then calls Close(ctx, true).
+func TakeOver(ctx context.Context, b state.Backend, h state.Holder, runID string, id provider.InstanceID, o state.LeaseOptions) (*Controller, error) {
+	c := New(Options{Backend: b, Holder: h, Lease: o})
+	if err := c.acquire(ctx, runID); err != nil {
+		return nil, err
+	}
+	if _, err := c.log.Append(ctx, "intent", "reap", map[string]any{"instance_id": id}); err != nil {
+		c.Close(ctx, false)
+		return nil, err
+	}
+	return c, nil
+}
+
+// Reaped journals the outcome of a reap under the taken-over lease.
+func (c *Controller) Reaped(ctx context.Context, id provider.InstanceID, confirmed bool) error {
+	_, err := c.log.Append(ctx, "done", "reap", map[string]any{"instance_id": id, "confirmed": confirmed})
+	return err
+}
