@@ -31,7 +31,9 @@ import (
 //     the next file is hashed or opened while the slots are busy.
 //
 // Memory: file uploads read parts straight from the file (no part buffers).
-// A ranged download receives each part into a buffer of its own, taken
+// A ranged download with part digests (a checkpoint manifest's) verifies
+// each range on its worker from one 1 MiB buffer: Threads × 1 MiB in all.
+// Without them, a ranged download receives each part into a buffer of its own, taken
 // from one process-wide budget of 64 MiB (recvBudget) before the part
 // starts, so ranged downloads hold at most 64 MiB of receive buffers
 // however many files are in flight; a single-part download holds one 1 MiB
@@ -206,11 +208,11 @@ func getFile(ctx context.Context, s Store, ft FileTransfer) (Object, error) {
 }
 
 // downloadParts fetches the ranges given by want (one per part digest) on
-// up to threads workers; each worker hashes its range piece by piece from
-// its own 1 MiB receive buffer right after writing it, and compares the
-// digest when the range ends. Nothing waits on stream order, so hashing
-// runs on as many cores as there are ranges in flight, and memory is one
-// buffer per worker.
+// up to threads workers; each range is hashed piece by piece from a 1 MiB
+// receive buffer right after the piece is written, and its digest compared
+// when the range ends. Nothing waits on stream order, so hashing runs on
+// as many cores as there are ranges in flight, and memory is one buffer
+// per request in flight.
 func downloadParts(ctx context.Context, t transferer, key string, f *os.File, size int64, want *PartDigests) (Object, error) {
 	if want.Size <= 0 || int64(len(want.SHA256)) != max(1, (size+want.Size-1)/want.Size) {
 		return Object{}, fmt.Errorf("get %s: %d part digests of %d bytes do not cover %d bytes: %w", key, len(want.SHA256), want.Size, size, ErrDigestMismatch)
@@ -222,7 +224,7 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 		haveEtag bool
 	)
 	g, gctx := errgroup.WithContext(ctx)
-	fetch := func(i int, buf []byte) error {
+	fetch := func(i int) error {
 		off := int64(i) * want.Size
 		n := min(want.Size, size-off)
 		end := off + n
@@ -249,6 +251,11 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 		if err != nil {
 			return err
 		}
+		// The buffer is taken with the request slot, so buffers never
+		// outnumber the requests in flight, however many files are.
+		bp := copyBufs.Get().(*[]byte)
+		defer copyBufs.Put(bp)
+		buf := *bp
 		h := sha256.New()
 		var w int64
 		for w < n {
@@ -280,8 +287,6 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 	}
 	for range min(max(t.threads(), 1), len(want.SHA256)) {
 		g.Go(func() error {
-			bp := copyBufs.Get().(*[]byte)
-			defer copyBufs.Put(bp)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(want.SHA256) {
@@ -290,7 +295,7 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 				if err := gctx.Err(); err != nil {
 					return fmt.Errorf("get %s: %w", key, err)
 				}
-				if err := fetch(i, *bp); err != nil {
+				if err := fetch(i); err != nil {
 					return err
 				}
 			}
