@@ -64,6 +64,9 @@ fi
 command -v aws >/dev/null || die "aws (awscli) is missing"
 [ -x /usr/bin/time ] || die "/usr/bin/time (GNU time) is missing"
 CGO_ENABLED=0 go build -o "$work/bin/vastrun" ./cmd/vastrun
+# The commit and load when the binary was built (HEAD may move during a run).
+built="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo '+changes')"
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 V="$work/bin/vastrun"
 
 export AWS_ACCESS_KEY_ID=testkey AWS_SECRET_ACCESS_KEY=testsecret AWS_DEFAULT_REGION=us-east-1
@@ -209,7 +212,7 @@ for server in $SERVERS; do
 done
 
 echo
-echo "vastrun $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "vastrun $built, $(nproc) cores, load average at the start: $load0, at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "single-core SHA-256 (Go crypto/sha256, best of 5 × 256 MiB): $(sha_rate) MiB/s"
 echo
 echo "| comparison (A vs B) | pairs | A wall s, median (min–max) | B wall s | A/B wall, median of pairs (min–max) | CPU s A / B (median) | peak RSS A / B |"

@@ -184,8 +184,15 @@ func (s *FileStore) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-func (s *FileStore) putFile(ctx context.Context, key string, f *os.File, _ os.FileInfo) (Object, error) {
-	return s.Put(ctx, key, f)
+func (s *FileStore) putFile(ctx context.Context, key string, f *os.File, fi os.FileInfo) (Object, error) {
+	o, err := s.Put(ctx, key, f)
+	if err != nil || !fi.Mode().IsRegular() {
+		return o, err
+	}
+	if o.Parts, err = hashParts(ctx, f, o.Size, s.partSize(o.Size)); err != nil {
+		return Object{}, fmt.Errorf("put %s: hash the parts of %s: %w", key, f.Name(), err)
+	}
+	return o, nil
 }
 
 func (s *FileStore) getRange(ctx context.Context, key string, off, end int64) (io.ReadCloser, string, error) {

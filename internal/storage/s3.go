@@ -362,12 +362,19 @@ func (s *S3Store) putFile(ctx context.Context, key string, f *os.File, fi os.Fil
 		return s.Put(ctx, key, f)
 	}
 	size := fi.Size()
-	sum, err := hashFile(ctx, f, size)
-	if err != nil {
+	part := s.partSize(size)
+	// The whole-file digest (object metadata, manifest) and the part
+	// digests (manifest, for verifying ranges in parallel on restore) are
+	// taken side by side, each on its own core where there are two.
+	var sum string
+	var pd *PartDigests
+	hg, hctx := errgroup.WithContext(ctx)
+	hg.Go(func() (err error) { sum, err = hashFile(hctx, f, size); return err })
+	hg.Go(func() (err error) { pd, err = hashParts(hctx, f, size, part); return err })
+	if err := hg.Wait(); err != nil {
 		return Object{}, fmt.Errorf("put %s: hash %s: %w", key, f.Name(), err)
 	}
-	o := Object{Key: key, Size: size, SHA256: sum}
-	part := s.partSize(size)
+	o := Object{Key: key, Size: size, SHA256: sum, Parts: pd}
 	if size <= part {
 		if err := s.putSingle(ctx, key, obj, io.NewSectionReader(f, 0, size), size, sum); err != nil {
 			return Object{}, err

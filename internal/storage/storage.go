@@ -11,7 +11,10 @@
 //   - GetFile downloads into a file (S3: parallel ranges) and returns the
 //     size and SHA-256 of what it wrote; callers compare them with what
 //     they expect (a checkpoint manifest). PutFiles/GetFiles move many
-//     files at once within the store's request limit.
+//     files at once within the store's request limit. PutFile also returns
+//     per-part digests for a file of several parts; given them back
+//     (FileTransfer.Parts), GetFiles verifies every part as it arrives and
+//     fails with ErrDigestMismatch instead of returning a whole-file digest.
 //   - PutIfAbsent is a conditional create: of two racing writers exactly one
 //     succeeds, the other gets ErrExists. Commit markers rely on it.
 //   - Get of a missing key, and Stat of one, wrap ErrNotExist. Delete of a
@@ -39,7 +42,26 @@ type Object struct {
 	Key    string
 	Size   int64
 	SHA256 string // hex; empty when the store does not know it
+	// Parts, from PutFile, are the digests of the file's parts when it is
+	// larger than one part (nil otherwise). From GetFiles they are the
+	// expected digests every part was verified against, and SHA256 is then
+	// empty: the whole file was not hashed in one stream.
+	Parts *PartDigests
 }
+
+// PartDigests are the SHA-256 digests of an object's consecutive Size-byte
+// pieces (the last may be shorter). A checkpoint manifest carries them
+// beside the whole-file digest, so a restore verifies each ranged part on
+// the goroutine that received it, in parallel, instead of hashing the whole
+// file in stream order on one core (docs/performance.md).
+type PartDigests struct {
+	Size   int64    `json:"size"`
+	SHA256 []string `json:"sha256"`
+}
+
+// ErrDigestMismatch reports downloaded bytes whose SHA-256 is not the
+// expected one.
+var ErrDigestMismatch = errors.New("downloaded bytes do not match the expected SHA-256")
 
 // Store is a flat object store rooted at a prefix.
 type Store interface {

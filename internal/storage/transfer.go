@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -30,7 +31,9 @@ import (
 //     the next file is hashed or opened while the slots are busy.
 //
 // Memory: file uploads read parts straight from the file (no part buffers).
-// A ranged download receives each part into a buffer of its own, taken
+// A ranged download with part digests (a checkpoint manifest's) verifies
+// each range on its worker from one 1 MiB buffer: Threads × 1 MiB in all.
+// Without them, a ranged download receives each part into a buffer of its own, taken
 // from one process-wide budget of 64 MiB (recvBudget) before the part
 // starts, so ranged downloads hold at most 64 MiB of receive buffers
 // however many files are in flight; a single-part download holds one 1 MiB
@@ -80,6 +83,13 @@ type FileTransfer struct {
 	// different object fails with ErrSizeMismatch. -1: unknown. PutFiles
 	// ignores it.
 	Size int64
+	// Parts, for GetFiles, are the expected part digests (from a
+	// manifest, as PutFile returned them). The ranges then follow
+	// Parts.Size and each is verified as it arrives (ErrDigestMismatch);
+	// the Object returned has Parts set and no whole-file SHA256. Stores
+	// without ranges ignore them and return the whole-file digest. PutFiles
+	// ignores them.
+	Parts *PartDigests
 }
 
 // transferer is what the S3 and file stores offer beyond Store for fast
@@ -146,7 +156,7 @@ func GetFiles(ctx context.Context, s Store, files []FileTransfer) ([]Object, err
 	g.SetLimit(filesInFlight(s))
 	for i, ft := range files {
 		g.Go(func() error {
-			o, err := GetFile(gctx, s, ft.Key, ft.Path, ft.Size)
+			o, err := getFile(gctx, s, ft)
 			out[i] = o
 			return err
 		})
@@ -175,16 +185,126 @@ func filesInFlight(s Store) int {
 // size fails with ErrSizeMismatch (size < 0: unknown, one stream). The
 // file is not synced: callers that need it durable sync it themselves.
 func GetFile(ctx context.Context, s Store, key, path string, size int64) (Object, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	return getFile(ctx, s, FileTransfer{Key: key, Path: path, Size: size})
+}
+
+func getFile(ctx context.Context, s Store, ft FileTransfer) (Object, error) {
+	f, err := os.OpenFile(ft.Path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return Object{}, fmt.Errorf("get %s: %w", key, err)
+		return Object{}, fmt.Errorf("get %s: %w", ft.Key, err)
 	}
 	defer f.Close()
 	t, ok := s.(transferer)
 	if !ok {
 		t = plainGetter{s}
 	}
-	return download(ctx, t, key, f, size)
+	if ft.Size > 0 {
+		preallocate(f, ft.Size)
+	}
+	if ft.Parts != nil && t.partSize(ft.Size) > 0 && ft.Size >= 0 {
+		return downloadParts(ctx, t, ft.Key, f, ft.Size, ft.Parts)
+	}
+	return download(ctx, t, ft.Key, f, ft.Size)
+}
+
+// downloadParts fetches the ranges given by want (one per part digest) on
+// up to threads workers; each range is hashed piece by piece from a 1 MiB
+// receive buffer right after the piece is written, and its digest compared
+// when the range ends. Nothing waits on stream order, so hashing runs on
+// as many cores as there are ranges in flight, and memory is one buffer
+// per request in flight.
+func downloadParts(ctx context.Context, t transferer, key string, f *os.File, size int64, want *PartDigests) (Object, error) {
+	if want.Size <= 0 || int64(len(want.SHA256)) != max(1, (size+want.Size-1)/want.Size) {
+		return Object{}, fmt.Errorf("get %s: %d part digests of %d bytes do not cover %d bytes: %w", key, len(want.SHA256), want.Size, size, ErrDigestMismatch)
+	}
+	var (
+		next     atomic.Int64
+		etagMu   sync.Mutex
+		etag     string
+		haveEtag bool
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	fetch := func(i int) error {
+		off := int64(i) * want.Size
+		n := min(want.Size, size-off)
+		end := off + n
+		if i == len(want.SHA256)-1 {
+			end = -1 // read to the end, so a longer object shows
+		}
+		release, err := t.slot(gctx)
+		if err != nil {
+			return err
+		}
+		defer release()
+		rc, e, err := t.getRange(gctx, key, off, end)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		etagMu.Lock()
+		if !haveEtag {
+			etag, haveEtag = e, true
+		} else if e != etag {
+			err = fmt.Errorf("get %s: the object changed during the download (ETag %s, then %s)", key, etag, e)
+		}
+		etagMu.Unlock()
+		if err != nil {
+			return err
+		}
+		// The buffer is taken with the request slot, so buffers never
+		// outnumber the requests in flight, however many files are.
+		bp := copyBufs.Get().(*[]byte)
+		defer copyBufs.Put(bp)
+		buf := *bp
+		h := sha256.New()
+		var w int64
+		for w < n {
+			m, rerr := io.ReadFull(rc, buf[:min(int64(len(buf)), n-w)])
+			if m > 0 {
+				if _, err := f.WriteAt(buf[:m], off+w); err != nil {
+					return fmt.Errorf("get %s: %w", key, err)
+				}
+				h.Write(buf[:m])
+				w += int64(m)
+			}
+			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+				return fmt.Errorf("get %s: %d bytes short of the expected %d: %w", key, n-w, size, ErrSizeMismatch)
+			}
+			if rerr != nil {
+				return fmt.Errorf("get %s: %w", key, rerr)
+			}
+		}
+		var probe [1]byte
+		if m, err := io.ReadFull(rc, probe[:]); m > 0 {
+			return fmt.Errorf("get %s: more than the expected %d bytes: %w", key, size, ErrSizeMismatch)
+		} else if err != io.EOF {
+			return fmt.Errorf("get %s: %w", key, err)
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != want.SHA256[i] {
+			return fmt.Errorf("get %s: part %d (bytes %d-%d) has SHA-256 %s, want %s: %w", key, i+1, off, off+n-1, got, want.SHA256[i], ErrDigestMismatch)
+		}
+		return nil
+	}
+	for range min(max(t.threads(), 1), len(want.SHA256)) {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(want.SHA256) {
+					return nil
+				}
+				if err := gctx.Err(); err != nil {
+					return fmt.Errorf("get %s: %w", key, err)
+				}
+				if err := fetch(i); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Object{}, err
+	}
+	return Object{Key: key, Size: size, Parts: want}, nil
 }
 
 // plainGetter adapts a Store without ranges: one stream per file.
@@ -551,6 +671,46 @@ func hashFile(ctx context.Context, f *os.File, size int64) (string, error) {
 		return "", ErrChanged
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hashParts hashes f's consecutive part-byte pieces, several at a time
+// (one core is left to the whole-file hash that runs beside it). It
+// returns nil when f fits one part: its whole-file digest says it all.
+func hashParts(ctx context.Context, f *os.File, size, part int64) (*PartDigests, error) {
+	if part <= 0 || size <= part {
+		return nil, nil
+	}
+	d := &PartDigests{Size: part, SHA256: make([]string, (size+part-1)/part)}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, runtime.GOMAXPROCS(0)-1))
+	for i := range d.SHA256 {
+		g.Go(func() error {
+			off := int64(i) * part
+			n := min(part, size-off)
+			h := sha256.New()
+			buf := make([]byte, hashBufSize)
+			for done := int64(0); done < n; {
+				if err := gctx.Err(); err != nil {
+					return err
+				}
+				m, err := f.ReadAt(buf[:min(int64(len(buf)), n-done)], off+done)
+				h.Write(buf[:m])
+				done += int64(m)
+				if err == io.EOF && done < n {
+					return ErrChanged
+				}
+				if err != nil && err != io.EOF {
+					return err
+				}
+			}
+			d.SHA256[i] = hex.EncodeToString(h.Sum(nil))
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // beforeChangeCheck is a test hook (export_test.go).

@@ -240,10 +240,12 @@ func testFileRoundTrip(t *testing.T, s storage.Store) {
 	if err := os.WriteFile(src, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storage.PutFile(ctx, s, "files/big", src); err != nil {
+	put, err := storage.PutFile(ctx, s, "files/big", src)
+	if err != nil {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(dir, "dst.bin")
+	checkParts(t, s, put, data, dst)
 	o, err := storage.GetFile(ctx, s, "files/big", dst, int64(len(data)))
 	if err != nil {
 		t.Fatal(err)
@@ -261,6 +263,55 @@ func testFileRoundTrip(t *testing.T, s storage.Store) {
 	}
 	if _, err := storage.GetFile(ctx, s, "files/missing", dst, 10); !errors.Is(err, storage.ErrNotExist) {
 		t.Fatalf("GetFile of a missing key: %v, want ErrNotExist", err)
+	}
+}
+
+// checkParts: PutFile's part digests are those of the file's consecutive
+// pieces; GetFiles given them verifies every range against them, and a
+// wrong digest or count fails with ErrDigestMismatch.
+func checkParts(t *testing.T, s storage.Store, put storage.Object, data []byte, dst string) {
+	t.Helper()
+	pd := put.Parts
+	if pd == nil {
+		t.Logf("%T returned no part digests (a store without ranged transfers)", s)
+		return
+	}
+	if pd.Size <= 0 || len(pd.SHA256) != int((int64(len(data))+pd.Size-1)/pd.Size) || len(pd.SHA256) < 2 {
+		t.Fatalf("PutFile of %d bytes: part digests %d x %d bytes", len(data), len(pd.SHA256), pd.Size)
+	}
+	for i, d := range pd.SHA256 {
+		lo := int64(i) * pd.Size
+		if want := sum(data[lo:min(lo+pd.Size, int64(len(data)))]); d != want {
+			t.Fatalf("part %d digest %s, want %s", i, d, want)
+		}
+	}
+	ft := []storage.FileTransfer{{Key: "files/big", Path: dst, Size: int64(len(data)), Parts: pd}}
+	got, err := storage.GetFiles(ctx, s, ft)
+	if err != nil {
+		t.Fatalf("GetFiles verifying parts: %v", err)
+	}
+	if got[0].Parts != pd || got[0].SHA256 != "" || got[0].Size != int64(len(data)) {
+		t.Fatalf("GetFiles verifying parts returned %+v", got[0])
+	}
+	if b, _ := os.ReadFile(dst); !bytes.Equal(b, data) {
+		t.Fatal("the file downloaded part by part differs from the uploaded one")
+	}
+	bad := *pd
+	bad.SHA256 = append([]string(nil), pd.SHA256...)
+	bad.SHA256[1] = sum([]byte("not this part"))
+	ft[0].Parts = &bad
+	if _, err := storage.GetFiles(ctx, s, ft); !errors.Is(err, storage.ErrDigestMismatch) {
+		t.Fatalf("GetFiles with a wrong part digest: %v, want ErrDigestMismatch", err)
+	}
+	ft[0].Parts, ft[0].Size = pd, int64(len(data))-1
+	if _, err := storage.GetFiles(ctx, s, ft); !errors.Is(err, storage.ErrSizeMismatch) {
+		t.Fatalf("GetFiles verifying parts of an object one byte longer than expected: %v, want ErrSizeMismatch", err)
+	}
+	ft[0].Size = int64(len(data))
+	short := storage.PartDigests{Size: pd.Size, SHA256: pd.SHA256[1:]}
+	ft[0].Parts = &short
+	if _, err := storage.GetFiles(ctx, s, ft); !errors.Is(err, storage.ErrDigestMismatch) {
+		t.Fatalf("GetFiles with too few part digests: %v, want ErrDigestMismatch", err)
 	}
 }
 
