@@ -230,38 +230,71 @@ func (e *Engine) jitter() func() float64 {
 // be written are not acted on; teardown still runs.
 var ErrJournal = errors.New("the run's journal could not be written")
 
-// record journals one record and updates the state from it. When the write
-// fails, the error (wrapping ErrJournal) is returned to the step and kept
-// for the outcome; what happened is still applied in memory so teardown
-// and the receipt see it — except a failed intent, whose side effect the
-// caller must not perform.
+// record journals one record and applies it to the state (State.Apply):
+// the journal is never re-read per append. When the write fails, the error
+// (wrapping ErrJournal) is returned to the step and kept for the outcome;
+// what happened is still applied in memory so teardown and the receipt see
+// it — except a failed intent, whose side effect the caller must not
+// perform.
 func (e *Engine) record(typ, step string, data any) error {
-	if _, err := e.j.Append(typ, step, e.maskedData(data)); err != nil {
+	if e.state == nil {
+		e.state = &State{}
+	}
+	rec, err := e.j.Append(typ, step, e.maskedData(data))
+	if err != nil {
 		jerr := fmt.Errorf("%w: %w", ErrJournal, err)
 		if e.journalErr == nil {
 			e.journalErr = jerr
 		}
 		if typ != "intent" || step == stepDestroy {
 			b, _ := json.Marshal(e.maskedData(data))
-			e.unjournaled = append(e.unjournaled, journal.Record{V: journal.Version, Time: e.now().UTC(), Type: typ, Step: step, Data: b})
-			if recs, rerr := e.j.Records(); rerr == nil {
-				if st, rerr := Replay(append(recs, e.unjournaled...)); rerr == nil {
-					e.state = st
-				}
-			}
+			rec := journal.Record{V: journal.Version, Time: e.now().UTC(), Type: typ, Step: step, Data: b}
+			e.unjournaled = append(e.unjournaled, rec)
+			_ = e.state.Apply(rec) // our own encoding: it decodes
 		}
 		return jerr
 	}
-	recs, err := e.j.Records()
-	if err != nil {
+	if err := e.state.Apply(rec); err != nil {
 		return err
 	}
-	st, err := Replay(append(recs, e.unjournaled...))
+	return writeStateFile(e.runDir, e.state, e.EvidenceDir)
+}
+
+// condition journals step's condition from how it ended: True when err is
+// nil, otherwise False with the error's outcome class as the reason.
+func (e *Engine) condition(step string, inst provider.InstanceID, err error) error {
+	c := Condition{Status: ConditionTrue, Reason: "Done", Instance: inst}
 	if err != nil {
+		c = Condition{Status: ConditionFalse, Reason: Outcome(err), Message: err.Error(), Instance: inst}
+	}
+	return e.record(recCondition, step, c)
+}
+
+// journalCondition journals step's condition from err and returns err, or
+// the journal's error when the step succeeded but its condition could not
+// be written (a run never goes on past a step it could not record).
+func (e *Engine) journalCondition(step string, inst provider.InstanceID, err error) error {
+	if errors.Is(err, ErrJournal) {
 		return err
 	}
-	e.state = st
-	return writeStateFile(e.runDir, st, e.EvidenceDir)
+	if cerr := e.condition(step, inst, err); cerr != nil {
+		if err == nil {
+			return cerr
+		}
+		return errors.Join(err, cerr)
+	}
+	return err
+}
+
+// reconcileStep runs one step unless its journaled condition is already
+// True (for inst, when inst is not 0): steps are idempotent, and a resumed
+// run walks the same list. The step's condition is journaled before
+// returning; a condition that cannot be journaled fails the step.
+func (e *Engine) reconcileStep(step string, inst provider.InstanceID, fn func() error) error {
+	if c := e.state.Condition(step); c.IsTrue() && (inst == 0 || c.Instance == inst) {
+		return nil
+	}
+	return e.journalCondition(step, inst, fn())
 }
 
 // JournalErr is the first journal write that failed in this run, or nil.
@@ -293,7 +326,7 @@ func (e *Engine) Begin(workflow string) error {
 	if e.JournalFault != nil {
 		j.SetWriteFault(e.JournalFault)
 	}
-	e.j = j
+	e.j, e.state = j, &State{}
 	if err := e.record("event", stepStart, startData{RunID: runID, Label: l.String(), Workflow: workflow}); err != nil {
 		return err
 	}

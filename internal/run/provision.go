@@ -326,12 +326,14 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 			return nil, provider.Instance{}, err
 		}
 		t0 := e.now()
+		// Select and approve run for every rental: offers move, and each
+		// rental's plan is approved on its own.
 		offer, err := e.selectOffer(ctx, exclude)
 		e.timings.add("select", e.now().Sub(t0))
-		if err != nil {
+		if err = e.journalCondition(stepSelect, 0, err); err != nil {
 			return nil, provider.Instance{}, err
 		}
-		if err := e.approve(*offer, attempt); err != nil {
+		if err := e.journalCondition(stepApprove, 0, e.approve(*offer, attempt)); err != nil {
 			return nil, provider.Instance{}, err
 		}
 		t0 = e.now()
@@ -342,7 +344,7 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 			offer = &next
 		}
 		e.timings.add("rent", e.now().Sub(t0))
-		if err != nil {
+		if err = e.journalCondition(stepRent, id, err); err != nil {
 			return nil, provider.Instance{}, err
 		}
 		if err := e.dedupe(ctx, id); err != nil {
@@ -350,10 +352,18 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 		}
 		t0 = e.now()
 		deadline := e.now().Add(time.Duration(e.Config.Timeouts.Ready))
+		// Ready and connect are observed afresh for every new rental (a
+		// connection is this process's, not the journal's), so their
+		// conditions are journaled but never skip the step.
 		inst, err := e.waitReady(ctx, id, deadline)
+		err = e.journalCondition(stepReady, id, err)
 		var client *remote.Client
 		if err == nil {
 			client, err = e.connect(ctx, id, inst, deadline)
+			if err = e.journalCondition(stepConnect, id, err); err != nil && client != nil {
+				client.Close()
+				client = nil
+			}
 		}
 		e.timings.add("ready", e.now().Sub(t0))
 		if err == nil {

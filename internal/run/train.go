@@ -81,7 +81,7 @@ func (e *Engine) RunTrain(ctx context.Context) (*Receipt, error) {
 	if err := e.Begin("train"); err != nil {
 		return nil, err
 	}
-	return e.trainDriver(ctx, true)
+	return e.trainDriver(ctx)
 }
 
 // ResumeTrain continues a run whose controller died, from its journal
@@ -94,10 +94,10 @@ func (e *Engine) ResumeTrain(ctx context.Context) (*Receipt, error) {
 		e.Close()
 		return nil, err
 	}
-	return e.trainDriver(ctx, false)
+	return e.trainDriver(ctx)
 }
 
-func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt, err error) {
+func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) {
 	defer e.Close()
 	var client *remote.Client
 	defer func() { receipt, err = e.settle(ctx, recover(), client, false, err) }()
@@ -106,10 +106,10 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 	c := &e.Config.Train
 	c.CheckpointURI, c.OutputURI = runScoped(c.CheckpointURI, e.state.RunID), runScoped(c.OutputURI, e.state.RunID)
 	e.train = &TrainReport{CheckpointURI: c.CheckpointURI, Resumes: []ResumeProof{}}
-	if fresh {
-		if err := e.prepare(ctx); err != nil {
-			return nil, err
-		}
+	// A resumed run walks the same steps: those whose condition is True
+	// are not repeated (see prepare).
+	if err := e.prepare(ctx); err != nil {
+		return nil, err
 	}
 	for k, v := range e.StorageEnv {
 		if strings.Contains(k, "SECRET") || strings.Contains(k, "TOKEN") || strings.Contains(k, "KEY_ID") {

@@ -66,7 +66,13 @@ func smiHasModel(smiName, vastName string) bool {
 
 // verify checks, before the test, that the instance is what was paid for:
 // the exact image, the GPU model, count and VRAM, CUDA, and disk headroom.
+// It is a no-op for an instance whose verify condition is already True (a
+// resumed run re-attaching to the instance it verified before).
 func (e *Engine) verify(ctx context.Context, c *remote.Client, inst provider.Instance) error {
+	return e.reconcileStep(stepVerify, inst.ID, func() error { return e.verifyOnce(ctx, c, inst) })
+}
+
+func (e *Engine) verifyOnce(ctx context.Context, c *remote.Client, inst provider.Instance) error {
 	r := &verifyReport{ImageUUID: inst.ImageUUID}
 	e.verifyRep = r
 	defer e.writeVerify()

@@ -84,7 +84,7 @@ func (e *Engine) pathsTouched(ctx context.Context) error {
 		}
 	}
 	e.record("event", stepGate, map[string]any{"skipped": true, "changed_files": len(files)})
-	return &StepError{Step: "paths", Outcome: OutcomeSkipped, Err: ErrSkipped}
+	return &StepError{Step: stepPaths, Outcome: OutcomeSkipped, Err: ErrSkipped}
 }
 
 // Outcome classifies a run's error.
@@ -107,19 +107,25 @@ func Outcome(err error) string {
 	return OutcomeError
 }
 
-// prepare runs the local steps: gate, paths, freeze, secrets present.
+// prepare runs the local steps in order: gate, paths, freeze (with the
+// checks that need no rental), then the workflow's own local step. Each is
+// guarded by its journaled condition, so a resumed run walks the same list
+// and repeats only what is not done; a resumed run's freeze is already
+// True (adoptFrozen loaded and checked the frozen manifest).
 func (e *Engine) prepare(ctx context.Context) error {
 	if err := os.MkdirAll(e.EvidenceDir, 0o755); err != nil {
 		return fmt.Errorf("create evidence directory: %w", err)
 	}
+	if err := e.reconcileStep(stepGate, 0, func() error { return e.gate(ctx) }); err != nil {
+		return err
+	}
+	if err := e.reconcileStep(stepPaths, 0, func() error { return e.pathsTouched(ctx) }); err != nil {
+		return err
+	}
+	// What the rental will need is checked every time, resumed or not: a
+	// resumed run needs its secrets and registry login as much as a new one.
 	if err := CheckImagePinned(e.Config.Image); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
-	}
-	if err := e.gate(ctx); err != nil {
-		return err
-	}
-	if err := e.pathsTouched(ctx); err != nil {
-		return err
 	}
 	if _, err := e.testEnv(); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
@@ -127,10 +133,15 @@ func (e *Engine) prepare(ctx context.Context) error {
 	if _, err := e.imageLogin(); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
-	if err := e.checkWorkdir(ctx); err != nil {
-		return &StepError{Step: stepFreeze, Err: err}
-	}
-	if err := e.freeze(ctx); err != nil {
+	if err := e.reconcileStep(stepFreeze, 0, func() error {
+		if e.state.ManifestHash != "" {
+			return nil // frozen before (adoptFrozen holds it): never twice
+		}
+		if err := e.checkWorkdir(ctx); err != nil {
+			return &StepError{Step: stepFreeze, Err: err}
+		}
+		return e.freeze(ctx)
+	}); err != nil {
 		return err
 	}
 	if e.beforeRent != nil {
@@ -199,6 +210,9 @@ func (e *Engine) ResumeCI(ctx context.Context) (receipt *Receipt, err error) {
 	defer e.Close()
 	var client *remote.Client
 	defer func() { receipt, err = e.settle(ctx, recover(), client, false, err) }()
+	if err := e.prepare(ctx); err != nil { // done steps are not repeated
+		return nil, err
+	}
 	var exclude []int64
 	for _, a := range e.state.Attempts {
 		if a.Failure != "" {
