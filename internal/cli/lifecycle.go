@@ -120,7 +120,7 @@ func checkTrust(f *Factory, o *WorkflowOptions, env ci.Env) (bool, error) {
 	f.IO.Infof("skipping the GPU step: %s", t.Reason)
 	env.AppendSummary("## vastrun: skipped\n\n" + t.Reason + "\n")
 	if f.JSON {
-		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": run.ReceiptSchema, "outcome": run.OutcomeUntrusted, "reason": t.Reason})
+		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": run.ReceiptSchema, "outcome": string(run.OutcomeUntrusted), "reason": t.Reason})
 	}
 	return false, nil
 }
@@ -145,9 +145,17 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.En
 
 // reportRun prints a workflow's receipt and returns the run's own error,
 // or the printing error when the run succeeded.
+//
+// A run whose outcome succeeded without the work running (the GPU step
+// skipped because the change touches none of paths:) exits 0, as
+// docs/exit-codes.md says: receipt.Outcome decides, not the error's text.
 func reportRun(f *Factory, r *run.Receipt, runErr error) error {
 	if perr := printReceipt(f, r); perr != nil && runErr == nil {
 		return perr
+	}
+	if runErr != nil && r != nil && r.Outcome.Succeeded() && r.Cleanup.Confirmed {
+		f.IO.Infof("%v", runErr)
+		return nil
 	}
 	return runErr
 }

@@ -279,7 +279,7 @@ func NewCmdStatus(f *Factory) *cobra.Command {
 				return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
 					"workflow": st.Workflow, "outcome": st.Outcome, "instances": rows, "unconfirmed": st.Unconfirmed()})
 			}
-			fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, orDash(st.Outcome))
+			fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, orDash(string(st.Outcome)))
 			tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
 			for _, r := range rows {

@@ -55,7 +55,7 @@ func TestFailedStepJournalsFalseCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := st.Condition("gate")
-	if c.Status != run.ConditionFalse || c.Reason != run.OutcomeGated || !strings.Contains(c.Message, "exit status 1") {
+	if c.Status != run.ConditionFalse || c.Reason != string(run.OutcomeGated) || !strings.Contains(c.Message, "exit status 1") {
 		t.Fatalf("gate condition: %+v", c)
 	}
 	if c := st.Condition("rent"); c.Status != run.ConditionUnknown {

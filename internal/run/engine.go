@@ -21,6 +21,7 @@ import (
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 )
 
@@ -52,24 +53,25 @@ type Plan struct {
 	CeilingDPH  float64 // a replacement for a taken offer is rented up to this $/h
 }
 
-// Outcomes recorded in the journal and the receipt.
+// Outcomes recorded in the journal and the receipt (receipt.Outcome
+// answers whether each succeeded and how it exits).
 const (
-	OutcomePassed        = "passed"
-	OutcomeFailed        = "failed"
-	OutcomeGated         = "gated"
-	OutcomeSkipped       = "skipped"
-	OutcomeNoOffer       = "no_offer"
-	OutcomeNotApproved   = "not_approved"
-	OutcomeReadyFailed   = "ready_failed"
-	OutcomeVerifyFailed  = "verify_failed"
-	OutcomeInterrupted   = "interrupted"
-	OutcomeTimeout       = "timeout"
-	OutcomeError         = "error"
-	OutcomeUp            = "up"
-	OutcomeDown          = "down"
-	OutcomeBudget        = "budget_exceeded"
-	OutcomeUntrusted     = "skipped_untrusted"
-	OutcomeRemoteDiffers = "remote_bytes_differ"
+	OutcomePassed        = receipt.Passed
+	OutcomeFailed        = receipt.Failed
+	OutcomeGated         = receipt.Gated
+	OutcomeSkipped       = receipt.Skipped
+	OutcomeNoOffer       = receipt.NoOffer
+	OutcomeNotApproved   = receipt.NotApproved
+	OutcomeReadyFailed   = receipt.ReadyFailed
+	OutcomeVerifyFailed  = receipt.VerifyFailed
+	OutcomeInterrupted   = receipt.Interrupted
+	OutcomeTimeout       = receipt.Timeout
+	OutcomeError         = receipt.Error
+	OutcomeUp            = receipt.Up
+	OutcomeDown          = receipt.Down
+	OutcomeBudget        = receipt.Budget
+	OutcomeUntrusted     = receipt.Untrusted
+	OutcomeRemoteDiffers = receipt.RemoteDiffers
 )
 
 // Engine runs the lifecycle for one run. Fill the fields, then call CI,
@@ -165,7 +167,7 @@ var ErrGated = errors.New("gate failed: nothing was rented")
 type StepError struct {
 	Step     string
 	Instance provider.InstanceID
-	Outcome  string
+	Outcome  receipt.Outcome
 	Err      error
 }
 
@@ -265,7 +267,7 @@ func (e *Engine) record(typ, step string, data any) error {
 func (e *Engine) condition(step string, inst provider.InstanceID, err error) error {
 	c := Condition{Status: ConditionTrue, Reason: "Done", Instance: inst}
 	if err != nil {
-		c = Condition{Status: ConditionFalse, Reason: Outcome(err), Message: err.Error(), Instance: inst}
+		c = Condition{Status: ConditionFalse, Reason: string(Outcome(err)), Message: err.Error(), Instance: inst}
 	}
 	return e.record(recCondition, step, c)
 }

@@ -49,7 +49,7 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	// The label is known before the rental exists: put it in the CI's
 	// durable state now, so a job killed between create and its answer can
 	// still be cleaned up by label (post step, after_script, down --label).
-	if err := e.CI.Persist(map[string]string{"label": e.state.Label, "run_id": e.state.RunID}); err != nil {
+	if err := e.CI.Persist(ciKeys(e.state.RunID, map[string]string{"label": e.state.Label, "run_id": e.state.RunID})); err != nil {
 		e.infof("warning: could not write CI state: %v", err)
 	}
 	e.infof("renting offer %d (%s x%d, $%.4f/h) as %s", o.ID, o.GPUName, o.NumGPUs, total, e.state.Label)
@@ -77,6 +77,21 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 		}
 		return 0, err
 	}
+}
+
+// ciKeys adds to kv a copy of each key suffixed with the run id
+// (label_<run>, instance_id_<run>), so that several runs in one CI job keep
+// separate cleanup handles; the plain keys name the latest run only, a
+// convenience like the state directory's "current" pointer.
+func ciKeys(runID string, kv map[string]string) map[string]string {
+	out := make(map[string]string, 2*len(kv))
+	for k, v := range kv {
+		out[k] = v
+		if k != "run_id" {
+			out[k+"_"+runID] = v
+		}
+	}
+	return out
 }
 
 // ErrEarlierRentalLive means a rent was refused because an earlier rental of
@@ -107,7 +122,7 @@ func (e *Engine) rented(id provider.InstanceID, how string) error {
 	if err := e.record("done", step, instanceData{Instance: id, Reason: how}); err != nil {
 		return err
 	}
-	if err := e.CI.Persist(map[string]string{"instance_id": id.String()}); err != nil {
+	if err := e.CI.Persist(ciKeys(e.state.RunID, map[string]string{"instance_id": id.String()})); err != nil {
 		e.infof("warning: could not write CI state: %v", err)
 	}
 	return nil

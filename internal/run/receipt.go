@@ -14,6 +14,7 @@ import (
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // ReceiptSchema versions the receipt; docs/receipt.md documents it.
@@ -46,7 +47,7 @@ type Receipt struct {
 	Workflow       string             `json:"workflow"`
 	RunID          string             `json:"run_id"`
 	Label          string             `json:"label"`
-	Outcome        string             `json:"outcome"`
+	Outcome        receipt.Outcome    `json:"outcome"`
 	Error          string             `json:"error,omitempty"`
 	Simulated      bool               `json:"simulated"`
 	CI             ReceiptCI          `json:"ci"`
@@ -168,7 +169,7 @@ func chargedAttempts(attempts []*Attempt, byID map[provider.InstanceID]float64) 
 }
 
 // finish records the outcome and writes receipt.json and summary.md.
-func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Receipt {
+func (e *Engine) finish(ctx context.Context, outcome receipt.Outcome, runErr error) *Receipt {
 	e.record("event", stepOutcome, map[string]any{"outcome": outcome})
 	charged := e.chargesFor(ctx)
 	e.cost.EstimateUSD = round6(e.spentSoFar())
@@ -235,7 +236,7 @@ func round6(x float64) float64 { return float64(int64(x*1e6+0.5)) / 1e6 }
 // Summary renders a receipt as Markdown for people and CI step summaries.
 func Summary(r *Receipt) string {
 	var b strings.Builder
-	icon := map[bool]string{true: "✅", false: "❌"}[r.Outcome == OutcomePassed || r.Outcome == CanaryMatch || r.Outcome == OutcomeSkipped || r.Outcome == OutcomeUp || r.Outcome == OutcomeDown || r.Outcome == OutcomeUntrusted]
+	icon := map[bool]string{true: "✅", false: "❌"}[r.Outcome.Succeeded()]
 	fmt.Fprintf(&b, "## vastrun %s: %s %s\n\n", r.Workflow, icon, r.Outcome)
 	if r.Simulated {
 		b.WriteString("> Simulated run: nothing was rented or billed for real.\n\n")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // Journal record steps.
@@ -70,7 +71,7 @@ type State struct {
 	// Extras are instances found carrying the label that the run did not
 	// rent itself (lost create responses, duplicates); they are destroyed.
 	Extras   []provider.InstanceID
-	Outcome  string
+	Outcome  receipt.Outcome
 	Approved bool
 	Started  time.Time
 	// Conditions hold each step's last journaled condition, by step name.
@@ -301,7 +302,7 @@ func (s *State) Apply(r journal.Record) error {
 			Outcome string `json:"outcome"`
 		}
 		r.Decode(&d)
-		s.Outcome = d.Outcome
+		s.Outcome = receipt.Outcome(d.Outcome)
 	}
 	return nil
 }
@@ -331,7 +332,7 @@ func writeStateFile(runDir string, s *State, evidence string) error {
 	ids := s.Instances()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	b, _ := json.MarshalIndent(stateFile{Schema: "vastrun.state/v1", RunID: s.RunID, Label: s.Label, Instances: ids,
-		Unconfirmed: s.Unconfirmed(), Outcome: s.Outcome, EvidenceDir: evidence}, "", "  ")
+		Unconfirmed: s.Unconfirmed(), Outcome: string(s.Outcome), EvidenceDir: evidence}, "", "  ")
 	return writeFileAtomic(filepath.Join(runDir, "state.json"), append(b, '\n'), 0o600)
 }
 

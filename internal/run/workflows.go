@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 )
 
@@ -88,7 +89,7 @@ func (e *Engine) pathsTouched(ctx context.Context) error {
 }
 
 // Outcome classifies a run's error.
-func Outcome(err error) string {
+func Outcome(err error) receipt.Outcome {
 	var se *StepError
 	var tf *TestFailedError
 	var ce *CanaryError
