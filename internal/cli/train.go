@@ -113,8 +113,8 @@ func NewCmdResume(f *Factory) *cobra.Command {
 	var acceptChange bool
 	cmd := &cobra.Command{
 		Use:   "resume [RUN]",
-		Short: "Continue a training or ci run whose controller died, from its journal",
-		Long: `Continue a training or ci run from its journal. If its instance is still running,
+		Short: "Continue a training, ci or canary run whose controller died, from its journal",
+		Long: `Continue a training, ci or canary run from its journal. If its instance is still running,
 vastrun re-attaches to it (no second rental); if it is gone or paused, vastrun
 destroys what is left and continues on a replacement from the last committed
 checkpoint. The run's frozen manifest (checked against the journal's hash)
@@ -148,8 +148,14 @@ unless --accept-config-change.`,
 			case "ci":
 				e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
 				resume = (*run.Engine).ResumeCI
+			case "canary":
+				if !cfg.IsCanary() {
+					return &UsageError{Err: fmt.Errorf("run %s is a canary run and %s has no canary.smoke", st.RunID, o.ConfigPath), Hint: "resume with the vastrun.yaml the canary was started with (-f FILE)"}
+				}
+				e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+				resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) { return e.ResumeCanary(ctx, false) }
 			default:
-				return &UsageError{Err: fmt.Errorf("run %s is a %q run; resume continues train and ci runs", st.RunID, st.Workflow), Hint: "tear it down with: vastrun down --run " + st.RunID}
+				return &UsageError{Err: fmt.Errorf("run %s is a %q run; resume continues train, ci and canary runs", st.RunID, st.Workflow), Hint: "tear it down with: vastrun down --run " + st.RunID}
 			}
 			if err != nil {
 				return err

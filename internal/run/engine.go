@@ -138,6 +138,8 @@ type Engine struct {
 	unjournaled []journal.Record
 	// beforeRent runs at the end of prepare (the canary's local contract).
 	beforeRent func(ctx context.Context) error
+	// flow is what the run's workflow adds to the shared steps.
+	flow Workflow
 }
 
 func (e *Engine) mark(phase string) {
@@ -318,6 +320,9 @@ func (e *Engine) Begin(workflow string) error {
 	if err != nil {
 		return err
 	}
+	if e.flow == nil || e.flow.Name() != workflow {
+		e.flow = plainWorkflow{name: workflow}
+	}
 	e.Workflow = workflow
 	e.runDir = filepath.Join(e.StateRoot, "runs", runID)
 	e.defaultEvidence(runID)
@@ -407,13 +412,7 @@ func (e *Engine) spec(ctx context.Context) Manifest {
 		ReadyDeadline: c.Timeouts.Ready.String(), JobTimeout: c.Timeouts.Job.String(), TeardownLimit: c.Timeouts.Teardown.String(),
 		EvidenceDir: e.EvidenceDir, EnvNames: sortedCopy(env), SecretNames: sortedCopy(c.Secrets), CreatedAt: e.now().UTC(),
 	}
-	if e.Workflow == "train" {
-		t := c.Train
-		m.Test = ""
-		m.Train = &TrainSpec{Command: t.Command, DatasetVersion: t.DatasetVersion, Seed: t.Seed, CheckpointDir: t.CheckpointDir,
-			Cadence: t.Cadence, CheckpointURI: t.CheckpointURI, OutputDir: t.OutputDir, OutputURI: t.OutputURI, Keep: t.Keep,
-			RuntimeDeadline: t.RuntimeDeadline.String(), HeartbeatTTL: t.HeartbeatTTL.String()}
-	}
+	e.workflow().Spec(c, &m)
 	return m
 }
 
@@ -469,16 +468,12 @@ func (e *Engine) selectOffer(ctx context.Context, exclude []int64) (*provider.Of
 	return chosen, nil
 }
 
-// worstCase is the spend if the rental uses every deadline to the full.
-// For training, the job is open-ended and the budget kill switch bounds it
-// while it runs, so approval only needs to afford getting it started.
+// worstCase is the spend if the rental uses every deadline to the full, as
+// the frozen manifest sets them; how much of the job counts is the
+// workflow's (training's is open-ended and bounded while it runs).
 func (e *Engine) worstCase(dph float64) float64 {
-	t := e.Config.Timeouts
-	job := time.Duration(t.Job)
-	if e.Workflow == "train" {
-		job = 0
-	}
-	hours := (time.Duration(t.Ready) + job + time.Duration(t.Teardown)).Hours()
+	m := e.manifest
+	hours := (frozenDuration(m.ReadyDeadline) + e.workflow().JobBound(m) + frozenDuration(m.TeardownLimit)).Hours()
 	return dph * hours
 }
 

@@ -172,9 +172,6 @@ func (e *Engine) adoptFrozen(ctx context.Context) error {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
 	now := e.spec(ctx)
-	if now.Train != nil { // the store prefixes a run gets when it starts
-		now.Train.CheckpointURI, now.Train.OutputURI = runScoped(now.Train.CheckpointURI, e.state.RunID), runScoped(now.Train.OutputURI, e.state.RunID)
-	}
 	if fields := diffSpec(frozen, now); len(fields) > 0 {
 		if !e.AcceptConfigChange {
 			return &StepError{Step: stepFreeze, Err: &ConfigChangedError{Run: e.state.RunID, Fields: fields}}

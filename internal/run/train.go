@@ -78,6 +78,7 @@ var ErrTrainFailed = errors.New("the training workload failed")
 // RunTrain runs a checkpointed training run to completion, replacing
 // interrupted instances and resuming from the last committed checkpoint.
 func (e *Engine) RunTrain(ctx context.Context) (*Receipt, error) {
+	e.flow = trainWorkflow{e}
 	if err := e.Begin("train"); err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func (e *Engine) RunTrain(ctx context.Context) (*Receipt, error) {
 // A configuration that differs from the run's frozen manifest is refused
 // before anything is touched (see AcceptConfigChange).
 func (e *Engine) ResumeTrain(ctx context.Context) (*Receipt, error) {
-	e.Workflow = "train"
+	e.Workflow, e.flow = "train", trainWorkflow{e}
 	if err := e.adoptFrozen(ctx); err != nil {
 		e.Close()
 		return nil, err
@@ -103,14 +104,13 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 	defer func() { receipt, err = e.settle(ctx, recover(), client, false, err) }()
 	// Each run has its own prefix: a new run never resumes another's
 	// checkpoints, and `resume` finds its own again by run id.
-	c := &e.Config.Train
-	c.CheckpointURI, c.OutputURI = runScoped(c.CheckpointURI, e.state.RunID), runScoped(c.OutputURI, e.state.RunID)
-	e.train = &TrainReport{CheckpointURI: c.CheckpointURI, Resumes: []ResumeProof{}}
+	e.train = &TrainReport{CheckpointURI: runScoped(e.Config.Train.CheckpointURI, e.state.RunID), Resumes: []ResumeProof{}}
 	// A resumed run walks the same steps: those whose condition is True
 	// are not repeated (see prepare).
 	if err := e.prepare(ctx); err != nil {
 		return nil, err
 	}
+	e.useFrozenTrain()
 	for k, v := range e.StorageEnv {
 		if strings.Contains(k, "SECRET") || strings.Contains(k, "TOKEN") || strings.Contains(k, "KEY_ID") {
 			e.Redactor.Add(v)
@@ -657,13 +657,25 @@ func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, inst prov
 	return nil
 }
 
+// useFrozenTrain points the engine at a copy of the config whose store
+// prefixes are the frozen spec's (runs/<id>): the shared config is never
+// rewritten in place, so two engines can share one.
+func (e *Engine) useFrozenTrain() {
+	if e.manifest.Train == nil {
+		return
+	}
+	c := *e.Config
+	c.Train.CheckpointURI, c.Train.OutputURI = e.manifest.Train.CheckpointURI, e.manifest.Train.OutputURI
+	e.Config = &c
+}
+
 // fillTrainReport reads the committed checkpoints from the controller side
 // (the agent's word is not the evidence: the store is).
 func (e *Engine) fillTrainReport(ctx context.Context) {
 	if e.train == nil || e.Config.Train.CheckpointURI == "" {
 		return
 	}
-	st, err := storage.Open(e.Config.Train.CheckpointURI, storage.Options{Getenv: e.storageGetenv()})
+	st, err := storage.Open(e.train.CheckpointURI, storage.Options{Getenv: e.storageGetenv()})
 	if err != nil {
 		return
 	}

@@ -202,8 +202,18 @@ func (e *Engine) rentAttempted() bool { return e.state != nil && len(e.state.Att
 // live instance of the run is re-attached to, never rented again; one that
 // is gone or not running is destroyed and replaced. The test runs again
 // (how its interrupted run ended is unknown), then teardown and receipt.
-func (e *Engine) ResumeCI(ctx context.Context) (receipt *Receipt, err error) {
-	e.Workflow = "ci"
+func (e *Engine) ResumeCI(ctx context.Context) (*Receipt, error) {
+	return e.resume(ctx, plainWorkflow{name: "ci"}, func(client *remote.Client, inst provider.Instance) error {
+		return e.testOn(ctx, client, inst, e.now())
+	})
+}
+
+// resume is the shared continuation of a run opened with Open: adopt its
+// frozen manifest, walk the same steps as a new run (those whose condition
+// is True are skipped), re-attach to its live instance or replace it, then
+// the workflow's body; teardown and receipt on every path.
+func (e *Engine) resume(ctx context.Context, flow Workflow, body func(*remote.Client, provider.Instance) error) (receipt *Receipt, err error) {
+	e.Workflow, e.flow = flow.Name(), flow
 	if err := e.adoptFrozen(ctx); err != nil {
 		e.Close()
 		return nil, err
@@ -224,7 +234,7 @@ func (e *Engine) ResumeCI(ctx context.Context) (receipt *Receipt, err error) {
 	if client, inst, err = e.attach(ctx, exclude); err != nil {
 		return nil, err
 	}
-	return nil, e.testOn(ctx, client, inst, e.now())
+	return nil, body(client, inst)
 }
 
 func (e *Engine) verifyAndTest(ctx context.Context, client *remote.Client, inst provider.Instance) error {
@@ -273,13 +283,7 @@ func (e *Engine) settle(ctx context.Context, recovered any, client *remote.Clien
 	if client != nil {
 		client.Close()
 	}
-	outcome := Outcome(err)
-	switch {
-	case e.canary != nil && err == nil && e.canary.Comparison != "":
-		outcome = e.canary.Comparison
-	case errors.Is(err, ErrTrainFailed):
-		outcome = OutcomeFailed
-	}
+	outcome := e.workflow().Outcome(err, Outcome(err))
 	// A run whose journal could not be written never counts as a success,
 	// even if the step that hit it did not report it.
 	if e.journalErr != nil && !errors.Is(err, ErrJournal) {
@@ -295,9 +299,7 @@ func (e *Engine) settle(ctx context.Context, recovered any, client *remote.Clien
 			err = errors.Join(err, terr)
 		}
 	}
-	if e.train != nil {
-		e.fillTrainReport(ctx)
-	}
+	e.workflow().Finish(ctx)
 	return e.finish(ctx, outcome, err), err
 }
 
