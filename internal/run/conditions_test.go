@@ -129,3 +129,33 @@ func TestResumeDoesNotRepeatATrueStep(t *testing.T) {
 	}
 	h.noLeaks()
 }
+
+// Once frozen, the spec drives the run: a config changed after the freeze
+// (here, between freeze and approval) changes neither what is rented nor
+// what verify expects nor what the receipt says.
+func TestStepsReadTheFrozenSpec(t *testing.T) {
+	h := newHarness(t, baseConfig, true)
+	frozenImage := h.engine.Config.Image
+	h.engine.Approve = func(p run.Plan) (bool, error) {
+		if p.Image != frozenImage {
+			t.Errorf("the plan shows %q, not the frozen %q", p.Image, frozenImage)
+		}
+		c := *h.engine.Config
+		c.Image = "ghcr.io/acme/other@sha256:" + strings.Repeat("f", 64)
+		c.Budget.MaxSpend = 0.0001
+		h.engine.Config = &c
+		return true, nil
+	}
+	r, err := h.engine.RunCI(context.Background())
+	if err != nil || r.Outcome != run.OutcomePassed {
+		t.Fatalf("%v %+v", err, r)
+	}
+	if r.Image != frozenImage {
+		t.Fatalf("receipt image %q, frozen %q", r.Image, frozenImage)
+	}
+	gone := h.sim.Snapshot().Gone
+	if len(gone) != 1 || gone[0].Image != frozenImage {
+		t.Fatalf("rented %+v, want the frozen image %q", gone, frozenImage)
+	}
+	h.noLeaks()
+}

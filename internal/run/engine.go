@@ -447,8 +447,8 @@ func sortedCopy(s []string) []string {
 
 // selectOffer searches and judges offers, excluding machines that failed.
 func (e *Engine) selectOffer(ctx context.Context, exclude []int64) (*provider.Offer, error) {
-	p := e.Config.Policy()
-	p.ExcludeMachines = append(p.ExcludeMachines, exclude...)
+	p := e.frozen().Policy
+	p.ExcludeMachines = append(append([]int64(nil), p.ExcludeMachines...), exclude...) // never into the manifest's array
 	offers, err := e.Market.SearchOffers(ctx, p.LooseQuery(500))
 	if err != nil {
 		return nil, &StepError{Step: stepSelect, Err: err}
@@ -495,10 +495,11 @@ func (e *Engine) spentSoFar() float64 {
 }
 
 func (e *Engine) approve(o provider.Offer, attempt int) error {
-	p := e.Config.Policy()
+	m := e.frozen()
+	p := m.Policy
 	dph := policy.TotalDPH(o, p.DiskGB)
-	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: e.Config.Budget.MaxSpend,
-		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: e.Config.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph)}
+	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: m.MaxSpendUSD,
+		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: m.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph)}
 	if spent := e.spentSoFar(); spent+plan.WorstCase > plan.MaxSpendUSD {
 		if err := e.record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent}); err != nil {
 			return err

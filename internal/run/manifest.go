@@ -180,6 +180,10 @@ func (e *Engine) adoptFrozen(ctx context.Context) error {
 			return err
 		}
 		e.infof("continuing with a changed configuration (%s), as --accept-config-change asks", strings.Join(fields, ", "))
+		// The accepted spec drives the rest of the run; the run's facts
+		// (id, label, commit, CI run, creation) stay the frozen ones.
+		now.RunID, now.Label, now.Commit, now.CIRun, now.CreatedAt = frozen.RunID, frozen.Label, frozen.Commit, frozen.CIRun, frozen.CreatedAt
+		frozen = now
 	}
 	// The new evidence directory gets the manifest the run was frozen with.
 	if err := os.MkdirAll(e.EvidenceDir, 0o755); err != nil {

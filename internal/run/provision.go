@@ -40,7 +40,8 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	if err != nil {
 		return 0, err
 	}
-	p := e.Config.Policy()
+	m := e.frozen()
+	p := m.Policy
 	total := policy.TotalDPH(o, p.DiskGB)
 	a := Attempt{MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, DPHTotal: total, DPHBase: o.DPHBase, StorageDPH: total - o.DPHBase}
 	if err := e.record("intent", stepRent, rentIntent{Label: e.state.Label, Offer: o.ID, Attempt: a}); err != nil {
@@ -54,7 +55,7 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	}
 	e.infof("renting offer %d (%s x%d, $%.4f/h) as %s", o.ID, o.GPUName, o.NumGPUs, total, e.state.Label)
 	res, err := e.Market.CreateInstance(ctx, provider.CreateRequest{
-		OfferID: o.ID, Image: e.Config.Image, DiskGB: p.DiskGB, Label: e.state.Label,
+		OfferID: o.ID, Image: m.Image, DiskGB: p.DiskGB, Label: e.state.Label,
 		Runtype: "ssh_direc ssh_proxy", CancelUnavail: true, ImageLogin: login,
 	})
 	switch {

@@ -155,6 +155,15 @@ func (e *Engine) chargesFor(ctx context.Context) map[provider.InstanceID]float64
 	return byID
 }
 
+// receiptImage is the frozen image; a run that never froze (gated before
+// freeze, down) names the configured one.
+func (e *Engine) receiptImage() string {
+	if e.manifest.Image != "" {
+		return e.manifest.Image
+	}
+	return e.Config.Image
+}
+
 // chargedAttempts copies attempts, each with what Vast charged for it.
 func chargedAttempts(attempts []*Attempt, byID map[provider.InstanceID]float64) []*Attempt {
 	out := make([]*Attempt, 0, len(attempts))
@@ -181,7 +190,7 @@ func (e *Engine) finish(ctx context.Context, outcome receipt.Outcome, runErr err
 	st := e.state
 	r := &Receipt{
 		Schema: ReceiptSchema, Workflow: e.Workflow, RunID: st.RunID, Label: st.Label, Outcome: outcome,
-		Simulated: e.Simulated, Commit: e.manifest.Commit, Image: e.Config.Image, ManifestSHA256: st.ManifestHash,
+		Simulated: e.Simulated, Commit: e.manifest.Commit, Image: e.receiptImage(), ManifestSHA256: st.ManifestHash,
 		Attempts: chargedAttempts(st.Attempts, charged), Test: e.test, Verify: e.verifyRep, Train: e.train, Canary: e.canary, Timings: e.timings, Cost: e.cost,
 		StartedAt: st.Started, FinishedAt: e.now().UTC(), EvidenceDir: e.EvidenceDir,
 		CI: ReceiptCI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},

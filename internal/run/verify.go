@@ -76,9 +76,10 @@ func (e *Engine) verifyOnce(ctx context.Context, c *remote.Client, inst provider
 	r := &verifyReport{ImageUUID: inst.ImageUUID}
 	e.verifyRep = r
 	defer e.writeVerify()
-	p := e.Config.Policy()
+	m := e.frozen()
+	p := m.Policy
 
-	r.add("image", inst.ImageUUID == e.Config.Image, "instance runs %q; manifest pins %q", inst.ImageUUID, e.Config.Image)
+	r.add("image", inst.ImageUUID == m.Image, "instance runs %q; manifest pins %q", inst.ImageUUID, m.Image)
 	out, err := c.Output(ctx, `echo "==csv"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits; echo "==smi"; nvidia-smi; echo "==df"; df -Pk . | tail -n 1`)
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()

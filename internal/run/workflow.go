@@ -88,6 +88,11 @@ func (w canaryWorkflow) Outcome(err error, base receipt.Outcome) receipt.Outcome
 	return base
 }
 
+// frozen is the run's spec as frozen (or, after --accept-config-change, as
+// accepted): what is rented, at what price, under which budget, is read
+// from it, never from the live config, once the run has been frozen.
+func (e *Engine) frozen() Manifest { return e.manifest }
+
 // workflow is the run's workflow; a run begun without one (exec, down)
 // gets a plain one under its name.
 func (e *Engine) workflow() Workflow {
