@@ -14,18 +14,17 @@ import (
 	"strings"
 
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 )
 
 // Canary comparison classes.
 const (
-	CanaryMatch            = receipt.Match
-	CanaryGPUOnlyFailure   = receipt.GPUOnlyFailure
-	CanaryLocalOnlyFailure = receipt.LocalOnlyFailure
-	CanaryBothFailed       = receipt.BothFailed
-	CanaryOutputDelta      = receipt.OutputDelta
-	OutcomeLocalFailed     = receipt.LocalFailed
+	CanaryMatch            = "match"
+	CanaryGPUOnlyFailure   = "gpu_only_failure"
+	CanaryLocalOnlyFailure = "local_only_failure"
+	CanaryBothFailed       = "both_failed"
+	CanaryOutputDelta      = "output_delta"
+	OutcomeLocalFailed     = "local_failed"
 )
 
 // SmokeOutcome is one run of the smoke contract.
@@ -57,22 +56,22 @@ type CUDACheck struct {
 
 // CanaryReport is the canary part of the receipt.
 type CanaryReport struct {
-	Local      SmokeOutcome    `json:"local"`
-	LocalNote  string          `json:"local_note,omitempty"`
-	GPU        *SmokeOutcome   `json:"gpu,omitempty"`
-	CUDA       *CUDACheck      `json:"cuda,omitempty"`
-	Health     *HealthCheck    `json:"health,omitempty"` // canary.health_url through an SSH forward
-	Comparison receipt.Outcome `json:"comparison,omitempty"`
-	Delta      []FieldDelta    `json:"delta,omitempty"`
+	Local      SmokeOutcome  `json:"local"`
+	LocalNote  string        `json:"local_note,omitempty"`
+	GPU        *SmokeOutcome `json:"gpu,omitempty"`
+	CUDA       *CUDACheck    `json:"cuda,omitempty"`
+	Health     *HealthCheck  `json:"health,omitempty"` // canary.health_url through an SSH forward
+	Comparison string        `json:"comparison,omitempty"`
+	Delta      []FieldDelta  `json:"delta,omitempty"`
 	// FailureEvidence names the file with driver, CUDA, image and command
 	// details collected before teardown after a GPU-only failure.
 	FailureEvidence string `json:"gpu_failure_evidence,omitempty"`
 }
 
 // CanaryError reports a canary whose GPU outcome disagrees with the local one.
-type CanaryError struct{ Class receipt.Outcome }
+type CanaryError struct{ Class string }
 
-func (e *CanaryError) Error() string { return "canary: " + string(e.Class) }
+func (e *CanaryError) Error() string { return "canary: " + e.Class }
 
 // ErrLocalFailed means the local contract failed, so nothing was rented.
 var ErrLocalFailed = errors.New("the local contract failed: nothing was rented")

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/journal"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
 )
 
@@ -158,4 +159,15 @@ func TestStepsReadTheFrozenSpec(t *testing.T) {
 		t.Fatalf("rented %+v, want the frozen image %q", gone, frozenImage)
 	}
 	h.noLeaks()
+}
+
+// The canary's comparison classes are outcomes the receipt package knows,
+// with the same exit classes as the rest: one answer to "succeeded?".
+func TestCanaryClassesAreKnownOutcomes(t *testing.T) {
+	for _, c := range []string{run.CanaryMatch, run.CanaryGPUOnlyFailure, run.CanaryLocalOnlyFailure, run.CanaryBothFailed, run.CanaryOutputDelta, run.OutcomeLocalFailed} {
+		o := receipt.Outcome(c)
+		if !o.Known() || o.Succeeded() != (c == run.CanaryMatch) {
+			t.Errorf("canary class %q: known %v, succeeded %v", c, o.Known(), o.Succeeded())
+		}
+	}
 }

@@ -83,7 +83,7 @@ func (canaryWorkflow) JobBound(m Manifest) time.Duration { return frozenDuration
 
 func (w canaryWorkflow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
 	if c := w.e.canary; c != nil && err == nil && c.Comparison != "" {
-		return c.Comparison
+		return receipt.Outcome(c.Comparison)
 	}
 	return base
 }

@@ -97,7 +97,7 @@ func Outcome(err error) receipt.Outcome {
 	case err == nil:
 		return OutcomePassed
 	case errors.As(err, &ce):
-		return ce.Class
+		return receipt.Outcome(ce.Class)
 	case errors.As(err, &tf):
 		return OutcomeFailed
 	case errors.Is(err, context.Canceled):
