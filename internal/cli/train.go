@@ -444,20 +444,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 		},
 	}
 	manifest.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
-	heartbeat := &cobra.Command{
-		Use:   "heartbeat",
-		Short: "Touch the controller's heartbeat (JSON, schema vastrun.agent.heartbeat v1): the controller's own periodic call",
-		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := agent.NewLayout("")
-			if err != nil {
-				return err
-			}
-			return json.NewEncoder(f.IO.Out).Encode(agent.Beat(l, f.clock().Now()))
-		},
-	}
-	heartbeat.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
-	cmd.AddCommand(watch, start, supervise, statusCmd, heartbeat, restore, upload, manifest)
+	cmd.AddCommand(watch, start, supervise, statusCmd, restore, upload, manifest)
 	return cmd
 }
 

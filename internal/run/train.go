@@ -286,10 +286,10 @@ func (e *Engine) agentJSON(ctx context.Context, c *remote.Client, env map[string
 	return []byte(strings.TrimSpace(out.String())), nil
 }
 
-// askAgent is one status request; it brings back the log from offset. It
-// does not touch the heartbeat: that is its own call (see beatIfDue).
+// askAgent is one status request: it also touches the heartbeat and
+// brings back the log from offset.
 func (e *Engine) askAgent(ctx context.Context, c *remote.Client, inst provider.InstanceID, offset int64) (agent.Report, error) {
-	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --log-offset %d --log-max %d", offset, logChunk))
+	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --touch-heartbeat --log-offset %d --log-max %d", offset, logChunk))
 	if err != nil {
 		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
 	}
@@ -395,10 +395,9 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 	alog := e.newAttemptLog()
 	seen := map[string]bool{}
 	started := false // this controller started or found the workload
-	hb := newHeartbeat(t.HeartbeatTTL.Duration())
 	for pass := 0; ; pass++ {
 		if pass > 0 {
-			if err := e.sleep(ctx, e.jittered(min(poll, hb.every))); err != nil {
+			if err := e.sleep(ctx, e.jittered(poll)); err != nil {
 				return trainEnd{}, err
 			}
 		}
@@ -431,9 +430,6 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 				continue
 			}
 			e.infof("the workload is %s on instance %d; monitoring it", st.Workload.State, inst.ID)
-		}
-		if started { // its own call, whatever the status poll did
-			e.beatIfDue(ctx, c, inst.ID, hb)
 		}
 		cur, apiErr := e.Market.ShowInstance(ctx, inst.ID)
 		switch {
