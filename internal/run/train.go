@@ -395,6 +395,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 	alog := e.newAttemptLog()
 	seen := map[string]bool{}
 	started := false // this controller started or found the workload
+	var lastCheck time.Time // the last pass's money check
 	for pass := 0; ; pass++ {
 		if pass > 0 {
 			if err := e.sleep(ctx, e.jittered(poll)); err != nil {
@@ -473,7 +474,14 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 			dph = e.state.Current().DPHTotal
 		}
 		stopping := min(time.Duration(e.Config.Timeouts.Teardown), time.Minute)
-		projected := e.spentSoFar() + dph*(2*poll+stopping).Hours()
+		// Two passes as they really take (a slow SSH round trip or a busy
+		// machine stretches a pass past the poll), never less than two polls.
+		gap := poll
+		if !lastCheck.IsZero() {
+			gap = max(gap, e.now().Sub(lastCheck))
+		}
+		lastCheck = e.now()
+		projected := e.spentSoFar() + dph*(2*gap+stopping).Hours()
 		if projected > e.Config.Budget.MaxSpend {
 			e.commitPending(ctx, c, inst.ID, seen)
 			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Config.Budget.MaxSpend)}
