@@ -394,7 +394,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 	poll := max(t.Poll.Duration(), minTrainPoll)
 	alog := e.newAttemptLog()
 	seen := map[string]bool{}
-	started := false // this controller started or found the workload
+	started := false        // this controller started or found the workload
 	var lastCheck time.Time // the last pass's money check
 	for pass := 0; ; pass++ {
 		if pass > 0 {
