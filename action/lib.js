@@ -43,6 +43,17 @@ function getState(name) {
   return process.env[`STATE_${name}`] || '';
 }
 
+// stateLabels lists every label vastrun recorded for the post step: the
+// latest run's (label) and each run's own (label_<run id>), so that
+// several runs in one step each keep their cleanup handle.
+function stateLabels(env = process.env) {
+  const out = [];
+  for (const [k, v] of Object.entries(env)) {
+    if ((k === 'STATE_label' || k.startsWith('STATE_label_')) && v && !out.includes(v)) out.push(v);
+  }
+  return out.sort();
+}
+
 function mask(value) {
   if (value) process.stdout.write(`::add-mask::${value}\n`);
 }
@@ -281,5 +292,5 @@ function parseArgs(s) {
 }
 
 module.exports = {
-  input, setOutput, addPath, saveState, getState, mask, findVastrun, installBinary, ownVersion, run, parseArgs, checksumFor,
+  input, setOutput, addPath, saveState, getState, stateLabels, mask, findVastrun, installBinary, ownVersion, run, parseArgs, checksumFor,
 };

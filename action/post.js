@@ -7,14 +7,14 @@ const lib = require('./lib');
 async function post() {
   const command = lib.getState('command') || 'ci';
   const exit = lib.getState('main_exit');
-  const label = lib.getState('label');
+  const labels = lib.stateLabels();
   const finished = exit !== '';
   const keep = command === 'up' && exit === '0'; // up keeps its instance for later jobs
   if (keep || (finished && exit !== '7') || ['down', 'reap', 'install'].includes(command)) {
     console.log('vastrun post: nothing to clean up');
     return;
   }
-  if (!label) {
+  if (labels.length === 0) {
     console.log('vastrun post: main did not finish and rented nothing');
     return;
   }
@@ -23,12 +23,15 @@ async function post() {
     return;
   }
   const bin = lib.getState('vastrun_bin') || await lib.findVastrun();
-  console.log(`vastrun post: main ${finished ? `exited ${exit}` : 'did not finish'}; destroying label ${label}`);
-  const res = await lib.run(bin, ['down', '--label', label, '--yes', '--json']);
-  process.stdout.write(res.stdout);
-  if (res.code !== 0) {
-    console.log(`::error title=vastrun::cleanup of label ${label} failed (exit ${res.code}): instances may still be billing`);
-    process.exitCode = res.code;
+  // Every run's label: one that fails to clean up does not stop the others.
+  for (const label of labels) {
+    console.log(`vastrun post: main ${finished ? `exited ${exit}` : 'did not finish'}; destroying label ${label}`);
+    const res = await lib.run(bin, ['down', '--label', label, '--yes', '--json']);
+    process.stdout.write(res.stdout);
+    if (res.code !== 0) {
+      console.log(`::error title=vastrun::cleanup of label ${label} failed (exit ${res.code}): instances may still be billing`);
+      process.exitCode = res.code;
+    }
   }
 }
 

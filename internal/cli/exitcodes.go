@@ -11,6 +11,7 @@ import (
 	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/vast"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
 )
 
@@ -32,6 +33,18 @@ const (
 	ExitInterrupted = 130 // SIGINT/SIGTERM
 )
 
+// classCodes maps the exit classes of run outcomes (receipt.ExitClass) to
+// exit codes. ClassOK and ClassError are absent: an error whose outcome is
+// "error" is classified by its type below.
+var classCodes = map[receipt.ExitClass]int{
+	receipt.ClassTestFailed:    ExitTestFailed,
+	receipt.ClassNeedsApproval: ExitNeedsYes,
+	receipt.ClassNoOffer:       ExitNoOffer,
+	receipt.ClassBudget:        ExitBudget,
+	receipt.ClassProvision:     ExitProvision,
+	receipt.ClassInterrupted:   ExitInterrupted,
+}
+
 // UsageError is a mistake in how vastrun was called.
 type UsageError struct {
 	Err  error
@@ -52,8 +65,6 @@ func exitCode(err error) int {
 	var noOffer *NoOfferError
 	var apiErr *provider.APIError
 	var cleanup *run.CleanupError
-	var testFailed *run.TestFailedError
-	var step *run.StepError
 	if rest, ok := withoutEvidenceErr(err); ok { // the run's own class first
 		if rest == nil {
 			return ExitEvidence
@@ -65,16 +76,16 @@ func exitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &cleanup): // first: an instance may still be billing
 		return ExitUnconfirmed
-	case errors.As(err, &testFailed), errors.Is(err, run.ErrGated), errors.Is(err, run.ErrLocalFailed), errors.As(err, new(*run.CanaryError)):
-		return ExitTestFailed
+	}
+	// A run's own failures are classified once, by their outcome.
+	if code, ok := classCodes[run.Outcome(err).ExitClass()]; ok {
+		return code
+	}
+	switch {
 	case errors.Is(err, run.ErrNeedsApproval):
 		return ExitNeedsYes
 	case errors.Is(err, run.ErrNoOffer):
 		return ExitNoOffer
-	case errors.As(err, &step) && step.Outcome == run.OutcomeBudget:
-		return ExitBudget
-	case errors.As(err, &step) && (step.Outcome == run.OutcomeReadyFailed || step.Outcome == run.OutcomeVerifyFailed || step.Outcome == run.OutcomeRemoteDiffers):
-		return ExitProvision
 	case errors.Is(err, context.Canceled):
 		return ExitInterrupted
 	case errors.As(err, &usage), errors.As(err, &qe), errors.As(err, new(*preflight.Error)):

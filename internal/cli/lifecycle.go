@@ -134,7 +134,7 @@ func checkTrust(f *Factory, o *WorkflowOptions, env ci.Env) (bool, error) {
 	f.IO.Infof("skipping the GPU step: %s", t.Reason)
 	env.AppendSummary("## vastrun: skipped\n\n" + t.Reason + "\n")
 	if f.JSON {
-		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": run.ReceiptSchema, "outcome": run.OutcomeUntrusted, "reason": t.Reason})
+		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": run.ReceiptSchema, "outcome": string(run.OutcomeUntrusted), "reason": t.Reason})
 	}
 	return false, nil
 }
@@ -159,9 +159,17 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.En
 
 // reportRun prints a workflow's receipt and returns the run's own error,
 // or the printing error when the run succeeded.
+//
+// A run whose outcome succeeded without the work running (the GPU step
+// skipped because the change touches none of paths:) exits 0, as
+// docs/exit-codes.md says: receipt.Outcome decides, not the error's text.
 func reportRun(f *Factory, r *run.Receipt, runErr error) error {
 	if perr := printReceipt(f, r); perr != nil && runErr == nil {
 		return perr
+	}
+	if runErr != nil && r != nil && r.Outcome.Succeeded() && r.Cleanup.Confirmed {
+		f.IO.Infof("%v", runErr)
+		return nil
 	}
 	return runErr
 }
@@ -183,9 +191,17 @@ func printReceipt(f *Factory, r *run.Receipt) error {
 	return nil
 }
 
-// NewCmdCI builds `vastrun ci`.
-func NewCmdCI(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{}
+// CIOptions are `vastrun ci`'s parsed flags and dependencies.
+type CIOptions struct {
+	f        *Factory
+	Workflow WorkflowOptions
+}
+
+// NewCmdCI builds `vastrun ci`. runF, when set, is called with the parsed
+// options instead of runCI (tests check the parsing that way).
+func NewCmdCI(f *Factory, runF func(context.Context, *CIOptions) error) *cobra.Command {
+	opts := &CIOptions{f: f}
+	o := &opts.Workflow
 	cmd := &cobra.Command{
 		Use:   "ci",
 		Short: "Run the GPU acceptance step: gate, rent one instance, test, destroy, evidence",
@@ -208,25 +224,39 @@ Exit codes: 0 passed, 3 test or gate failed, 5 no offer, 6 needs --yes,
   vastrun ci --yes --json > receipt.json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if done, err := maybeMatrix(ctx, f, o); done { // gpu.matrix (many.go)
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			e, err := trustedEngine(ctx, f, o)
-			if e == nil || err != nil {
-				return err
-			}
-			r, runErr := e.RunCI(ctx)
-			return reportRun(f, r, withRunHints(f, o, runErr))
+			return runCI(cmd.Context(), opts)
 		},
 	}
 	o.addFlags(cmd, true)
 	return cmd
 }
 
-// NewCmdUp builds `vastrun up`.
-func NewCmdUp(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{}
+func runCI(ctx context.Context, opts *CIOptions) error {
+	f, o := opts.f, &opts.Workflow
+	if done, err := maybeMatrix(ctx, f, o); done { // gpu.matrix (many.go)
+		return err
+	}
+	e, err := trustedEngine(ctx, f, o)
+	if e == nil || err != nil {
+		return err
+	}
+	r, runErr := e.RunCI(ctx)
+	return reportRun(f, r, withRunHints(f, o, runErr))
+}
+
+// UpOptions are `vastrun up`'s parsed flags and dependencies.
+type UpOptions struct {
+	f        *Factory
+	Workflow WorkflowOptions
+}
+
+// NewCmdUp builds `vastrun up`; runF as for NewCmdCI.
+func NewCmdUp(f *Factory, runF func(context.Context, *UpOptions) error) *cobra.Command {
+	opts := &UpOptions{f: f}
+	o := &opts.Workflow
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Gate, rent and verify one instance, and leave it running for exec/down",
@@ -240,36 +270,51 @@ A failure destroys what was rented.`,
   vastrun down --yes`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			e, err := trustedEngine(ctx, f, o)
-			if e == nil || err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			r, runErr := e.Up(ctx)
-			if runErr != nil {
-				printReceipt(f, r)
-				return withRunHints(f, o, runErr)
-			}
-			a := e.State().Current()
-			if f.JSON {
-				return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.up/v1", "run_id": r.RunID, "label": r.Label, "instance_id": a.InstanceID, "simulated": f.Sim})
-			}
-			fmt.Fprintf(f.IO.Out, "run_id=%s\nlabel=%s\ninstance_id=%d\n", r.RunID, r.Label, a.InstanceID)
-			f.IO.Infof("instance %d is up; run 'vastrun exec -- CMD', then 'vastrun down --yes'", a.InstanceID)
-			if f.Sim {
-				f.IO.Infof("note: the embedded simulator stops when this command exits, and its instances with it")
-			}
-			return nil
+			return runUp(cmd.Context(), opts)
 		},
 	}
 	o.addFlags(cmd, true)
 	return cmd
 }
 
-// NewCmdExec builds `vastrun exec`.
-func NewCmdExec(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{allowMissingConfigs: true}
-	var instance int64
+func runUp(ctx context.Context, opts *UpOptions) error {
+	f, o := opts.f, &opts.Workflow
+	e, err := trustedEngine(ctx, f, o)
+	if e == nil || err != nil {
+		return err
+	}
+	r, runErr := e.Up(ctx)
+	if runErr != nil {
+		printReceipt(f, r)
+		return withRunHints(f, o, runErr)
+	}
+	a := e.State().Current()
+	if f.JSON {
+		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.up/v1", "run_id": r.RunID, "label": r.Label, "instance_id": a.InstanceID, "simulated": f.Sim})
+	}
+	fmt.Fprintf(f.IO.Out, "run_id=%s\nlabel=%s\ninstance_id=%d\n", r.RunID, r.Label, a.InstanceID)
+	f.IO.Infof("instance %d is up; run 'vastrun exec -- CMD', then 'vastrun down --yes'", a.InstanceID)
+	if f.Sim {
+		f.IO.Infof("note: the embedded simulator stops when this command exits, and its instances with it")
+	}
+	return nil
+}
+
+// ExecOptions are `vastrun exec`'s parsed flags, arguments and dependencies.
+type ExecOptions struct {
+	f        *Factory
+	Workflow WorkflowOptions
+	Instance int64
+	Script   string // the command, its words joined by spaces
+}
+
+// NewCmdExec builds `vastrun exec`; runF as for NewCmdCI.
+func NewCmdExec(f *Factory, runF func(context.Context, *ExecOptions) error) *cobra.Command {
+	opts := &ExecOptions{f: f, Workflow: WorkflowOptions{allowMissingConfigs: true}}
+	o := &opts.Workflow
 	cmd := &cobra.Command{
 		Use:   "exec [flags] -- COMMAND...",
 		Short: "Run a command on the run's instance (or on --instance ID)",
@@ -281,51 +326,58 @@ the API. The exit status is the command's (3 when it fails).`,
   vastrun exec --instance 30511207 -- nvidia-smi`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
+			opts.Script = strings.Join(args, " ")
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			e, err := newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
-			if err != nil {
-				return err
-			}
-			script := strings.Join(args, " ")
-			var res *run.TestOutcome
-			if instance > 0 {
-				if err := e.Begin("exec"); err != nil {
-					return err
-				}
-				defer e.Close()
-				res, err = e.ExecInstance(ctx, provider.InstanceID(instance), script)
-			} else {
-				dir, derr := runDir(cfg.StateDir, o.RunID)
-				if derr != nil {
-					return &UsageError{Err: derr, Hint: "run 'vastrun up' first, or pass --instance ID"}
-				}
-				if err := checkJournal(dir); err != nil {
-					return err
-				}
-				if err := openRun(e, dir); err != nil {
-					return err
-				}
-				defer e.Close()
-				res, err = e.Exec(ctx, script)
-			}
-			if err != nil {
-				return err
-			}
-			if res.ExitCode != 0 {
-				return &run.TestFailedError{Code: res.ExitCode}
-			}
-			return nil
+			return runExec(cmd.Context(), opts)
 		},
 	}
 	o.addFlags(cmd, false)
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for env, secrets and the job timeout (optional)")
-	cmd.Flags().Int64Var(&instance, "instance", 0, "instance id to run on, instead of the current run's")
+	cmd.Flags().Int64Var(&opts.Instance, "instance", 0, "instance id to run on, instead of the current run's")
 	cmd.Flags().StringVar(&o.RunID, "run", "", "run id (default: the latest in the state dir)")
 	return cmd
+}
+
+func runExec(ctx context.Context, opts *ExecOptions) error {
+	f, o := opts.f, &opts.Workflow
+	cfg, err := o.loadConfig()
+	if err != nil {
+		return err
+	}
+	e, err := newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+	if err != nil {
+		return err
+	}
+	var res *run.TestOutcome
+	if opts.Instance > 0 {
+		if err := e.Begin("exec"); err != nil {
+			return err
+		}
+		defer e.Close()
+		res, err = e.ExecInstance(ctx, provider.InstanceID(opts.Instance), opts.Script)
+	} else {
+		dir, derr := runDir(cfg.StateDir, o.RunID)
+		if derr != nil {
+			return &UsageError{Err: derr, Hint: "run 'vastrun up' first, or pass --instance ID"}
+		}
+		if err := checkJournal(dir); err != nil {
+			return err
+		}
+		if err := openRun(e, dir); err != nil {
+			return err
+		}
+		defer e.Close()
+		res, err = e.Exec(ctx, opts.Script)
+	}
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return &run.TestFailedError{Code: res.ExitCode}
+	}
+	return nil
 }
 
 func runDir(stateRoot, runID string) (string, error) {

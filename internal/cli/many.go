@@ -14,6 +14,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
@@ -41,7 +42,7 @@ type ChildResult struct {
 	GPU         string            `json:"gpu,omitempty"`
 	Params      map[string]string `json:"params,omitempty"`
 	RunID       string            `json:"run_id"`
-	Outcome     string            `json:"outcome"`
+	Outcome     receipt.Outcome   `json:"outcome"`
 	Error       string            `json:"error,omitempty"`
 	EstimateUSD float64           `json:"estimate_usd"`
 	ChargedUSD  *float64          `json:"charged_usd,omitempty"`
@@ -52,17 +53,17 @@ type ChildResult struct {
 
 // ManyReceipt is the combined receipt.
 type ManyReceipt struct {
-	Schema      string        `json:"schema"`
-	V           int           `json:"v"`
-	Kind        string        `json:"kind"` // matrix or sweep
-	Workflow    string        `json:"workflow"`
-	Outcome     string        `json:"outcome"` // passed or failed
-	Pass        string        `json:"pass"`    // all or any
-	Concurrency int           `json:"concurrency"`
-	BudgetUSD   float64       `json:"budget_usd,omitempty"`
-	Children    []ChildResult `json:"children"`
-	StartedAt   time.Time     `json:"started_at"`
-	FinishedAt  time.Time     `json:"finished_at"`
+	Schema      string          `json:"schema"`
+	V           int             `json:"v"`
+	Kind        string          `json:"kind"` // matrix or sweep
+	Workflow    string          `json:"workflow"`
+	Outcome     receipt.Outcome `json:"outcome"` // passed or failed
+	Pass        string          `json:"pass"`    // all or any
+	Concurrency int             `json:"concurrency"`
+	BudgetUSD   float64         `json:"budget_usd,omitempty"`
+	Children    []ChildResult   `json:"children"`
+	StartedAt   time.Time       `json:"started_at"`
+	FinishedAt  time.Time       `json:"finished_at"`
 }
 
 // runMany drives the children with at most concurrency at once and, when
@@ -178,7 +179,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 		}
 	}
 	ok := passed == len(specs) || (pass == "any" && passed > 0)
-	mr.Outcome = map[bool]string{true: run.OutcomePassed, false: run.OutcomeFailed}[ok]
+	mr.Outcome = map[bool]receipt.Outcome{true: run.OutcomePassed, false: run.OutcomeFailed}[ok]
 	var err error
 	// A cleanup that is not confirmed always fails the step, whatever pass says.
 	for _, e := range errs {

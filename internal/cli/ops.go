@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/janitor"
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/preflight"
@@ -48,13 +48,21 @@ type downResult struct {
 	Simulated bool                  `json:"simulated"`
 }
 
-// NewCmdDown builds `vastrun down`.
-func NewCmdDown(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{allowMissingConfigs: true}
-	var instances []int64
-	var lbl string
-	var settle time.Duration
-	var all bool
+// DownOptions are `vastrun down`'s parsed flags and dependencies.
+type DownOptions struct {
+	f         *Factory
+	Workflow  WorkflowOptions
+	Instances []int64
+	Label     string
+	Settle    time.Duration
+	All       bool
+}
+
+// NewCmdDown builds `vastrun down`. runF, when set, is called with the
+// parsed options instead of runDown (tests check the parsing that way).
+func NewCmdDown(f *Factory, runF func(context.Context, *DownOptions) error) *cobra.Command {
+	opts := &DownOptions{f: f, Workflow: WorkflowOptions{allowMissingConfigs: true}}
+	o := &opts.Workflow
 	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "Destroy a run's instances (or --instance / --label) and confirm they are gone",
@@ -72,48 +80,57 @@ confirmed.`,
   vastrun down --all --yes`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
+			if opts.Settle < 0 {
+				return &UsageError{Err: fmt.Errorf("--settle %s is negative", opts.Settle), Hint: "write how long listings must stay clean, e.g. --settle 20s"}
 			}
-			if settle < 0 {
-				return &UsageError{Err: fmt.Errorf("--settle %s is negative", settle), Hint: "write how long listings must stay clean, e.g. --settle 20s"}
-			}
-			for _, id := range instances {
+			for _, id := range opts.Instances {
 				if id <= 0 {
 					return &UsageError{Err: fmt.Errorf("--instance %d is not an instance id", id), Hint: "instance ids are positive numbers, as 'vastrun status' or the receipt show them"}
 				}
 			}
-			if len(instances) == 0 && lbl == "" {
-				if all {
-					return downAll(ctx, f, o, cfg)
-				}
-				if o.RunID == "" {
-					if err := refuseOtherLiveRuns(cfg.StateDir); err != nil {
-						return err
-					}
-				}
-				dir, err := runDir(cfg.StateDir, o.RunID)
-				if err != nil {
-					if errors.As(err, new(*NoRunError)) {
-						return err
-					}
-					return &UsageError{Err: err, Hint: "pass --instance ID or --label LABEL"}
-				}
-				return downRun(ctx, f, o, cfg, dir)
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			return downTargets(ctx, f, o, cfg, instances, lbl, settle)
+			return runDown(cmd.Context(), opts)
 		},
 	}
 	o.addFlags(cmd, false)
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir and teardown limit (optional)")
-	cmd.Flags().Int64SliceVar(&instances, "instance", nil, "instance id to destroy (repeatable)")
-	cmd.Flags().StringVar(&lbl, "label", "", "destroy every instance carrying this label")
-	cmd.Flags().DurationVar(&settle, "settle", run.SweepSettle, "with --label: how long listings must stay clean before absence is believed (they can lag a fresh rental)")
+	cmd.Flags().Int64SliceVar(&opts.Instances, "instance", nil, "instance id to destroy (repeatable)")
+	cmd.Flags().StringVar(&opts.Label, "label", "", "destroy every instance carrying this label")
+	cmd.Flags().DurationVar(&opts.Settle, "settle", run.SweepSettle, "with --label: how long listings must stay clean before absence is believed (they can lag a fresh rental)")
 	cmd.Flags().StringVar(&o.RunID, "run", "", "run id (default: the latest in the state dir)")
-	cmd.Flags().BoolVar(&all, "all", false, "destroy the instances of every run in the state dir that still holds any")
+	cmd.Flags().BoolVar(&opts.All, "all", false, "destroy the instances of every run in the state dir that still holds any")
 	return cmd
+}
+
+// runDown destroys what opts target: a run (the latest, --run, or --all)
+// or --instance ids and a --label.
+func runDown(ctx context.Context, opts *DownOptions) error {
+	f, o := opts.f, &opts.Workflow
+	cfg, err := o.loadConfig()
+	if err != nil {
+		return err
+	}
+	if len(opts.Instances) == 0 && opts.Label == "" {
+		if opts.All {
+			return downAll(ctx, f, o, cfg)
+		}
+		if o.RunID == "" {
+			if err := refuseOtherLiveRuns(cfg.StateDir); err != nil {
+				return err
+			}
+		}
+		dir, err := runDir(cfg.StateDir, o.RunID)
+		if err != nil {
+			if errors.As(err, new(*NoRunError)) {
+				return err
+			}
+			return &UsageError{Err: err, Hint: "pass --instance ID or --label LABEL"}
+		}
+		return downRun(ctx, f, o, cfg, dir)
+	}
+	return downTargets(ctx, f, o, cfg, opts.Instances, opts.Label, opts.Settle)
 }
 
 func printDown(f *Factory, res downResult) {
@@ -137,22 +154,8 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	if err != nil {
 		return err
 	}
-	targets := map[provider.InstanceID]string{}
-	for _, id := range ids {
-		targets[provider.InstanceID(id)] = ""
-	}
-	notFound := map[provider.InstanceID]bool{}
-	for id, l := range targets {
-		if l == "" { // learn the label so confirmation can list it
-			in, err := m.ShowInstance(ctx, id)
-			switch {
-			case err == nil:
-				targets[id] = in.Label
-			case errors.Is(err, provider.ErrNotFound):
-				notFound[id] = true
-			}
-		}
-	}
+	t := janitor.Target(ctx, m, ids) // learn each label so confirmation can list it
+	targets, notFound := t.Labels, t.NotFound
 	res := downResult{Schema: "vastrun.down/v1", Label: lbl, Simulated: f.Sim, Destroyed: []provider.InstanceID{}, NotFound: []provider.InstanceID{}}
 	limit := time.Duration(cfg.Timeouts.Teardown)
 	c := run.Confirmer{Market: m, Clock: f.clock()}
@@ -166,9 +169,7 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		defer cancel()
 		ids, err := c.SweepLabel(dctx, lbl, f.clock().Now().Add(limit), settle)
 		res.Destroyed = append(res.Destroyed, ids...)
-		for _, id := range ids {
-			delete(targets, id)
-		}
+		t.Drop(ids)
 		if err != nil {
 			printDown(f, res)
 			ce := &run.CleanupError{Label: lbl, Err: err}
@@ -185,11 +186,7 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		printDown(f, res)
 		return nil
 	}
-	keys := make([]provider.InstanceID, 0, len(targets))
-	for id := range targets {
-		keys = append(keys, id)
-	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	keys := t.IDs()
 	if err := confirmDestroy(f, o.Yes, fmt.Sprintf("instances %v", keys)); err != nil {
 		return err
 	}
@@ -223,76 +220,84 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	return nil
 }
 
-// NewCmdStatus builds `vastrun status`.
-func NewCmdStatus(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{allowMissingConfigs: true}
-	var offline bool
+// StatusOptions are `vastrun status`'s parsed flags and dependencies.
+type StatusOptions struct {
+	f        *Factory
+	Workflow WorkflowOptions
+	Offline  bool
+}
+
+// statusRow is one instance of the run in `status`.
+type statusRow struct {
+	Instance  provider.InstanceID `json:"instance_id"`
+	Machine   int64               `json:"machine_id"`
+	Live      string              `json:"live_status"`
+	Confirmed bool                `json:"destroy_confirmed"`
+	Failure   string              `json:"failure,omitempty"`
+}
+
+// NewCmdStatus builds `vastrun status`; runF as for NewCmdDown.
+func NewCmdStatus(f *Factory, runF func(context.Context, *StatusOptions) error) *cobra.Command {
+	opts := &StatusOptions{f: f, Workflow: WorkflowOptions{allowMissingConfigs: true}}
+	o := &opts.Workflow
 	cmd := &cobra.Command{
 		Use:     "status",
 		Short:   "Show the current run (or --run) from its journal, with live instance states",
 		Example: "  vastrun status\n  vastrun status --run mx1seio0a3dm --json\n  vastrun status --offline",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			dir, err := runDir(cfg.StateDir, o.RunID)
-			if err != nil {
-				return &UsageError{Err: err}
-			}
-			st, err := run.LoadState(dir)
-			if err != nil {
-				return err
-			}
-			type row struct {
-				Instance  provider.InstanceID `json:"instance_id"`
-				Machine   int64               `json:"machine_id"`
-				Live      string              `json:"live_status"`
-				Confirmed bool                `json:"destroy_confirmed"`
-				Failure   string              `json:"failure,omitempty"`
-			}
-			var rows []row
-			var m provider.Marketplace
-			if !offline {
-				m, err = f.Marketplace(cmd.Context())
-				if err != nil {
-					return err
-				}
-			}
-			for _, a := range st.Attempts {
-				r := row{Instance: a.InstanceID, Machine: a.MachineID, Confirmed: a.Confirmed, Failure: a.Failure, Live: "-"}
-				if m != nil && a.InstanceID != 0 {
-					in, err := m.ShowInstance(cmd.Context(), a.InstanceID)
-					switch {
-					case errors.Is(err, provider.ErrNotFound):
-						r.Live = "gone"
-					case err != nil:
-						r.Live = "unknown (" + err.Error() + ")"
-					default:
-						r.Live = orDash(in.ActualStatus)
-					}
-				}
-				rows = append(rows, r)
-			}
-			if f.JSON {
-				return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
-					"workflow": st.Workflow, "outcome": st.Outcome, "instances": rows, "unconfirmed": st.Unconfirmed()})
-			}
-			fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, orDash(st.Outcome))
-			tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, r.Live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
-			}
-			return tw.Flush()
+			return runStatus(cmd.Context(), opts)
 		},
 	}
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir (optional)")
 	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "where run journals live")
 	cmd.Flags().StringVar(&o.RunID, "run", "", "run id (default: the latest)")
-	cmd.Flags().BoolVar(&offline, "offline", false, "do not ask the API for live states")
+	cmd.Flags().BoolVar(&opts.Offline, "offline", false, "do not ask the API for live states")
 	return cmd
+}
+
+func runStatus(ctx context.Context, opts *StatusOptions) error {
+	f, o := opts.f, &opts.Workflow
+	cfg, err := o.loadConfig()
+	if err != nil {
+		return err
+	}
+	dir, err := runDir(cfg.StateDir, o.RunID)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	st, err := run.LoadState(dir)
+	if err != nil {
+		return err
+	}
+	var m provider.Marketplace
+	if !opts.Offline {
+		if m, err = f.Marketplace(ctx); err != nil {
+			return err
+		}
+	}
+	var rows []statusRow
+	for _, a := range st.Attempts {
+		r := statusRow{Instance: a.InstanceID, Machine: a.MachineID, Confirmed: a.Confirmed, Failure: a.Failure, Live: "-"}
+		if m != nil && a.InstanceID != 0 {
+			r.Live = janitor.LiveStatus(m.ShowInstance(ctx, a.InstanceID))
+		}
+		rows = append(rows, r)
+	}
+	if f.JSON {
+		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
+			"workflow": st.Workflow, "outcome": st.Outcome, "instances": rows, "unconfirmed": st.Unconfirmed()})
+	}
+	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, orDash(string(st.Outcome)))
+	tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, r.Live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
+	}
+	return tw.Flush()
 }
 
 func orDash(s string) string {
@@ -302,11 +307,22 @@ func orDash(s string) string {
 	return s
 }
 
-// NewCmdReap builds `vastrun reap`.
-func NewCmdReap(f *Factory) *cobra.Command {
-	var prefix, at string
-	var yes bool
-	to := &reapTeamOptions{}
+// ReapOptions are `vastrun reap`'s parsed flags and dependencies.
+type ReapOptions struct {
+	f      *Factory
+	Prefix string
+	At     string // RFC 3339; "" means now
+	Yes    bool
+	// Team, with --team, judges by the team bucket (reap_team.go).
+	Team *reapTeamOptions
+}
+
+// reapLimit bounds the destroys of one reap, like teardown.
+const reapLimit = 4 * time.Minute
+
+// NewCmdReap builds `vastrun reap`; runF as for NewCmdDown.
+func NewCmdReap(f *Factory, runF func(context.Context, *ReapOptions) error) *cobra.Command {
+	opts := &ReapOptions{f: f, Team: &reapTeamOptions{}}
 	cmd := &cobra.Command{
 		Use:   "reap",
 		Short: "Destroy instances whose vastrun label has expired (a dry run unless --yes)",
@@ -317,86 +333,72 @@ destroy the expired ones. Needs no state: the label says everything. Without
 		Example: "  vastrun reap\n  vastrun reap --label-prefix vastrun-acme --yes --json\n  vastrun reap --at 2026-12-24T00:00:00Z\n  vastrun reap --team --state s3://ml-team/vastrun --yes",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if to.team { // reap_team.go
-				to.prefix, to.yes = prefix, yes
-				return reapTeam(ctx, f, to)
+			if opts.Team.team { // reap_team.go
+				opts.Team.prefix, opts.Team.yes = opts.Prefix, opts.Yes
+				return reapTeam(cmd.Context(), f, opts.Team)
 			}
-			m, err := f.Marketplace(ctx)
-			if err != nil {
-				return err
-			}
-			list, err := m.ListInstances(ctx, provider.ListOptions{})
-			if err != nil {
-				return fmt.Errorf("reap: %w", err)
-			}
-			now := f.clock().Now()
-			if at != "" {
-				t, err := time.Parse(time.RFC3339, at)
-				if err != nil {
-					return &UsageError{Err: fmt.Errorf("--at %q: %w", at, err), Hint: "use RFC 3339, e.g. 2026-12-01T00:00:00Z"}
-				}
-				now = t
-			}
-			type cand struct {
-				ID     provider.InstanceID `json:"instance_id"`
-				Label  string              `json:"label"`
-				Expiry time.Time           `json:"expired_at"`
-				Result string              `json:"result"`
-			}
-			var cands []cand
-			for _, in := range list {
-				l, err := label.Parse(in.Label)
-				if err != nil || !strings.HasPrefix(in.Label, prefix) || !l.Expired(now) {
-					continue
-				}
-				cands = append(cands, cand{ID: in.ID, Label: in.Label, Expiry: l.Expiry, Result: "would destroy (dry run)"})
-			}
-			var failed []provider.InstanceID
-			if yes {
-				c := run.Confirmer{Market: m, Clock: f.clock()}
-				limit := 4 * time.Minute
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
-				defer cancel()
-				for i := range cands {
-					if _, err := c.DestroyConfirm(dctx, cands[i].ID, cands[i].Label, f.clock().Now().Add(limit)); err != nil {
-						cands[i].Result = "NOT confirmed: " + err.Error()
-						failed = append(failed, cands[i].ID)
-					} else {
-						cands[i].Result = "destroyed (confirmed)"
-					}
+			if opts.At != "" {
+				if _, err := time.Parse(time.RFC3339, opts.At); err != nil {
+					return &UsageError{Err: fmt.Errorf("--at %q: %w", opts.At, err), Hint: "use RFC 3339, e.g. 2026-12-01T00:00:00Z"}
 				}
 			}
-			if f.JSON {
-				if cands == nil {
-					cands = []cand{}
-				}
-				json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.reap/v1", "dry_run": !yes, "scanned": len(list), "expired": cands})
-			} else {
-				for _, c := range cands {
-					fmt.Fprintf(f.IO.Out, "%d\t%s\texpired %s\t%s\n", c.ID, c.Label, c.Expiry.Format(time.RFC3339), c.Result)
-				}
-				f.IO.Infof("%d instances scanned, %d with an expired vastrun label%s", len(list), len(cands), map[bool]string{true: "", false: " (dry run: pass --yes to destroy)"}[yes])
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			if len(failed) > 0 {
-				return &run.CleanupError{Instances: failed, Err: errors.New("reap could not confirm every destruction")}
-			}
-			return nil
+			return runReap(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&prefix, "label-prefix", label.DefaultPrefix+"-", "only labels starting with this")
-	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "destroy (default: only report)")
-	cmd.Flags().StringVar(&at, "at", "", "judge expiry as of this RFC 3339 time instead of now (to plan ahead)")
-	to.addFlags(cmd)
+	cmd.Flags().StringVar(&opts.Prefix, "label-prefix", label.DefaultPrefix+"-", "only labels starting with this")
+	cmd.Flags().BoolVarP(&opts.Yes, "yes", "y", false, "destroy (default: only report)")
+	cmd.Flags().StringVar(&opts.At, "at", "", "judge expiry as of this RFC 3339 time instead of now (to plan ahead)")
+	opts.Team.addFlags(cmd)
 	return cmd
 }
 
-// riskyCategories are permissions a CI key should not hold.
-var riskyCategories = []string{"billing_write", "user_write", "team_write", "machine_write"}
+func runReap(ctx context.Context, opts *ReapOptions) error {
+	f := opts.f
+	m, err := f.Marketplace(ctx)
+	if err != nil {
+		return err
+	}
+	list, err := m.ListInstances(ctx, provider.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("reap: %w", err)
+	}
+	now := f.clock().Now()
+	if opts.At != "" {
+		now, _ = time.Parse(time.RFC3339, opts.At) // checked in NewCmdReap
+	}
+	cands := janitor.Expired(list, opts.Prefix, now)
+	var failed []provider.InstanceID
+	if opts.Yes {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reapLimit+30*time.Second)
+		defer cancel()
+		failed = janitor.Reap(dctx, run.Confirmer{Market: m, Clock: f.clock()}, cands, f.clock().Now().Add(reapLimit))
+	}
+	if f.JSON {
+		json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.reap/v1", "dry_run": !opts.Yes, "scanned": len(list), "expired": cands})
+	} else {
+		for _, c := range cands {
+			fmt.Fprintf(f.IO.Out, "%d\t%s\texpired %s\t%s\n", c.ID, c.Label, c.Expiry.Format(time.RFC3339), c.Result)
+		}
+		f.IO.Infof("%d instances scanned, %d with an expired vastrun label%s", len(list), len(cands), map[bool]string{true: "", false: " (dry run: pass --yes to destroy)"}[opts.Yes])
+	}
+	if len(failed) > 0 {
+		return &run.CleanupError{Instances: failed, Err: errors.New("reap could not confirm every destruction")}
+	}
+	return nil
+}
 
-// NewCmdDoctor builds `vastrun doctor`.
-func NewCmdDoctor(f *Factory) *cobra.Command {
-	var strict bool
+// DoctorOptions are `vastrun doctor`'s parsed flags and dependencies.
+type DoctorOptions struct {
+	f      *Factory
+	Strict bool
+}
+
+// NewCmdDoctor builds `vastrun doctor`; runF as for NewCmdDown.
+func NewCmdDoctor(f *Factory, runF func(context.Context, *DoctorOptions) error) *cobra.Command {
+	opts := &DoctorOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the CI context, API reachability and what the key may do",
@@ -407,64 +409,56 @@ billing_read): doctor warns, and with --strict fails with exit 4.`,
 		Example: "  vastrun doctor\n  vastrun doctor --strict",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			env := ci.Detect(f.Getenv)
-			system := env.System
-			if system == "" {
-				system = "none detected"
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			f.IO.Infof("CI: %s; event: %s", system, orDash(env.EventName))
-			m, err := f.Marketplace(ctx)
-			if err != nil {
-				return err
-			}
-			u, err := m.CurrentUser(ctx)
-			if err != nil {
-				return err
-			}
-			f.IO.Infof("API reachable; account %d (%s), credit $%.2f", u.ID, orDash(u.Username), u.Credit+u.Balance)
-			keys, err := m.APIKeys(ctx)
-			if err != nil {
-				return err
-			}
-			var mine *provider.APIKeyInfo
-			for i := range keys {
-				if keys[i].ID == u.KeyID {
-					mine = &keys[i]
-				}
-			}
-			var risky []string
-			switch {
-			case mine == nil:
-				f.IO.Infof("warning: could not find this key (id %d) among the account's keys; cannot check its permissions", u.KeyID)
-			case mine.Full:
-				risky = append(risky, "full access (including billing and account settings)")
-			default:
-				for _, c := range riskyCategories {
-					if _, ok := mine.Permissions[c]; ok {
-						risky = append(risky, c)
-					}
-				}
-			}
-			report := map[string]any{"schema": "vastrun.doctor/v1", "ci": env.System, "event": env.EventName, "key_id": u.KeyID, "risky_permissions": risky, "simulated": f.Sim}
-			if f.JSON {
-				json.NewEncoder(f.IO.Out).Encode(report)
-			}
-			if len(risky) == 0 {
-				f.IO.Infof("key permissions look scoped for CI")
-				return nil
-			}
-			msg := fmt.Sprintf("the API key can do more than vastrun needs: %s", strings.Join(risky, ", "))
-			if strict {
-				return &ScopeError{Msg: msg}
-			}
-			f.IO.Infof("warning: %s", msg)
-			f.IO.Hintf(`create a CI key with {"api": {"misc": {}, "user_read": {}, "instance_read": {}, "instance_write": {}, "billing_read": {}}}`)
-			return nil
+			return runDoctor(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().BoolVar(&strict, "strict", false, "fail (exit 4) when the key holds risky permissions")
+	cmd.Flags().BoolVar(&opts.Strict, "strict", false, "fail (exit 4) when the key holds risky permissions")
 	return cmd
+}
+
+func runDoctor(ctx context.Context, opts *DoctorOptions) error {
+	f := opts.f
+	env := ci.Detect(f.Getenv)
+	system := env.System
+	if system == "" {
+		system = "none detected"
+	}
+	f.IO.Infof("CI: %s; event: %s", system, orDash(env.EventName))
+	m, err := f.Marketplace(ctx)
+	if err != nil {
+		return err
+	}
+	u, err := m.CurrentUser(ctx)
+	if err != nil {
+		return err
+	}
+	f.IO.Infof("API reachable; account %d (%s), credit $%.2f", u.ID, orDash(u.Username), u.Credit+u.Balance)
+	keys, err := m.APIKeys(ctx)
+	if err != nil {
+		return err
+	}
+	risky, known := janitor.KeyScope(keys, u.KeyID)
+	if !known {
+		f.IO.Infof("warning: could not find this key (id %d) among the account's keys; cannot check its permissions", u.KeyID)
+	}
+	report := map[string]any{"schema": "vastrun.doctor/v1", "ci": env.System, "event": env.EventName, "key_id": u.KeyID, "risky_permissions": risky, "simulated": f.Sim}
+	if f.JSON {
+		json.NewEncoder(f.IO.Out).Encode(report)
+	}
+	if len(risky) == 0 {
+		f.IO.Infof("key permissions look scoped for CI")
+		return nil
+	}
+	msg := fmt.Sprintf("the API key can do more than vastrun needs: %s", strings.Join(risky, ", "))
+	if opts.Strict {
+		return &ScopeError{Msg: msg}
+	}
+	f.IO.Infof("warning: %s", msg)
+	f.IO.Hintf(`create a CI key with {"api": {"misc": {}, "user_read": {}, "instance_read": {}, "instance_write": {}, "billing_read": {}}}`)
+	return nil
 }
 
 // ScopeError means the key holds more permission than allowed (--strict).

@@ -108,8 +108,8 @@ Exit codes are documented in docs/exit-codes.md.`,
 	})
 
 	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f),
-		NewCmdCI(f), NewCmdUp(f), NewCmdExec(f), NewCmdDown(f), NewCmdStatus(f), NewCmdReap(f), NewCmdDoctor(f),
-		NewCmdTrain(f), NewCmdResume(f), NewCmdAgent(f), NewCmdCanary(f), NewCmdReport(f),
+		NewCmdCI(f, nil), NewCmdUp(f, nil), NewCmdExec(f, nil), NewCmdDown(f, nil), NewCmdStatus(f, nil), NewCmdReap(f, nil), NewCmdDoctor(f, nil),
+		NewCmdTrain(f, nil), NewCmdResume(f, nil), NewCmdAgent(f), NewCmdCanary(f), NewCmdReport(f),
 		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdPublish(f, nil), NewCmdRuns(f), NewCmdBudget(f), NewCmdSweep(f))
 	root.AddCommand(newCmdCheckpoint(f)) // hidden developer tool
 	return root

@@ -49,7 +49,7 @@ func NewCmdRuns(f *Factory) *cobra.Command {
 				if err != nil || st.RunID == "" {
 					continue
 				}
-				r := row{RunID: st.RunID, Workflow: st.Workflow, Outcome: st.Outcome, Instances: []int64{}}
+				r := row{RunID: st.RunID, Workflow: st.Workflow, Outcome: string(st.Outcome), Instances: []int64{}}
 				for _, id := range st.Instances() {
 					r.Instances = append(r.Instances, int64(id))
 				}

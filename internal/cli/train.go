@@ -75,9 +75,17 @@ func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *co
 	return e, nil
 }
 
-// NewCmdTrain builds `vastrun train`.
-func NewCmdTrain(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{}
+// TrainOptions are `vastrun train`'s parsed flags and dependencies.
+type TrainOptions struct {
+	f        *Factory
+	Workflow WorkflowOptions
+}
+
+// NewCmdTrain builds `vastrun train`. runF, when set, is called with the
+// parsed options instead of runTrain (tests check the parsing that way).
+func NewCmdTrain(f *Factory, runF func(context.Context, *TrainOptions) error) *cobra.Command {
+	opts := &TrainOptions{f: f}
+	o := &opts.Workflow
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Run a checkpointed training job that survives interruptions",
@@ -96,30 +104,46 @@ controller dies (heartbeat TTL). See docs/train.md.`,
   vastrun resume RUN_ID --yes -f train.yaml`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			e, err := trainEngine(ctx, f, o)
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			if _, err := checkBeforeRenting(ctx, f, e.Config, "train"); err != nil {
-				return err
-			}
-			r, runErr := e.RunTrain(ctx)
-			return reportRun(f, r, withRunHints(f, o, runErr))
+			return runTrain(cmd.Context(), opts)
 		},
 	}
 	o.addFlags(cmd, true)
 	return cmd
 }
 
-// NewCmdResume builds `vastrun resume`.
-func NewCmdResume(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{}
-	var acceptChange bool
+func runTrain(ctx context.Context, opts *TrainOptions) error {
+	f, o := opts.f, &opts.Workflow
+	e, err := trainEngine(ctx, f, o)
+	if err != nil {
+		return err
+	}
+	if _, err := checkBeforeRenting(ctx, f, e.Config, "train"); err != nil {
+		return err
+	}
+	r, runErr := e.RunTrain(ctx)
+	return reportRun(f, r, withRunHints(f, o, runErr))
+}
+
+// ResumeOptions are `vastrun resume`'s parsed flags, argument and
+// dependencies.
+type ResumeOptions struct {
+	f                  *Factory
+	Workflow           WorkflowOptions
+	RunID              string // "" means the latest run
+	AcceptConfigChange bool
+}
+
+// NewCmdResume builds `vastrun resume`; runF as for NewCmdTrain.
+func NewCmdResume(f *Factory, runF func(context.Context, *ResumeOptions) error) *cobra.Command {
+	opts := &ResumeOptions{f: f}
+	o := &opts.Workflow
 	cmd := &cobra.Command{
 		Use:   "resume [RUN]",
-		Short: "Continue a training or ci run whose controller died, from its journal",
-		Long: `Continue a training or ci run from its journal. If its instance is still running,
+		Short: "Continue a training, ci or canary run whose controller died, from its journal",
+		Long: `Continue a training, ci or canary run from its journal. If its instance is still running,
 vastrun re-attaches to it (no second rental); if it is gone or paused, vastrun
 destroys what is left and continues on a replacement from the last committed
 checkpoint. The run's frozen manifest (checked against the journal's hash)
@@ -128,56 +152,68 @@ unless --accept-config-change.`,
 		Example: "  vastrun resume --yes -f train.yaml              # the latest run\n  vastrun resume mx1seio0a3dm --yes -f train.yaml",
 		Args:    usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
-			}
-			id := ""
 			if len(args) == 1 {
-				id = args[0]
+				opts.RunID = args[0]
 			}
-			dir, err := teamRunDir(ctx, f, o, cfg, id)
-			if err != nil {
-				if u := (*UsageError)(nil); errors.As(err, &u) || errors.As(err, new(*hintedError)) {
-					return err
-				}
-				return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(cfg.StateDir, "current")}
+			if runF != nil {
+				return runF(cmd.Context(), opts)
 			}
-			st, err := run.LoadState(dir)
-			if err != nil {
-				return err
-			}
-			var e *run.Engine
-			resume := (*run.Engine).ResumeTrain
-			switch st.Workflow {
-			case "train":
-				e, err = trainEngine(ctx, f, o)
-			case "ci":
-				e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
-				resume = (*run.Engine).ResumeCI
-			default:
-				return &UsageError{Err: fmt.Errorf("run %s is a %q run; resume continues train and ci runs", st.RunID, st.Workflow), Hint: "tear it down with: vastrun down --run " + st.RunID}
-			}
-			if err != nil {
-				return err
-			}
-			if err := openRun(e, dir); err != nil {
-				return err
-			}
-			e.AcceptConfigChange = acceptChange
-			r, runErr := resume(e, ctx)
-			var cc *run.ConfigChangedError
-			if errors.As(runErr, &cc) {
-				return &UsageError{Err: runErr, Hint: fmt.Sprintf("resume with the configuration the run was started with (%s), or pass --accept-config-change to go on with the new one (journaled)", filepath.Join(dir, "manifest.json"))}
-			}
-			return reportRun(f, r, runErr)
+			return runResume(cmd.Context(), opts)
 		},
 	}
 	o.addFlags(cmd, true)
 	o.addResumeTeamFlags(cmd)
-	cmd.Flags().BoolVar(&acceptChange, "accept-config-change", false, "go on although the configuration differs from the run's frozen manifest (the change is journaled)")
+	cmd.Flags().BoolVar(&opts.AcceptConfigChange, "accept-config-change", false, "go on although the configuration differs from the run's frozen manifest (the change is journaled)")
 	return cmd
+}
+
+func runResume(ctx context.Context, opts *ResumeOptions) error {
+	f, o := opts.f, &opts.Workflow
+	cfg, err := o.loadConfig()
+	if err != nil {
+		return err
+	}
+	dir, err := teamRunDir(ctx, f, o, cfg, opts.RunID) // the local dir, or the team bucket's cache
+	if err != nil {
+		if u := (*UsageError)(nil); errors.As(err, &u) || errors.As(err, new(*hintedError)) {
+			return err
+		}
+		return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(cfg.StateDir, "current")}
+	}
+	st, err := run.LoadState(dir)
+	if err != nil {
+		return err
+	}
+	var e *run.Engine
+	resume := (*run.Engine).ResumeTrain
+	switch st.Workflow {
+	case "train":
+		e, err = trainEngine(ctx, f, o)
+	case "ci":
+		e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+		resume = (*run.Engine).ResumeCI
+	case "canary":
+		if !cfg.IsCanary() {
+			return &UsageError{Err: fmt.Errorf("run %s is a canary run and %s has no canary.smoke", st.RunID, o.ConfigPath), Hint: "resume with the vastrun.yaml the canary was started with (-f FILE)"}
+		}
+		e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+		resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) { return e.ResumeCanary(ctx, false) }
+	default:
+		return &UsageError{Err: fmt.Errorf("run %s is a %q run; resume continues train, ci and canary runs", st.RunID, st.Workflow), Hint: "tear it down with: vastrun down --run " + st.RunID}
+	}
+	if err != nil {
+		return err
+	}
+	if err := openRun(e, dir); err != nil {
+		return err
+	}
+	e.AcceptConfigChange = opts.AcceptConfigChange
+	r, runErr := resume(e, ctx)
+	var cc *run.ConfigChangedError
+	if errors.As(runErr, &cc) {
+		return &UsageError{Err: runErr, Hint: fmt.Sprintf("resume with the configuration the run was started with (%s), or pass --accept-config-change to go on with the new one (journaled)", filepath.Join(dir, "manifest.json"))}
+	}
+	return reportRun(f, r, runErr)
 }
 
 // NewCmdAgent builds `vastrun agent`, which runs on the instance.

@@ -65,8 +65,8 @@ const (
 
 // Build turns a receipt and its journal into page data.
 func Build(r *run.Receipt, recs []journal.Record) *Page {
-	p := &Page{Receipt: r, Width: width, Outcome: r.Outcome}
-	p.Good = r.Cleanup.Confirmed && (r.Outcome == run.OutcomePassed || r.Outcome == run.CanaryMatch || r.Outcome == run.OutcomeUp || r.Outcome == run.OutcomeDown || r.Outcome == run.OutcomeSkipped)
+	p := &Page{Receipt: r, Width: width, Outcome: string(r.Outcome)}
+	p.Good = r.Cleanup.Confirmed && r.Outcome.Succeeded()
 	b, _ := json.MarshalIndent(r, "", "  ")
 	p.ReceiptJSON = string(b)
 	start, end := r.StartedAt, r.FinishedAt

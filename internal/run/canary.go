@@ -75,7 +75,7 @@ var ErrLocalFailed = errors.New("the local contract failed: nothing was rented")
 
 // RunCanary proves the contract locally, then on the smallest GPU rental.
 func (e *Engine) RunCanary(ctx context.Context, allowLocalFailure bool) (*Receipt, error) {
-	e.canary = &CanaryReport{}
+	e.canary, e.flow = &CanaryReport{}, canaryWorkflow{e}
 	e.beforeRent = func(ctx context.Context) error { return e.localContract(ctx, allowLocalFailure) }
 	return e.drive(ctx, "canary", false, func(c *remote.Client, inst provider.Instance) error {
 		return e.gpuCanary(ctx, c, inst)

@@ -21,6 +21,7 @@ import (
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 )
 
@@ -52,24 +53,25 @@ type Plan struct {
 	CeilingDPH  float64 // a replacement for a taken offer is rented up to this $/h
 }
 
-// Outcomes recorded in the journal and the receipt.
+// Outcomes recorded in the journal and the receipt (receipt.Outcome
+// answers whether each succeeded and how it exits).
 const (
-	OutcomePassed        = "passed"
-	OutcomeFailed        = "failed"
-	OutcomeGated         = "gated"
-	OutcomeSkipped       = "skipped"
-	OutcomeNoOffer       = "no_offer"
-	OutcomeNotApproved   = "not_approved"
-	OutcomeReadyFailed   = "ready_failed"
-	OutcomeVerifyFailed  = "verify_failed"
-	OutcomeInterrupted   = "interrupted"
-	OutcomeTimeout       = "timeout"
-	OutcomeError         = "error"
-	OutcomeUp            = "up"
-	OutcomeDown          = "down"
-	OutcomeBudget        = "budget_exceeded"
-	OutcomeUntrusted     = "skipped_untrusted"
-	OutcomeRemoteDiffers = "remote_bytes_differ"
+	OutcomePassed        = receipt.Passed
+	OutcomeFailed        = receipt.Failed
+	OutcomeGated         = receipt.Gated
+	OutcomeSkipped       = receipt.Skipped
+	OutcomeNoOffer       = receipt.NoOffer
+	OutcomeNotApproved   = receipt.NotApproved
+	OutcomeReadyFailed   = receipt.ReadyFailed
+	OutcomeVerifyFailed  = receipt.VerifyFailed
+	OutcomeInterrupted   = receipt.Interrupted
+	OutcomeTimeout       = receipt.Timeout
+	OutcomeError         = receipt.Error
+	OutcomeUp            = receipt.Up
+	OutcomeDown          = receipt.Down
+	OutcomeBudget        = receipt.Budget
+	OutcomeUntrusted     = receipt.Untrusted
+	OutcomeRemoteDiffers = receipt.RemoteDiffers
 )
 
 // Engine runs the lifecycle for one run. Fill the fields, then call CI,
@@ -144,6 +146,8 @@ type Engine struct {
 	// beforeRent runs at the end of prepare (the canary's local contract).
 	beforeRent func(ctx context.Context) error
 	evidenceUp *EvidenceUpload // the copy at evidence.uri (evidence.go)
+	// flow is what the run's workflow adds to the shared steps.
+	flow Workflow
 }
 
 func (e *Engine) mark(phase string) {
@@ -173,7 +177,7 @@ var ErrGated = errors.New("gate failed: nothing was rented")
 type StepError struct {
 	Step     string
 	Instance provider.InstanceID
-	Outcome  string
+	Outcome  receipt.Outcome
 	Err      error
 }
 
@@ -238,38 +242,71 @@ func (e *Engine) jitter() func() float64 {
 // be written are not acted on; teardown still runs.
 var ErrJournal = errors.New("the run's journal could not be written")
 
-// record journals one record and updates the state from it. When the write
-// fails, the error (wrapping ErrJournal) is returned to the step and kept
-// for the outcome; what happened is still applied in memory so teardown
-// and the receipt see it — except a failed intent, whose side effect the
-// caller must not perform.
+// record journals one record and applies it to the state (State.Apply):
+// the journal is never re-read per append. When the write fails, the error
+// (wrapping ErrJournal) is returned to the step and kept for the outcome;
+// what happened is still applied in memory so teardown and the receipt see
+// it — except a failed intent, whose side effect the caller must not
+// perform.
 func (e *Engine) record(typ, step string, data any) error {
-	if _, err := e.j.Append(typ, step, e.maskedData(data)); err != nil {
+	if e.state == nil {
+		e.state = &State{}
+	}
+	rec, err := e.j.Append(typ, step, e.maskedData(data))
+	if err != nil {
 		jerr := fmt.Errorf("%w: %w", ErrJournal, err)
 		if e.journalErr == nil {
 			e.journalErr = jerr
 		}
 		if typ != "intent" || step == stepDestroy {
 			b, _ := json.Marshal(e.maskedData(data))
-			e.unjournaled = append(e.unjournaled, journal.Record{V: journal.Version, Time: e.now().UTC(), Type: typ, Step: step, Data: b})
-			if recs, rerr := e.j.Records(); rerr == nil {
-				if st, rerr := Replay(append(recs, e.unjournaled...)); rerr == nil {
-					e.state = st
-				}
-			}
+			rec := journal.Record{V: journal.Version, Time: e.now().UTC(), Type: typ, Step: step, Data: b}
+			e.unjournaled = append(e.unjournaled, rec)
+			_ = e.state.Apply(rec) // our own encoding: it decodes
 		}
 		return jerr
 	}
-	recs, err := e.j.Records()
-	if err != nil {
+	if err := e.state.Apply(rec); err != nil {
 		return err
 	}
-	st, err := Replay(append(recs, e.unjournaled...))
+	return writeStateFile(e.runDir, e.state, e.EvidenceDir)
+}
+
+// condition journals step's condition from how it ended: True when err is
+// nil, otherwise False with the error's outcome class as the reason.
+func (e *Engine) condition(step string, inst provider.InstanceID, err error) error {
+	c := Condition{Status: ConditionTrue, Reason: "Done", Instance: inst}
 	if err != nil {
+		c = Condition{Status: ConditionFalse, Reason: string(Outcome(err)), Message: err.Error(), Instance: inst}
+	}
+	return e.record(recCondition, step, c)
+}
+
+// journalCondition journals step's condition from err and returns err, or
+// the journal's error when the step succeeded but its condition could not
+// be written (a run never goes on past a step it could not record).
+func (e *Engine) journalCondition(step string, inst provider.InstanceID, err error) error {
+	if errors.Is(err, ErrJournal) {
 		return err
 	}
-	e.state = st
-	return writeStateFile(e.runDir, st, e.EvidenceDir)
+	if cerr := e.condition(step, inst, err); cerr != nil {
+		if err == nil {
+			return cerr
+		}
+		return errors.Join(err, cerr)
+	}
+	return err
+}
+
+// reconcileStep runs one step unless its journaled condition is already
+// True (for inst, when inst is not 0): steps are idempotent, and a resumed
+// run walks the same list. The step's condition is journaled before
+// returning; a condition that cannot be journaled fails the step.
+func (e *Engine) reconcileStep(step string, inst provider.InstanceID, fn func() error) error {
+	if c := e.state.Condition(step); c.IsTrue() && (inst == 0 || c.Instance == inst) {
+		return nil
+	}
+	return e.journalCondition(step, inst, fn())
 }
 
 // JournalErr is the first journal write that failed in this run, or nil.
@@ -291,6 +328,9 @@ func (e *Engine) Begin(workflow string) error {
 	if err != nil {
 		return err
 	}
+	if e.flow == nil || e.flow.Name() != workflow {
+		e.flow = plainWorkflow{name: workflow}
+	}
 	e.Workflow = workflow
 	e.runDir = filepath.Join(e.StateRoot, "runs", runID)
 	e.defaultEvidence(runID)
@@ -304,7 +344,7 @@ func (e *Engine) Begin(workflow string) error {
 	if err := e.hookJournal(j, runID); err != nil {
 		return err
 	}
-	e.j = j
+	e.j, e.state = j, &State{}
 	if err := e.record("event", stepStart, startData{RunID: runID, Label: l.String(), Workflow: workflow}); err != nil {
 		return err
 	}
@@ -400,13 +440,7 @@ func (e *Engine) spec(ctx context.Context) Manifest {
 		ReadyDeadline: c.Timeouts.Ready.String(), JobTimeout: c.Timeouts.Job.String(), TeardownLimit: c.Timeouts.Teardown.String(),
 		EvidenceDir: e.EvidenceDir, EvidenceURI: e.evidenceBase(), EnvNames: sortedCopy(env), SecretNames: sortedCopy(c.Secrets), CreatedAt: e.now().UTC(),
 	}
-	if e.Workflow == "train" {
-		t := c.Train
-		m.Test = ""
-		m.Train = &TrainSpec{Command: t.Command, DatasetVersion: t.DatasetVersion, Seed: t.Seed, CheckpointDir: t.CheckpointDir,
-			Cadence: t.Cadence, CheckpointURI: t.CheckpointURI, OutputDir: t.OutputDir, OutputURI: t.OutputURI, Keep: t.Keep,
-			RuntimeDeadline: t.RuntimeDeadline.String(), HeartbeatTTL: t.HeartbeatTTL.String()}
-	}
+	e.workflow().Spec(c, &m)
 	return m
 }
 
@@ -441,8 +475,8 @@ func sortedCopy(s []string) []string {
 
 // selectOffer searches and judges offers, excluding machines that failed.
 func (e *Engine) selectOffer(ctx context.Context, exclude []int64) (*provider.Offer, error) {
-	p := e.Config.Policy()
-	p.ExcludeMachines = append(p.ExcludeMachines, exclude...)
+	p := e.frozen().Policy
+	p.ExcludeMachines = append(append([]int64(nil), p.ExcludeMachines...), exclude...) // never into the manifest's array
 	offers, err := e.Market.SearchOffers(ctx, p.LooseQuery(500))
 	if err != nil {
 		return nil, &StepError{Step: stepSelect, Err: err}
@@ -462,16 +496,12 @@ func (e *Engine) selectOffer(ctx context.Context, exclude []int64) (*provider.Of
 	return chosen, nil
 }
 
-// worstCase is the spend if the rental uses every deadline to the full.
-// For training, the job is open-ended and the budget kill switch bounds it
-// while it runs, so approval only needs to afford getting it started.
+// worstCase is the spend if the rental uses every deadline to the full, as
+// the frozen manifest sets them; how much of the job counts is the
+// workflow's (training's is open-ended and bounded while it runs).
 func (e *Engine) worstCase(dph float64) float64 {
-	t := e.Config.Timeouts
-	job := time.Duration(t.Job)
-	if e.Workflow == "train" {
-		job = 0
-	}
-	hours := (time.Duration(t.Ready) + job + time.Duration(t.Teardown)).Hours()
+	m := e.manifest
+	hours := (frozenDuration(m.ReadyDeadline) + e.workflow().JobBound(m) + frozenDuration(m.TeardownLimit)).Hours()
 	return dph * hours
 }
 
@@ -493,10 +523,11 @@ func (e *Engine) spentSoFar() float64 {
 }
 
 func (e *Engine) approve(o provider.Offer, attempt int) error {
-	p := e.Config.Policy()
+	m := e.frozen()
+	p := m.Policy
 	dph := policy.TotalDPH(o, p.DiskGB)
-	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: e.Config.Budget.MaxSpend,
-		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: e.Config.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph)}
+	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: m.MaxSpendUSD,
+		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: m.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph)}
 	if spent := e.spentSoFar(); spent+plan.WorstCase > plan.MaxSpendUSD {
 		if err := e.record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent}); err != nil {
 			return err

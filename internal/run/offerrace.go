@@ -21,7 +21,7 @@ import (
 // raceCeiling is the $/h up to which the approval of an offer at dph also
 // covers its replacements.
 func (e *Engine) raceCeiling(dph float64) float64 {
-	if m := e.Config.Policy().MaxDPH; m > 0 {
+	if m := e.frozen().Policy.MaxDPH; m > 0 {
 		return max(m, dph)
 	}
 	return dph
@@ -36,7 +36,7 @@ func isOfferGone(err error) bool {
 // was gone. It returns the instance rented from another offer meeting the
 // policy, and that offer, or the error that ended the race.
 func (e *Engine) rentRace(ctx context.Context, offer provider.Offer, err error, exclude *[]int64, attempt int) (provider.InstanceID, provider.Offer, error) {
-	p := e.Config.Policy()
+	p := e.frozen().Policy
 	ceiling := e.raceCeiling(policy.TotalDPH(offer, p.DiskGB))
 	deadline := e.now().Add(time.Duration(e.Config.Timeouts.Ready))
 	gone := map[provider.OfferID]bool{}
@@ -73,7 +73,7 @@ func (e *Engine) rentRace(ctx context.Context, offer provider.Offer, err error, 
 				return 0, next, aerr
 			}
 			ceiling = e.raceCeiling(dph)
-		case spent+e.worstCase(dph) > e.Config.Budget.MaxSpend:
+		case spent+e.worstCase(dph) > e.frozen().MaxSpendUSD:
 			gone[next.ID] = true // over budget: never rented, try the next
 			continue
 		default:

@@ -40,7 +40,8 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	if err != nil {
 		return 0, err
 	}
-	p := e.Config.Policy()
+	m := e.frozen()
+	p := m.Policy
 	total := policy.TotalDPH(o, p.DiskGB)
 	a := Attempt{MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, DPHTotal: total, DPHBase: o.DPHBase, StorageDPH: total - o.DPHBase}
 	if err := e.record("intent", stepRent, rentIntent{Label: e.state.Label, Offer: o.ID, Attempt: a}); err != nil {
@@ -49,12 +50,12 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	// The label is known before the rental exists: put it in the CI's
 	// durable state now, so a job killed between create and its answer can
 	// still be cleaned up by label (post step, after_script, down --label).
-	if err := e.CI.Persist(map[string]string{"label": e.state.Label, "run_id": e.state.RunID}); err != nil {
+	if err := e.CI.Persist(ciKeys(e.state.RunID, map[string]string{"label": e.state.Label, "run_id": e.state.RunID})); err != nil {
 		e.infof("warning: could not write CI state: %v", err)
 	}
 	e.infof("renting offer %d (%s x%d, $%.4f/h) as %s", o.ID, o.GPUName, o.NumGPUs, total, e.state.Label)
 	res, err := e.Market.CreateInstance(ctx, provider.CreateRequest{
-		OfferID: o.ID, Image: e.Config.Image, DiskGB: p.DiskGB, Label: e.state.Label,
+		OfferID: o.ID, Image: m.Image, DiskGB: p.DiskGB, Label: e.state.Label,
 		Runtype: "ssh_direc ssh_proxy", CancelUnavail: true, ImageLogin: login,
 	})
 	switch {
@@ -77,6 +78,21 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 		}
 		return 0, err
 	}
+}
+
+// ciKeys adds to kv a copy of each key suffixed with the run id
+// (label_<run>, instance_id_<run>), so that several runs in one CI job keep
+// separate cleanup handles; the plain keys name the latest run only, a
+// convenience like the state directory's "current" pointer.
+func ciKeys(runID string, kv map[string]string) map[string]string {
+	out := make(map[string]string, 2*len(kv))
+	for k, v := range kv {
+		out[k] = v
+		if k != "run_id" {
+			out[k+"_"+runID] = v
+		}
+	}
+	return out
 }
 
 // ErrEarlierRentalLive means a rent was refused because an earlier rental of
@@ -107,7 +123,7 @@ func (e *Engine) rented(id provider.InstanceID, how string) error {
 	if err := e.record("done", step, instanceData{Instance: id, Reason: how}); err != nil {
 		return err
 	}
-	if err := e.CI.Persist(map[string]string{"instance_id": id.String()}); err != nil {
+	if err := e.CI.Persist(ciKeys(e.state.RunID, map[string]string{"instance_id": id.String()})); err != nil {
 		e.infof("warning: could not write CI state: %v", err)
 	}
 	return nil
@@ -326,12 +342,14 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 			return nil, provider.Instance{}, err
 		}
 		t0 := e.now()
+		// Select and approve run for every rental: offers move, and each
+		// rental's plan is approved on its own.
 		offer, err := e.selectOffer(ctx, exclude)
 		e.timings.add("select", e.now().Sub(t0))
-		if err != nil {
+		if err = e.journalCondition(stepSelect, 0, err); err != nil {
 			return nil, provider.Instance{}, err
 		}
-		if err := e.approve(*offer, attempt); err != nil {
+		if err := e.journalCondition(stepApprove, 0, e.approve(*offer, attempt)); err != nil {
 			return nil, provider.Instance{}, err
 		}
 		t0 = e.now()
@@ -342,7 +360,7 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 			offer = &next
 		}
 		e.timings.add("rent", e.now().Sub(t0))
-		if err != nil {
+		if err = e.journalCondition(stepRent, id, err); err != nil {
 			return nil, provider.Instance{}, err
 		}
 		if err := e.dedupe(ctx, id); err != nil {
@@ -350,10 +368,18 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 		}
 		t0 = e.now()
 		deadline := e.now().Add(time.Duration(e.Config.Timeouts.Ready))
+		// Ready and connect are observed afresh for every new rental (a
+		// connection is this process's, not the journal's), so their
+		// conditions are journaled but never skip the step.
 		inst, err := e.waitReady(ctx, id, deadline)
+		err = e.journalCondition(stepReady, id, err)
 		var client *remote.Client
 		if err == nil {
 			client, err = e.connect(ctx, id, inst, deadline)
+			if err = e.journalCondition(stepConnect, id, err); err != nil && client != nil {
+				client.Close()
+				client = nil
+			}
 		}
 		e.timings.add("ready", e.now().Sub(t0))
 		if err == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // ReceiptSchema versions the receipt; docs/receipt.md documents it.
@@ -46,7 +47,7 @@ type Receipt struct {
 	Workflow       string             `json:"workflow"`
 	RunID          string             `json:"run_id"`
 	Label          string             `json:"label"`
-	Outcome        string             `json:"outcome"`
+	Outcome        receipt.Outcome    `json:"outcome"`
 	Error          string             `json:"error,omitempty"`
 	Simulated      bool               `json:"simulated"`
 	SimInstance    string             `json:"sim_instance,omitempty"`
@@ -121,19 +122,21 @@ type ReceiptCleanup struct {
 
 // chargesFor reads what Vast charged for the run's instances. Charges can
 // lag; a failure leaves ChargedUSD nil rather than zero.
-func (e *Engine) chargesFor(ctx context.Context) {
+// The charges go on the receipt's copies of the attempts: the state holds
+// only what the journal says.
+func (e *Engine) chargesFor(ctx context.Context) map[provider.InstanceID]float64 {
 	ids := e.state.Instances()
 	if len(ids) == 0 {
 		zero := 0.0
 		e.cost.ChargedUSD = &zero
-		return
+		return nil
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	charges, err := e.Market.Charges(cctx, provider.ChargeQuery{From: e.state.Started.Add(-24 * time.Hour), To: e.now().Add(24 * time.Hour)})
 	if err != nil {
 		e.cost.ChargesNote = "charges could not be read: " + err.Error()
-		return
+		return nil
 	}
 	total := 0.0
 	byID := map[provider.InstanceID]float64{}
@@ -142,8 +145,6 @@ func (e *Engine) chargesFor(ctx context.Context) {
 	}
 	for _, a := range e.state.Attempts {
 		if v, ok := byID[a.InstanceID]; ok && a.InstanceID != 0 {
-			v := v
-			a.Charged = &v
 			total += v
 		}
 	}
@@ -153,12 +154,35 @@ func (e *Engine) chargesFor(ctx context.Context) {
 	} else {
 		e.cost.ChargesNote = "Vast charges can lag by minutes; re-check with 'vastrun report'"
 	}
+	return byID
+}
+
+// receiptImage is the frozen image; a run that never froze (gated before
+// freeze, down) names the configured one.
+func (e *Engine) receiptImage() string {
+	if e.manifest.Image != "" {
+		return e.manifest.Image
+	}
+	return e.Config.Image
+}
+
+// chargedAttempts copies attempts, each with what Vast charged for it.
+func chargedAttempts(attempts []*Attempt, byID map[provider.InstanceID]float64) []*Attempt {
+	out := make([]*Attempt, 0, len(attempts))
+	for _, a := range attempts {
+		c := *a
+		if v, ok := byID[a.InstanceID]; ok && a.InstanceID != 0 {
+			c.Charged = &v
+		}
+		out = append(out, &c)
+	}
+	return out
 }
 
 // finish records the outcome and writes receipt.json and summary.md.
-func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Receipt {
+func (e *Engine) finish(ctx context.Context, outcome receipt.Outcome, runErr error) *Receipt {
 	e.record("event", stepOutcome, map[string]any{"outcome": outcome})
-	e.chargesFor(ctx)
+	charged := e.chargesFor(ctx)
 	e.cost.EstimateUSD = round6(e.spentSoFar())
 	e.cost.MaxSpendUSD = e.Config.Budget.MaxSpend
 	if e.cost.ChargedUSD != nil {
@@ -168,13 +192,10 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 	st := e.state
 	r := &Receipt{
 		Schema: ReceiptSchema, Workflow: e.Workflow, RunID: st.RunID, Label: st.Label, Outcome: outcome,
-		Simulated: e.Simulated, SimInstance: e.SimInstance, Commit: e.manifest.Commit, Image: e.Config.Image, ManifestSHA256: st.ManifestHash,
-		Attempts: st.Attempts, Test: e.test, Verify: e.verifyRep, Train: e.train, Canary: e.canary, Timings: e.timings, Cost: e.cost,
+		Simulated: e.Simulated, SimInstance: e.SimInstance, Commit: e.manifest.Commit, Image: e.receiptImage(), ManifestSHA256: st.ManifestHash,
+		Attempts: chargedAttempts(st.Attempts, charged), Test: e.test, Verify: e.verifyRep, Train: e.train, Canary: e.canary, Timings: e.timings, Cost: e.cost,
 		StartedAt: st.Started, FinishedAt: e.now().UTC(), EvidenceDir: e.EvidenceDir, EvidenceUpload: e.evidenceUp,
 		CI: ReceiptCI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},
-	}
-	if r.Attempts == nil {
-		r.Attempts = []*Attempt{}
 	}
 	if runErr != nil {
 		r.Error = e.Redactor.String(runErr.Error())
@@ -226,7 +247,7 @@ func round6(x float64) float64 { return float64(int64(x*1e6+0.5)) / 1e6 }
 // Summary renders a receipt as Markdown for people and CI step summaries.
 func Summary(r *Receipt) string {
 	var b strings.Builder
-	icon := map[bool]string{true: "✅", false: "❌"}[r.Outcome == OutcomePassed || r.Outcome == CanaryMatch || r.Outcome == OutcomeSkipped || r.Outcome == OutcomeUp || r.Outcome == OutcomeDown || r.Outcome == OutcomeUntrusted]
+	icon := map[bool]string{true: "✅", false: "❌"}[r.Outcome.Succeeded()]
 	fmt.Fprintf(&b, "## vastrun %s: %s %s\n\n", r.Workflow, icon, r.Outcome)
 	if r.Simulated {
 		b.WriteString("> Simulated run: nothing was rented or billed for real.\n\n")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // Journal record steps.
@@ -30,7 +31,12 @@ const (
 	stepOutcome  = "outcome"
 	stepAlert    = "alert"
 	stepFailover = "failover"
+	stepPaths    = "paths"
+	stepConnect  = "connect"
 )
+
+// recCondition is the journal record type of a step's condition.
+const recCondition = "condition"
 
 // Attempt is one rental of the run.
 type Attempt struct {
@@ -65,9 +71,41 @@ type State struct {
 	// Extras are instances found carrying the label that the run did not
 	// rent itself (lost create responses, duplicates); they are destroyed.
 	Extras   []provider.InstanceID
-	Outcome  string
+	Outcome  receipt.Outcome
 	Approved bool
 	Started  time.Time
+	// Conditions hold each step's last journaled condition, by step name.
+	Conditions map[string]Condition
+}
+
+// Condition statuses, as in cluster-api: a step whose condition is True
+// has nothing left to do.
+const (
+	ConditionTrue    = "True"
+	ConditionFalse   = "False"
+	ConditionUnknown = "Unknown"
+)
+
+// Condition is what a step last journaled about itself: its status, a
+// machine-readable reason (an outcome class or "Done"), a message for
+// people, the instance it was about (0: the run as a whole), and when.
+type Condition struct {
+	Status   string              `json:"status"`
+	Reason   string              `json:"reason,omitempty"`
+	Message  string              `json:"message,omitempty"`
+	Instance provider.InstanceID `json:"instance_id,omitempty"`
+	At       time.Time           `json:"-"`
+}
+
+// IsTrue reports whether the condition says the step is done.
+func (c Condition) IsTrue() bool { return c.Status == ConditionTrue }
+
+// Condition is step's last condition; Unknown when none was journaled.
+func (s *State) Condition(step string) Condition {
+	if c, ok := s.Conditions[step]; ok {
+		return c
+	}
+	return Condition{Status: ConditionUnknown}
 }
 
 // Instances lists every instance the run knows of, its own and extras.
@@ -152,97 +190,121 @@ type instanceData struct {
 	Via      []string            `json:"via,omitempty"`
 }
 
-// Replay rebuilds State from journal records.
+// Replay rebuilds State from journal records: a fold over Apply, so a
+// resumed run and a live one see the same state for the same records.
 func Replay(recs []journal.Record) (*State, error) {
 	s := &State{}
 	for _, r := range recs {
-		switch {
-		case r.Step == stepStart:
-			var d startData
-			if err := r.Decode(&d); err != nil {
-				return nil, fmt.Errorf("journal record %d: %w", r.Seq, err)
-			}
-			s.RunID, s.Label, s.Workflow, s.Started = d.RunID, d.Label, d.Workflow, r.Time
-		case r.Step == stepFreeze && r.Type == "done":
-			var d struct {
-				Hash string `json:"manifest_sha256"`
-			}
-			r.Decode(&d)
-			s.ManifestHash = d.Hash
-		case r.Step == stepApprove && r.Type == "done":
-			s.Approved = true
-		case r.Step == stepRent && r.Type == "intent":
-			var d rentIntent
-			if err := r.Decode(&d); err != nil {
-				return nil, fmt.Errorf("journal record %d: %w", r.Seq, err)
-			}
-			a := d.Attempt
-			a.OfferID, a.IntentAt = d.Offer, r.Time
-			s.Attempts = append(s.Attempts, &a)
-		case r.Step == stepRent && r.Type == "done", r.Step == stepAdopt && r.Type == "done":
-			var d instanceData
-			r.Decode(&d)
-			if a := s.Current(); a != nil && a.InstanceID == 0 {
-				a.InstanceID, a.RentedAt = d.Instance, r.Time
-			}
-		case r.Step == stepRent && r.Type == "failed":
-			var d instanceData
-			r.Decode(&d)
-			if a := s.Current(); a != nil && a.InstanceID == 0 {
-				a.Failure = d.Reason
-			}
-		case r.Step == stepAdopt && r.Type == "event": // an extra found by label
-			var d instanceData
-			r.Decode(&d)
-			if s.attemptFor(d.Instance) == nil {
-				s.Extras = append(s.Extras, d.Instance)
-			}
-		case r.Step == stepReady && r.Type == "done":
-			var d instanceData
-			r.Decode(&d)
-			if a := s.attemptFor(d.Instance); a != nil {
-				a.RunningAt = r.Time
-			}
-		case r.Step == stepFailover:
-			var d instanceData
-			r.Decode(&d)
-			if a := s.attemptFor(d.Instance); a != nil {
-				a.Failure = d.Reason
-			}
-		case r.Step == stepDestroy && r.Type == "intent":
-			var d instanceData
-			r.Decode(&d)
-			if a := s.attemptFor(d.Instance); a != nil && a.DestroySentAt.IsZero() {
-				a.DestroySentAt = r.Time
-			}
-		case r.Step == stepDestroy && r.Type == "done":
-			var d instanceData
-			r.Decode(&d)
-			if a := s.attemptFor(d.Instance); a != nil {
-				a.Destroyed = true
-			}
-		case r.Step == stepConfirm && r.Type == "done":
-			var d instanceData
-			r.Decode(&d)
-			a := s.attemptFor(d.Instance)
-			if a == nil { // an extra: track its confirmation as a pseudo-attempt
-				a = &Attempt{InstanceID: d.Instance, Failure: "extra instance carrying the run label"}
-				s.Attempts = append(s.Attempts, a)
-				a.IntentAt = r.Time
-			}
-			a.Destroyed, a.Confirmed, a.ConfirmedBy, a.ConfirmedAt = true, true, d.Via, r.Time
-		case r.Step == stepOutcome:
-			var d struct {
-				Outcome string `json:"outcome"`
-			}
-			r.Decode(&d)
-			s.Outcome = d.Outcome
+		if err := s.Apply(r); err != nil {
+			return nil, err
 		}
 	}
 	if s.RunID == "" && len(recs) > 0 {
 		return nil, errors.New("journal does not start with a run record")
 	}
 	return s, nil
+}
+
+// Apply updates the state from one journal record. The engine applies each
+// record as it appends it, so no step ever re-reads the journal.
+func (s *State) Apply(r journal.Record) error {
+	switch {
+	case r.Type == recCondition:
+		var c Condition
+		if err := r.Decode(&c); err != nil {
+			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		}
+		c.At = r.Time
+		if s.Conditions == nil {
+			s.Conditions = map[string]Condition{}
+		}
+		s.Conditions[r.Step] = c
+	case r.Step == stepStart:
+		var d startData
+		if err := r.Decode(&d); err != nil {
+			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		}
+		s.RunID, s.Label, s.Workflow, s.Started = d.RunID, d.Label, d.Workflow, r.Time
+	case r.Step == stepFreeze && r.Type == "done":
+		var d struct {
+			Hash string `json:"manifest_sha256"`
+		}
+		r.Decode(&d)
+		s.ManifestHash = d.Hash
+	case r.Step == stepApprove && r.Type == "done":
+		s.Approved = true
+	case r.Step == stepRent && r.Type == "intent":
+		var d rentIntent
+		if err := r.Decode(&d); err != nil {
+			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		}
+		a := d.Attempt
+		a.OfferID, a.IntentAt = d.Offer, r.Time
+		s.Attempts = append(s.Attempts, &a)
+	case r.Step == stepRent && r.Type == "done", r.Step == stepAdopt && r.Type == "done":
+		var d instanceData
+		r.Decode(&d)
+		if a := s.Current(); a != nil && a.InstanceID == 0 {
+			a.InstanceID, a.RentedAt = d.Instance, r.Time
+		}
+	case r.Step == stepRent && r.Type == "failed":
+		var d instanceData
+		r.Decode(&d)
+		if a := s.Current(); a != nil && a.InstanceID == 0 {
+			a.Failure = d.Reason
+		}
+	case r.Step == stepAdopt && r.Type == "event": // an extra found by label
+		var d instanceData
+		r.Decode(&d)
+		if s.attemptFor(d.Instance) == nil {
+			s.Extras = append(s.Extras, d.Instance)
+		}
+	case r.Step == stepReady && r.Type == "done":
+		var d instanceData
+		r.Decode(&d)
+		if a := s.attemptFor(d.Instance); a != nil {
+			a.RunningAt = r.Time
+		}
+	case r.Step == stepFailover:
+		var d instanceData
+		r.Decode(&d)
+		if a := s.attemptFor(d.Instance); a != nil {
+			a.Failure = d.Reason
+		}
+		// The rental is being replaced: its per-instance steps start over.
+		for _, step := range []string{stepRent, stepReady, stepConnect, stepVerify} {
+			delete(s.Conditions, step)
+		}
+	case r.Step == stepDestroy && r.Type == "intent":
+		var d instanceData
+		r.Decode(&d)
+		if a := s.attemptFor(d.Instance); a != nil && a.DestroySentAt.IsZero() {
+			a.DestroySentAt = r.Time
+		}
+	case r.Step == stepDestroy && r.Type == "done":
+		var d instanceData
+		r.Decode(&d)
+		if a := s.attemptFor(d.Instance); a != nil {
+			a.Destroyed = true
+		}
+	case r.Step == stepConfirm && r.Type == "done":
+		var d instanceData
+		r.Decode(&d)
+		a := s.attemptFor(d.Instance)
+		if a == nil { // an extra: track its confirmation as a pseudo-attempt
+			a = &Attempt{InstanceID: d.Instance, Failure: "extra instance carrying the run label"}
+			s.Attempts = append(s.Attempts, a)
+			a.IntentAt = r.Time
+		}
+		a.Destroyed, a.Confirmed, a.ConfirmedBy, a.ConfirmedAt = true, true, d.Via, r.Time
+	case r.Step == stepOutcome:
+		var d struct {
+			Outcome string `json:"outcome"`
+		}
+		r.Decode(&d)
+		s.Outcome = receipt.Outcome(d.Outcome)
+	}
+	return nil
 }
 
 // LoadState reads a run directory's journal without locking it.
@@ -270,7 +332,7 @@ func writeStateFile(runDir string, s *State, evidence string) error {
 	ids := s.Instances()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	b, _ := json.MarshalIndent(stateFile{Schema: "vastrun.state/v1", RunID: s.RunID, Label: s.Label, Instances: ids,
-		Unconfirmed: s.Unconfirmed(), Outcome: s.Outcome, EvidenceDir: evidence}, "", "  ")
+		Unconfirmed: s.Unconfirmed(), Outcome: string(s.Outcome), EvidenceDir: evidence}, "", "  ")
 	return writeFileAtomic(filepath.Join(runDir, "state.json"), append(b, '\n'), 0o600)
 }
 

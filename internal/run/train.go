@@ -78,10 +78,11 @@ var ErrTrainFailed = errors.New("the training workload failed")
 // RunTrain runs a checkpointed training run to completion, replacing
 // interrupted instances and resuming from the last committed checkpoint.
 func (e *Engine) RunTrain(ctx context.Context) (*Receipt, error) {
+	e.flow = trainWorkflow{e}
 	if err := e.Begin("train"); err != nil {
 		return nil, err
 	}
-	return e.trainDriver(ctx, true)
+	return e.trainDriver(ctx)
 }
 
 // ResumeTrain continues a run whose controller died, from its journal
@@ -89,28 +90,27 @@ func (e *Engine) RunTrain(ctx context.Context) (*Receipt, error) {
 // A configuration that differs from the run's frozen manifest is refused
 // before anything is touched (see AcceptConfigChange).
 func (e *Engine) ResumeTrain(ctx context.Context) (*Receipt, error) {
-	e.Workflow = "train"
+	e.Workflow, e.flow = "train", trainWorkflow{e}
 	if err := e.adoptFrozen(ctx); err != nil {
 		e.Close()
 		return nil, err
 	}
-	return e.trainDriver(ctx, false)
+	return e.trainDriver(ctx)
 }
 
-func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt, err error) {
+func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) {
 	defer e.Close()
 	var client *remote.Client
 	defer func() { receipt, err = e.settle(ctx, recover(), client, false, err) }()
 	// Each run has its own prefix: a new run never resumes another's
 	// checkpoints, and `resume` finds its own again by run id.
-	c := &e.Config.Train
-	c.CheckpointURI, c.OutputURI = runScoped(c.CheckpointURI, e.state.RunID), runScoped(c.OutputURI, e.state.RunID)
-	e.train = &TrainReport{CheckpointURI: c.CheckpointURI, Resumes: []ResumeProof{}}
-	if fresh {
-		if err := e.prepare(ctx); err != nil {
-			return nil, err
-		}
+	e.train = &TrainReport{CheckpointURI: runScoped(e.Config.Train.CheckpointURI, e.state.RunID), Resumes: []ResumeProof{}}
+	// A resumed run walks the same steps: those whose condition is True
+	// are not repeated (see prepare).
+	if err := e.prepare(ctx); err != nil {
+		return nil, err
 	}
+	e.useFrozenTrain()
 	for k, v := range e.StorageEnv {
 		if strings.Contains(k, "SECRET") || strings.Contains(k, "TOKEN") || strings.Contains(k, "KEY_ID") {
 			e.Redactor.Add(v)
@@ -394,7 +394,8 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 	poll := max(t.Poll.Duration(), minTrainPoll)
 	alog := e.newAttemptLog()
 	seen := map[string]bool{}
-	started := false // this controller started or found the workload
+	started := false        // this controller started or found the workload
+	var lastCheck time.Time // the last pass's money check
 	for pass := 0; ; pass++ {
 		if pass > 0 {
 			if err := e.sleep(ctx, e.jittered(poll)); err != nil {
@@ -473,7 +474,14 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 			dph = e.state.Current().DPHTotal
 		}
 		stopping := min(time.Duration(e.Config.Timeouts.Teardown), time.Minute)
-		projected := e.spentSoFar() + dph*(2*poll+stopping).Hours()
+		// Two passes as they really take (a slow SSH round trip or a busy
+		// machine stretches a pass past the poll), never less than two polls.
+		gap := poll
+		if !lastCheck.IsZero() {
+			gap = max(gap, e.now().Sub(lastCheck))
+		}
+		lastCheck = e.now()
+		projected := e.spentSoFar() + dph*(2*gap+stopping).Hours()
 		if projected > e.Config.Budget.MaxSpend {
 			e.commitPending(ctx, c, inst.ID, seen)
 			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Config.Budget.MaxSpend)}
@@ -657,13 +665,25 @@ func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, inst prov
 	return nil
 }
 
+// useFrozenTrain points the engine at a copy of the config whose store
+// prefixes are the frozen spec's (runs/<id>): the shared config is never
+// rewritten in place, so two engines can share one.
+func (e *Engine) useFrozenTrain() {
+	if e.manifest.Train == nil {
+		return
+	}
+	c := *e.Config
+	c.Train.CheckpointURI, c.Train.OutputURI = e.manifest.Train.CheckpointURI, e.manifest.Train.OutputURI
+	e.Config = &c
+}
+
 // fillTrainReport reads the committed checkpoints from the controller side
 // (the agent's word is not the evidence: the store is).
 func (e *Engine) fillTrainReport(ctx context.Context) {
 	if e.train == nil || e.Config.Train.CheckpointURI == "" {
 		return
 	}
-	st, err := storage.Open(e.Config.Train.CheckpointURI, storage.Options{Getenv: e.storageGetenv()})
+	st, err := storage.Open(e.train.CheckpointURI, storage.Options{Getenv: e.storageGetenv()})
 	if err != nil {
 		return
 	}

@@ -66,13 +66,20 @@ func smiHasModel(smiName, vastName string) bool {
 
 // verify checks, before the test, that the instance is what was paid for:
 // the exact image, the GPU model, count and VRAM, CUDA, and disk headroom.
+// It is a no-op for an instance whose verify condition is already True (a
+// resumed run re-attaching to the instance it verified before).
 func (e *Engine) verify(ctx context.Context, c *remote.Client, inst provider.Instance) error {
+	return e.reconcileStep(stepVerify, inst.ID, func() error { return e.verifyOnce(ctx, c, inst) })
+}
+
+func (e *Engine) verifyOnce(ctx context.Context, c *remote.Client, inst provider.Instance) error {
 	r := &verifyReport{ImageUUID: inst.ImageUUID}
 	e.verifyRep = r
 	defer e.writeVerify()
-	p := e.Config.Policy()
+	m := e.frozen()
+	p := m.Policy
 
-	r.add("image", inst.ImageUUID == e.Config.Image, "instance runs %q; manifest pins %q", inst.ImageUUID, e.Config.Image)
+	r.add("image", inst.ImageUUID == m.Image, "instance runs %q; manifest pins %q", inst.ImageUUID, m.Image)
 	out, err := c.Output(ctx, `echo "==csv"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits; echo "==smi"; nvidia-smi; echo "==df"; df -Pk . | tail -n 1`)
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()

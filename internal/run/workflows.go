@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 )
 
@@ -84,11 +85,11 @@ func (e *Engine) pathsTouched(ctx context.Context) error {
 		}
 	}
 	e.record("event", stepGate, map[string]any{"skipped": true, "changed_files": len(files)})
-	return &StepError{Step: "paths", Outcome: OutcomeSkipped, Err: ErrSkipped}
+	return &StepError{Step: stepPaths, Outcome: OutcomeSkipped, Err: ErrSkipped}
 }
 
 // Outcome classifies a run's error.
-func Outcome(err error) string {
+func Outcome(err error) receipt.Outcome {
 	var se *StepError
 	var tf *TestFailedError
 	var ce *CanaryError
@@ -96,7 +97,7 @@ func Outcome(err error) string {
 	case err == nil:
 		return OutcomePassed
 	case errors.As(err, &ce):
-		return ce.Class
+		return receipt.Outcome(ce.Class)
 	case errors.As(err, &tf):
 		return OutcomeFailed
 	case errors.Is(err, context.Canceled):
@@ -107,19 +108,25 @@ func Outcome(err error) string {
 	return OutcomeError
 }
 
-// prepare runs the local steps: gate, paths, freeze, secrets present.
+// prepare runs the local steps in order: gate, paths, freeze (with the
+// checks that need no rental), then the workflow's own local step. Each is
+// guarded by its journaled condition, so a resumed run walks the same list
+// and repeats only what is not done; a resumed run's freeze is already
+// True (adoptFrozen loaded and checked the frozen manifest).
 func (e *Engine) prepare(ctx context.Context) error {
 	if err := os.MkdirAll(e.EvidenceDir, 0o755); err != nil {
 		return fmt.Errorf("create evidence directory: %w", err)
 	}
+	if err := e.reconcileStep(stepGate, 0, func() error { return e.gate(ctx) }); err != nil {
+		return err
+	}
+	if err := e.reconcileStep(stepPaths, 0, func() error { return e.pathsTouched(ctx) }); err != nil {
+		return err
+	}
+	// What the rental will need is checked every time, resumed or not: a
+	// resumed run needs its secrets and registry login as much as a new one.
 	if err := CheckImagePinned(e.Config.Image); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
-	}
-	if err := e.gate(ctx); err != nil {
-		return err
-	}
-	if err := e.pathsTouched(ctx); err != nil {
-		return err
 	}
 	if _, err := e.testEnv(); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
@@ -127,13 +134,18 @@ func (e *Engine) prepare(ctx context.Context) error {
 	if _, err := e.imageLogin(); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
-	if err := e.checkWorkdir(ctx); err != nil {
-		return &StepError{Step: stepFreeze, Err: err}
-	}
 	if err := e.checkEvidenceURI(); err != nil { // evidence.go
 		return &StepError{Step: stepFreeze, Err: err}
 	}
-	if err := e.freeze(ctx); err != nil {
+	if err := e.reconcileStep(stepFreeze, 0, func() error {
+		if e.state.ManifestHash != "" {
+			return nil // frozen before (adoptFrozen holds it): never twice
+		}
+		if err := e.checkWorkdir(ctx); err != nil {
+			return &StepError{Step: stepFreeze, Err: err}
+		}
+		return e.freeze(ctx)
+	}); err != nil {
 		return err
 	}
 	if e.beforeRent != nil {
@@ -193,8 +205,18 @@ func (e *Engine) rentAttempted() bool { return e.state != nil && len(e.state.Att
 // live instance of the run is re-attached to, never rented again; one that
 // is gone or not running is destroyed and replaced. The test runs again
 // (how its interrupted run ended is unknown), then teardown and receipt.
-func (e *Engine) ResumeCI(ctx context.Context) (receipt *Receipt, err error) {
-	e.Workflow = "ci"
+func (e *Engine) ResumeCI(ctx context.Context) (*Receipt, error) {
+	return e.resume(ctx, plainWorkflow{name: "ci"}, func(client *remote.Client, inst provider.Instance) error {
+		return e.testOn(ctx, client, inst, e.now())
+	})
+}
+
+// resume is the shared continuation of a run opened with Open: adopt its
+// frozen manifest, walk the same steps as a new run (those whose condition
+// is True are skipped), re-attach to its live instance or replace it, then
+// the workflow's body; teardown and receipt on every path.
+func (e *Engine) resume(ctx context.Context, flow Workflow, body func(*remote.Client, provider.Instance) error) (receipt *Receipt, err error) {
+	e.Workflow, e.flow = flow.Name(), flow
 	if err := e.adoptFrozen(ctx); err != nil {
 		e.Close()
 		return nil, err
@@ -202,6 +224,9 @@ func (e *Engine) ResumeCI(ctx context.Context) (receipt *Receipt, err error) {
 	defer e.Close()
 	var client *remote.Client
 	defer func() { receipt, err = e.settle(ctx, recover(), client, false, err) }()
+	if err := e.prepare(ctx); err != nil { // done steps are not repeated
+		return nil, err
+	}
 	var exclude []int64
 	for _, a := range e.state.Attempts {
 		if a.Failure != "" {
@@ -212,7 +237,7 @@ func (e *Engine) ResumeCI(ctx context.Context) (receipt *Receipt, err error) {
 	if client, inst, err = e.attach(ctx, exclude); err != nil {
 		return nil, err
 	}
-	return nil, e.testOn(ctx, client, inst, e.now())
+	return nil, body(client, inst)
 }
 
 func (e *Engine) verifyAndTest(ctx context.Context, client *remote.Client, inst provider.Instance) error {
@@ -261,13 +286,7 @@ func (e *Engine) settle(ctx context.Context, recovered any, client *remote.Clien
 	if client != nil {
 		client.Close()
 	}
-	outcome := Outcome(err)
-	switch {
-	case e.canary != nil && err == nil && e.canary.Comparison != "":
-		outcome = e.canary.Comparison
-	case errors.Is(err, ErrTrainFailed):
-		outcome = OutcomeFailed
-	}
+	outcome := e.workflow().Outcome(err, Outcome(err))
 	// A run whose journal could not be written never counts as a success,
 	// even if the step that hit it did not report it.
 	if e.journalErr != nil && !errors.Is(err, ErrJournal) {
@@ -283,9 +302,7 @@ func (e *Engine) settle(ctx context.Context, recovered any, client *remote.Clien
 			err = errors.Join(err, terr)
 		}
 	}
-	if e.train != nil {
-		e.fillTrainReport(ctx)
-	}
+	e.workflow().Finish(ctx)
 	// After teardown, whatever the outcome: a failed upload joins err
 	// without changing the outcome (evidence.go).
 	evErr := e.uploadEvidence(ctx)

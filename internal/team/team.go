@@ -361,7 +361,7 @@ func Summarize(recs []journal.Record, now time.Time) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	s := Summary{Schema: SummarySchema, V: 1, RunID: st.RunID, Label: st.Label, Workflow: st.Workflow, Outcome: st.Outcome,
+	s := Summary{Schema: SummarySchema, V: 1, RunID: st.RunID, Label: st.Label, Workflow: st.Workflow, Outcome: string(st.Outcome),
 		Started: st.Started, Updated: now.UTC()}
 	for _, a := range st.Attempts {
 		if a.InstanceID == 0 {

@@ -1,18 +1,20 @@
-package run
+// Package spec is a run's frozen specification: the manifest built once,
+// before anything is rented, from the configuration, the commit and the CI
+// run; its SHA-256 goes into the journal. A resumed run loads it back with
+// [Load], which checks it against that hash, and [Diff] names the
+// configuration fields that differ from what vastrun.yaml says now. The
+// lifecycle's steps read the spec, never the live configuration.
+package spec
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path"
-	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -90,9 +92,9 @@ func (e *ConfigChangedError) Is(target error) bool { return target == ErrConfigC
 // ErrManifestMismatch means manifest.json is not the one the journal froze.
 var ErrManifestMismatch = errors.New("manifest.json does not match the hash in the journal")
 
-// LoadManifest reads a run directory's manifest.json and checks it against
+// Load reads a run directory's manifest.json and checks it against
 // the hash its journal recorded at freeze time.
-func LoadManifest(runDir, hash string) (Manifest, error) {
+func Load(runDir, hash string) (Manifest, error) {
 	p := path.Join(runDir, "manifest.json")
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -110,17 +112,17 @@ func LoadManifest(runDir, hash string) (Manifest, error) {
 	return m, nil
 }
 
-// runScoped is a store URI with the run's own prefix: a new run never
+// RunScoped is a store URI with the run's own prefix: a new run never
 // resumes another's checkpoints, and resume finds its own by run id.
-func runScoped(uri, runID string) string { return strings.TrimRight(uri, "/") + "/" + runID }
+func RunScoped(uri, runID string) string { return strings.TrimRight(uri, "/") + "/" + runID }
 
 // runFacts are manifest fields that describe the run, not its
 // configuration: they are not compared on resume.
 var runFacts = []string{"schema", "run_id", "label", "workflow", "commit", "ci_run", "evidence_dir", "created_at"}
 
-// diffSpec lists the JSON paths of the configuration fields that differ
-// between two manifests, sorted.
-func diffSpec(frozen, now Manifest) []string {
+// Diff lists the JSON paths of the configuration fields that differ
+// between two manifests, sorted; the run's facts are never a difference.
+func Diff(frozen, now Manifest) []string {
 	toMap := func(m Manifest) map[string]any {
 		b, _ := json.Marshal(m)
 		var out map[string]any
@@ -161,115 +163,4 @@ func diffSpec(frozen, now Manifest) []string {
 	walk("", toMap(frozen), toMap(now))
 	sort.Strings(diffs)
 	return diffs
-}
-
-// adoptFrozen makes a resumed run use its frozen manifest: it checks
-// manifest.json against the journal's hash and refuses, naming the fields,
-// when the configuration now differs — unless AcceptConfigChange, which
-// is journaled with the fields.
-func (e *Engine) adoptFrozen(ctx context.Context) error {
-	frozen, err := LoadManifest(e.runDir, e.state.ManifestHash)
-	if err != nil {
-		return &StepError{Step: stepFreeze, Err: err}
-	}
-	now := e.spec(ctx)
-	if now.Train != nil { // the store prefixes a run gets when it starts
-		now.Train.CheckpointURI, now.Train.OutputURI = runScoped(now.Train.CheckpointURI, e.state.RunID), runScoped(now.Train.OutputURI, e.state.RunID)
-	}
-	if fields := diffSpec(frozen, now); len(fields) > 0 {
-		if !e.AcceptConfigChange {
-			return &StepError{Step: stepFreeze, Err: &ConfigChangedError{Run: e.state.RunID, Fields: fields}}
-		}
-		if err := e.record("event", "config_change", map[string]any{"fields": fields, "frozen_manifest_sha256": e.state.ManifestHash}); err != nil {
-			return err
-		}
-		e.infof("continuing with a changed configuration (%s), as --accept-config-change asks", strings.Join(fields, ", "))
-	}
-	// The new evidence directory gets the manifest the run was frozen with.
-	if err := os.MkdirAll(e.EvidenceDir, 0o755); err != nil {
-		return fmt.Errorf("create evidence directory: %w", err)
-	}
-	b, err := os.ReadFile(filepath.Join(e.runDir, "manifest.json")) // the very bytes the hash covers
-	if err == nil {
-		err = writeFileAtomic(filepath.Join(e.EvidenceDir, "manifest.json"), b, 0o644)
-	}
-	if err != nil {
-		return fmt.Errorf("write manifest: %w", err)
-	}
-	e.manifest = frozen
-	return nil
-}
-
-var digestRef = regexp.MustCompile(`^[a-z0-9]+(?:[._/:-][a-z0-9]+)*@sha256:[a-f0-9]{64}$`)
-
-// ErrMutableImage means the image is not pinned by digest.
-var ErrMutableImage = errors.New("image is not pinned by digest")
-
-// CheckImagePinned accepts only repo@sha256:<64 hex>.
-func CheckImagePinned(image string) error {
-	if !digestRef.MatchString(image) {
-		return fmt.Errorf("%q: %w (write it as repo@sha256:<digest>; a tag can change under you)", image, ErrMutableImage)
-	}
-	return nil
-}
-
-// gitCommit reads HEAD in dir, falling back to the CI's commit.
-func gitCommit(ctx context.Context, dir, fallback string) string {
-	cmd := exec.CommandContext(ctx, "git", "rev-parse", "HEAD")
-	cmd.Dir = dir
-	if out, err := cmd.Output(); err == nil {
-		return strings.TrimSpace(string(out))
-	}
-	if fallback != "" {
-		return fallback
-	}
-	return "unknown"
-}
-
-// changedFiles lists files changed between base and HEAD (merge-base diff).
-func changedFiles(ctx context.Context, dir, base string) ([]string, error) {
-	cmd := exec.CommandContext(ctx, "git", "diff", "--name-only", base+"...HEAD")
-	cmd.Dir = dir
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("git diff against %s: %s", base, strings.TrimSpace(string(ee.Stderr)))
-		}
-		return nil, fmt.Errorf("git diff against %s: %w", base, err)
-	}
-	var files []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			files = append(files, l)
-		}
-	}
-	return files, nil
-}
-
-// MatchGlob matches slash-separated paths; "**" spans any number of
-// directories, other segments use path.Match.
-func MatchGlob(pattern, name string) bool {
-	return matchSegs(strings.Split(strings.Trim(pattern, "/"), "/"), strings.Split(name, "/"))
-}
-
-func matchSegs(pat, name []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for i := 0; i <= len(name); i++ {
-				if matchSegs(pat[1:], name[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(name) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pat[0], name[0]); !ok {
-			return false
-		}
-		pat, name = pat[1:], name[1:]
-	}
-	return len(name) == 0
 }

@@ -1,4 +1,4 @@
-package run
+package spec
 
 import (
 	"errors"
@@ -16,15 +16,15 @@ func TestLoadManifestChecksTheJournalHash(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "manifest.json"), b, 0o644)
-	got, err := LoadManifest(dir, hash)
+	got, err := Load(dir, hash)
 	if err != nil || !reflect.DeepEqual(got, m) {
 		t.Fatalf("load: %+v %v", got, err)
 	}
 	os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(string(b[:len(b)-2])+" }\n"), 0o644)
-	if _, err := LoadManifest(dir, hash); !errors.Is(err, ErrManifestMismatch) {
+	if _, err := Load(dir, hash); !errors.Is(err, ErrManifestMismatch) {
 		t.Fatalf("an edited manifest: %v", err)
 	}
-	if _, err := LoadManifest(dir, ""); !errors.Is(err, ErrManifestMismatch) {
+	if _, err := Load(dir, ""); !errors.Is(err, ErrManifestMismatch) {
 		t.Fatalf("no hash in the journal: %v", err)
 	}
 }
@@ -35,11 +35,11 @@ func TestDiffSpecNamesConfigFieldsOnly(t *testing.T) {
 	bt := *a.Train
 	b.Train = &bt
 	b.RunID, b.Commit, b.EvidenceDir = "r2", "def", "ev2" // run facts: never a change
-	if d := diffSpec(a, b); len(d) != 0 {
+	if d := Diff(a, b); len(d) != 0 {
 		t.Fatalf("run facts reported as changes: %v", d)
 	}
 	b.MaxSpendUSD, b.Train.Cadence = 6, 50
-	if d := diffSpec(a, b); !reflect.DeepEqual(d, []string{"max_spend_usd", "train.checkpoint_every"}) {
+	if d := Diff(a, b); !reflect.DeepEqual(d, []string{"max_spend_usd", "train.checkpoint_every"}) {
 		t.Fatalf("diff: %v", d)
 	}
 }

@@ -1,0 +1,173 @@
+package run_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/vastrun/vastrun/internal/journal"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/run"
+)
+
+// The engine's state, applied record by record as it journals, is exactly
+// what a replay of its journal from disk gives.
+func TestIncrementalStateEqualsReplay(t *testing.T) {
+	h := newHarness(t, baseConfig, true)
+	if _, err := h.engine.RunCI(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := run.LoadState(h.engine.RunDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := h.engine.State()
+	if a, b := stripTimes(live), stripTimes(replayed); a != b {
+		t.Fatalf("incremental state differs from the replay:\nlive   %s\nreplay %s", a, b)
+	}
+	for _, step := range []string{"gate", "paths", "freeze", "select", "approve", "rent", "ready", "connect", "verify"} {
+		if c := replayed.Condition(step); !c.IsTrue() || c.At.IsZero() {
+			t.Errorf("condition %s after a passing run: %+v", step, c)
+		}
+	}
+	if c := replayed.Condition("verify"); c.Instance == 0 || c.Instance != replayed.Attempts[0].InstanceID {
+		t.Errorf("verify condition names instance %d, rented %d", c.Instance, replayed.Attempts[0].InstanceID)
+	}
+}
+
+// stripTimes compares condition times by presence only: the in-memory
+// record time and the journal's are the same instant, in two encodings.
+func stripTimes(s *run.State) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// A failed step journals a False condition whose reason is the outcome
+// class and whose message says what went wrong.
+func TestFailedStepJournalsFalseCondition(t *testing.T) {
+	h := newHarness(t, baseConfig+"gate: [\"echo cpu tests failed; exit 1\"]\n", true)
+	h.engine.RunCI(context.Background())
+	st, err := run.LoadState(h.engine.RunDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.Condition("gate")
+	if c.Status != run.ConditionFalse || c.Reason != string(run.OutcomeGated) || !strings.Contains(c.Message, "exit status 1") {
+		t.Fatalf("gate condition: %+v", c)
+	}
+	if c := st.Condition("rent"); c.Status != run.ConditionUnknown {
+		t.Fatalf("rent condition of a gated run: %+v", c)
+	}
+}
+
+// Replay is a fold over Apply: applying the records one by one, in any
+// number of passes, gives the same state.
+func TestReplayIsAFoldOverApply(t *testing.T) {
+	rec := func(seq int, typ, step string, data any) journal.Record {
+		b, _ := json.Marshal(data)
+		return journal.Record{V: journal.Version, Seq: seq, Type: typ, Step: step, Data: b}
+	}
+	recs := []journal.Record{
+		rec(1, "event", "start", map[string]any{"run_id": "r1", "label": "l1", "workflow": "ci"}),
+		rec(2, "condition", "gate", run.Condition{Status: run.ConditionTrue, Reason: "Done"}),
+		rec(3, "intent", "rent", map[string]any{"label": "l1", "offer_id": 7, "machine_id": 9}),
+		rec(4, "done", "rent", map[string]any{"instance_id": 42}),
+		rec(5, "condition", "verify", run.Condition{Status: run.ConditionTrue, Reason: "Done", Instance: 42}),
+		rec(6, "event", "failover", map[string]any{"instance_id": 42, "reason": "stuck"}),
+	}
+	want, err := run.Replay(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &run.State{}
+	for _, r := range recs {
+		if err := got.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("fold %+v, replay %+v", got, want)
+	}
+	if !got.Condition("gate").IsTrue() {
+		t.Fatal("gate condition lost")
+	}
+	// A failover starts the replaced rental's steps over.
+	if c := got.Condition("verify"); c.Status != run.ConditionUnknown {
+		t.Fatalf("verify condition survived the failover: %+v", c)
+	}
+	if got.Attempts[0].Failure != "stuck" {
+		t.Fatalf("attempt: %+v", got.Attempts[0])
+	}
+}
+
+// A resumed ci run walks the same steps: the gate, whose condition is
+// True, is not run again; the approval that was refused is asked again.
+func TestResumeDoesNotRepeatATrueStep(t *testing.T) {
+	h := newHarness(t, baseConfig+"gate: [\"echo ran >> gate-runs\"]\n", false)
+	if _, err := h.engine.RunCI(context.Background()); err == nil {
+		t.Fatal("a run without approval passed")
+	}
+	runs := filepath.Join(h.repo, "gate-runs")
+	if b, _ := os.ReadFile(runs); string(b) != "ran\n" {
+		t.Fatalf("gate ran %q", b)
+	}
+	second := *h.engine
+	second.Approve = func(run.Plan) (bool, error) { return true, nil }
+	second.EvidenceDir = filepath.Join(t.TempDir(), "ev2")
+	if err := second.Open(h.engine.RunDir()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := second.ResumeCI(context.Background())
+	if err != nil || r.Outcome != run.OutcomePassed {
+		t.Fatalf("resume: %v %+v", err, r)
+	}
+	if b, _ := os.ReadFile(runs); string(b) != "ran\n" {
+		t.Fatalf("the resumed run ran the gate again: %q", b)
+	}
+	h.noLeaks()
+}
+
+// Once frozen, the spec drives the run: a config changed after the freeze
+// (here, between freeze and approval) changes neither what is rented nor
+// what verify expects nor what the receipt says.
+func TestStepsReadTheFrozenSpec(t *testing.T) {
+	h := newHarness(t, baseConfig, true)
+	frozenImage := h.engine.Config.Image
+	h.engine.Approve = func(p run.Plan) (bool, error) {
+		if p.Image != frozenImage {
+			t.Errorf("the plan shows %q, not the frozen %q", p.Image, frozenImage)
+		}
+		c := *h.engine.Config
+		c.Image = "ghcr.io/acme/other@sha256:" + strings.Repeat("f", 64)
+		c.Budget.MaxSpend = 0.0001
+		h.engine.Config = &c
+		return true, nil
+	}
+	r, err := h.engine.RunCI(context.Background())
+	if err != nil || r.Outcome != run.OutcomePassed {
+		t.Fatalf("%v %+v", err, r)
+	}
+	if r.Image != frozenImage {
+		t.Fatalf("receipt image %q, frozen %q", r.Image, frozenImage)
+	}
+	gone := h.sim.Snapshot().Gone
+	if len(gone) != 1 || gone[0].Image != frozenImage {
+		t.Fatalf("rented %+v, want the frozen image %q", gone, frozenImage)
+	}
+	h.noLeaks()
+}
+
+// The canary's comparison classes are outcomes the receipt package knows,
+// with the same exit classes as the rest: one answer to "succeeded?".
+func TestCanaryClassesAreKnownOutcomes(t *testing.T) {
+	for _, c := range []string{run.CanaryMatch, run.CanaryGPUOnlyFailure, run.CanaryLocalOnlyFailure, run.CanaryBothFailed, run.CanaryOutputDelta, run.OutcomeLocalFailed} {
+		o := receipt.Outcome(c)
+		if !o.Known() || o.Succeeded() != (c == run.CanaryMatch) {
+			t.Errorf("canary class %q: known %v, succeeded %v", c, o.Known(), o.Succeeded())
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/receipt"
+)
+
+// Workflow is what one workflow (ci, up, canary, train) adds to the shared
+// lifecycle. The shared steps call it where workflows differ and never
+// branch on a workflow's name: a new workflow is a new implementation, not
+// edits to freeze, approve and settle.
+type Workflow interface {
+	// Name is the workflow's name in the journal, manifest and receipt.
+	Name() string
+	// Spec fills the workflow's own part of the manifest from the config,
+	// once, when the run is frozen; m's shared part is already filled.
+	Spec(c *config.Config, m *Manifest)
+	// JobBound is how much of the job's time the worst case approved
+	// before renting must cover, read from the frozen manifest.
+	JobBound(m Manifest) time.Duration
+	// Outcome maps how the run ended to the workflow's outcome; base is
+	// the shared classification of err (see Outcome).
+	Outcome(err error, base receipt.Outcome) receipt.Outcome
+	// Finish fills the workflow's receipt section after teardown.
+	Finish(ctx context.Context)
+}
+
+// plainWorkflow is a workflow with no section of its own: ci, up, and the
+// runs that exec and down begin.
+type plainWorkflow struct{ name string }
+
+func (w plainWorkflow) Name() string                                        { return w.name }
+func (plainWorkflow) Spec(*config.Config, *Manifest)                        {}
+func (plainWorkflow) Finish(context.Context)                                {}
+func (plainWorkflow) JobBound(m Manifest) time.Duration                     { return frozenDuration(m.JobTimeout) }
+func (plainWorkflow) Outcome(_ error, base receipt.Outcome) receipt.Outcome { return base }
+
+// frozenDuration reads a duration the manifest froze (0 when absent).
+func frozenDuration(s string) time.Duration {
+	d, _ := time.ParseDuration(s)
+	return d
+}
+
+// trainWorkflow is checkpointed training: its spec section, an open-ended
+// job that the budget kill switch bounds while it runs, and its report.
+type trainWorkflow struct{ e *Engine }
+
+func (trainWorkflow) Name() string { return "train" }
+
+func (trainWorkflow) Spec(c *config.Config, m *Manifest) {
+	t := c.Train
+	m.Test = ""
+	m.Train = &TrainSpec{Command: t.Command, DatasetVersion: t.DatasetVersion, Seed: t.Seed, CheckpointDir: t.CheckpointDir,
+		Cadence: t.Cadence, CheckpointURI: runScoped(t.CheckpointURI, m.RunID), OutputDir: t.OutputDir, OutputURI: runScoped(t.OutputURI, m.RunID),
+		Keep: t.Keep, RuntimeDeadline: t.RuntimeDeadline.String(), HeartbeatTTL: t.HeartbeatTTL.String()}
+}
+
+// JobBound is 0: approval only needs to afford getting training started;
+// the controller's budget check and the agent's deadline bound the rest.
+func (trainWorkflow) JobBound(Manifest) time.Duration { return 0 }
+
+func (trainWorkflow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
+	if errors.Is(err, ErrTrainFailed) {
+		return OutcomeFailed
+	}
+	return base
+}
+
+func (w trainWorkflow) Finish(ctx context.Context) { w.e.fillTrainReport(ctx) }
+
+// canaryWorkflow is the contract proved locally, then on a GPU: a run that
+// went through is classified by its comparison.
+type canaryWorkflow struct{ e *Engine }
+
+func (canaryWorkflow) Name() string                      { return "canary" }
+func (canaryWorkflow) Spec(*config.Config, *Manifest)    {}
+func (canaryWorkflow) Finish(context.Context)            {}
+func (canaryWorkflow) JobBound(m Manifest) time.Duration { return frozenDuration(m.JobTimeout) }
+
+func (w canaryWorkflow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
+	if c := w.e.canary; c != nil && err == nil && c.Comparison != "" {
+		return receipt.Outcome(c.Comparison)
+	}
+	return base
+}
+
+// frozen is the run's spec as frozen (or, after --accept-config-change, as
+// accepted): what is rented, at what price, under which budget, is read
+// from it, never from the live config, once the run has been frozen.
+func (e *Engine) frozen() Manifest { return e.manifest }
+
+// workflow is the run's workflow; a run begun without one (exec, down)
+// gets a plain one under its name.
+func (e *Engine) workflow() Workflow {
+	if e.flow == nil {
+		e.flow = plainWorkflow{name: e.Workflow}
+	}
+	return e.flow
+}
