@@ -28,6 +28,7 @@ const (
 	ExitUnavailable = 8   // the marketplace API could not be reached or kept failing
 	ExitBudget      = 9   // the run would exceed, or exceeded, budget.max_spend
 	ExitProvision   = 10  // the rental never became a verified, reachable instance (it was destroyed)
+	ExitCancelled   = 11  // the person answered no at the prompt: nothing was rented or destroyed
 	ExitInterrupted = 130 // SIGINT/SIGTERM
 )
 
@@ -62,6 +63,8 @@ func exitCode(err error) int {
 		return ExitTestFailed
 	case errors.Is(err, run.ErrNeedsApproval):
 		return ExitNeedsYes
+	case errors.Is(err, run.ErrDeclined), errors.As(err, new(*CancelledError)):
+		return ExitCancelled
 	case errors.Is(err, run.ErrNoOffer):
 		return ExitNoOffer
 	case errors.As(err, &step) && step.Outcome == run.OutcomeBudget:

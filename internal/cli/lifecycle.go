@@ -81,7 +81,10 @@ func approver(io *IOStreams, yes bool) func(run.Plan) (bool, error) {
 		}
 		fmt.Fprint(io.ErrOut, "vastrun: rent it? [y/N] ")
 		line, _ := bufio.NewReader(io.In).ReadString('\n')
-		return strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes"), nil
+		if strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes") {
+			return true, nil
+		}
+		return false, run.ErrDeclined
 	}
 }
 
@@ -149,7 +152,7 @@ func reportRun(f *Factory, r *run.Receipt, runErr error) error {
 	if perr := printReceipt(f, r); perr != nil && runErr == nil {
 		return perr
 	}
-	return runErr
+	return asCancelled(runErr)
 }
 
 func printReceipt(f *Factory, r *run.Receipt) error {
@@ -163,6 +166,9 @@ func printReceipt(f *Factory, r *run.Receipt) error {
 		}
 		_, err = f.IO.Out.Write(append(f.IO.Redactor().JSON(b), '\n'))
 		return err
+	}
+	if declined(r) {
+		return nil // nothing was rented: the error line says so
 	}
 	fmt.Fprint(f.IO.Out, f.IO.Redactor().String(run.Summary(r)))
 	f.IO.Infof("evidence in %s", r.EvidenceDir)
@@ -231,7 +237,7 @@ A failure destroys what was rented.`,
 			r, runErr := e.Up(ctx)
 			if runErr != nil {
 				printReceipt(f, r)
-				return withRunHints(f, o, runErr)
+				return asCancelled(withRunHints(f, o, runErr))
 			}
 			a := e.State().Current()
 			if f.JSON {

@@ -34,6 +34,7 @@ func confirmDestroy(f *Factory, yes bool, what string) error {
 		if strings.EqualFold(answer, "y") || strings.EqualFold(answer, "yes") {
 			return nil
 		}
+		return &CancelledError{Msg: "cancelled — nothing destroyed"}
 	}
 	return run.ErrNeedsApproval
 }

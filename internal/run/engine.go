@@ -482,6 +482,12 @@ func (e *Engine) approve(o provider.Offer, attempt int) error {
 	if e.Approve != nil {
 		ok, err = e.Approve(plan)
 	}
+	if errors.Is(err, ErrDeclined) { // a no at the prompt: a choice, not a failure
+		if jerr := e.record("failed", stepApprove, map[string]any{"offer_id": o.ID, "declined": true}); jerr != nil {
+			return jerr
+		}
+		return &StepError{Step: stepApprove, Outcome: OutcomeCancelled, Err: ErrDeclined}
+	}
 	if err != nil {
 		return err
 	}

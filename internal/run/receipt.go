@@ -206,6 +206,11 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 	if r.Cleanup.Unconfirmed == nil {
 		r.Cleanup.Unconfirmed = []provider.InstanceID{}
 	}
+	if e.unapproved(outcome) {
+		writeStateFile(e.runDir, st, e.EvidenceDir)
+		e.forgetAsLatest()
+		return r
+	}
 	b, _ := json.MarshalIndent(r, "", "  ")
 	b = e.Redactor.JSON(b)
 	os.MkdirAll(e.EvidenceDir, 0o755)
