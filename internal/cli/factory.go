@@ -32,6 +32,7 @@ type Factory struct {
 	// Global flags.
 	JSON   bool
 	Debug  bool
+	Quiet  bool
 	Sim    bool
 	URL    string
 	APIKey string
@@ -156,6 +157,7 @@ func (f *Factory) SimServer() *sim.Server { return f.simSrv }
 
 // Close stops anything the factory started.
 func (f *Factory) Close() {
+	f.stopProgress()
 	if f.simHTTP != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -111,6 +111,9 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
 	}
+	if d := f.startProgress(env); d != nil {
+		e.Observer, e.Stream = d, d.Writer()
+	}
 	return e, nil
 }
 
@@ -149,10 +152,13 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.En
 // reportRun prints a workflow's receipt and returns the run's own error,
 // or the printing error when the run succeeded.
 func reportRun(f *Factory, r *run.Receipt, runErr error) error {
+	runErr = asCancelled(runErr)
+	annotateFailure(f, runErr)
+	f.stopProgress()
 	if perr := printReceipt(f, r); perr != nil && runErr == nil {
 		return perr
 	}
-	return asCancelled(runErr)
+	return runErr
 }
 
 func printReceipt(f *Factory, r *run.Receipt) error {

@@ -96,6 +96,7 @@ Exit codes are documented in docs/exit-codes.md.`,
 	}
 	pf := root.PersistentFlags()
 	pf.BoolVar(&f.JSON, "json", false, "print machine-readable JSON on stdout (a versioned contract)")
+	pf.BoolVarP(&f.Quiet, "quiet", "q", false, "show no progress, only warnings, errors and the result")
 	pf.BoolVar(&f.Debug, "debug", false, "log API calls and decisions to stderr (for developers)")
 	pf.BoolVar(&f.Sim, "sim", false, "run against an embedded marketplace simulator (nothing real is rented)")
 	pf.StringArrayVar(&f.SimFaults, "sim-fault", nil, "with --sim: inject a simulator fault (JSON, repeatable), e.g. '{\"kind\":\"preempt_after\",\"seconds\":60}'")

@@ -20,6 +20,7 @@ import (
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/policy"
+	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/redact"
 )
@@ -116,6 +117,8 @@ type Engine struct {
 	// SSHKeepAlive is how often SSH connections are probed for a stall
 	// (0: remote's default; see remote.Dialer.KeepAlive).
 	SSHKeepAlive time.Duration
+	// Observer, when set, is told of every phase change (live progress).
+	Observer progress.Observer
 
 	// Filled as the run proceeds.
 	runDir     string
@@ -136,6 +139,7 @@ type Engine struct {
 	unjournaled []journal.Record
 	// beforeRent runs at the end of prepare (the canary's local contract).
 	beforeRent func(ctx context.Context) error
+	lastEvent  progress.Event
 }
 
 func (e *Engine) mark(phase string) {
@@ -236,6 +240,7 @@ var ErrJournal = errors.New("the run's journal could not be written")
 // and the receipt see it — except a failed intent, whose side effect the
 // caller must not perform.
 func (e *Engine) record(typ, step string, data any) error {
+	defer e.observeRecord(typ, step, data)
 	if _, err := e.j.Append(typ, step, e.maskedData(data)); err != nil {
 		jerr := fmt.Errorf("%w: %w", ErrJournal, err)
 		if e.journalErr == nil {

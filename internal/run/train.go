@@ -339,6 +339,9 @@ func (e *Engine) addLog(l *attemptLog, ch agent.LogChunk) {
 	f.Write(e.Redactor.Bytes(data))
 	f.Close()
 	l.offset += int64(len(data))
+	if e.Stream != nil { // live, as the ci test's output is
+		e.Stream.Write(e.Redactor.Bytes(data))
+	}
 }
 
 // noteStatus takes what the controller records from one status answer:
