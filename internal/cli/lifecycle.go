@@ -65,11 +65,11 @@ var credentialVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS
 
 // approver prints the plan and asks, unless --yes. Without a terminal and
 // without --yes it refuses, so that nothing is rented by accident.
-func approver(io *IOStreams, yes bool) func(run.Plan) (bool, error) {
+func approver(io *IOStreams, yes bool, workflow func() string) func(run.Plan) (bool, error) {
 	return func(p run.Plan) (bool, error) {
 		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
 			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
-		io.Infof("plan: worst case $%.4f if every deadline is used; budget $%.2f; label %s", p.WorstCase, p.MaxSpendUSD, p.Label)
+		io.Infof("plan: %s; label %s", spendBound(p, workflow()), p.Label)
 		if p.CeilingDPH > p.TotalDPH {
 			io.Infof("plan: should another renter take it first, the next offer meeting the policy up to $%.4f/h is rented instead", p.CeilingDPH)
 		}
@@ -107,10 +107,11 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 	}
 	e := &run.Engine{
 		Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, CI: env, Getenv: f.Getenv,
-		Redactor: red, Approve: approver(f.IO, o.Yes), Annotations: f.IO.ErrOut,
+		Redactor: red, Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
 	}
+	e.Approve = approver(f.IO, o.Yes, func() string { return e.Workflow })
 	if d := f.startProgress(env); d != nil {
 		e.Observer, e.Stream = d, d.Writer()
 	}
