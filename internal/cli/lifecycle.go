@@ -252,9 +252,6 @@ A failure destroys what was rented.`,
 			}
 			fmt.Fprintf(f.IO.Out, "run_id=%s\nlabel=%s\ninstance_id=%d\n", r.RunID, r.Label, a.InstanceID)
 			f.IO.Infof("instance %d is up; run 'vastrun exec -- CMD', then 'vastrun down --yes'", a.InstanceID)
-			if f.Sim {
-				f.IO.Infof("note: the embedded simulator stops when this command exits, and its instances with it")
-			}
 			return nil
 		},
 	}

@@ -45,7 +45,7 @@ func TestScripts(t *testing.T) {
 			e.Values[simKey{}] = &simHolder{}
 			return nil
 		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "pty": cmdPty},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "pty": cmdPty, "registry": cmdRegistry, "simready": cmdSimReady},
 	})
 }
 
