@@ -102,6 +102,9 @@ to vastrun.yaml (which must not have a canary: section yet).`,
 			}
 			block := p.YAML()
 			if !write {
+				if f.JSON {
+					return writeJSON(f.IO, canaryInitJSON{Schema: "vastrun.canary.init/v1", YAML: block, Sources: nonNil(p.Sources)})
+				}
 				fmt.Fprint(f.IO.Out, block)
 				return nil
 			}
@@ -125,6 +128,9 @@ to vastrun.yaml (which must not have a canary: section yet).`,
 				return err
 			}
 			f.IO.Infof("wrote a canary: section to %s (from %s); edit it, then run 'vastrun canary validate'", file, strings.Join(p.Sources, ", "))
+			if f.JSON {
+				return writeJSON(f.IO, canaryInitJSON{Schema: "vastrun.canary.init/v1", YAML: block, Sources: nonNil(p.Sources), Written: file})
+			}
 			return nil
 		},
 	}
@@ -160,6 +166,12 @@ func newCmdCanaryValidate(f *Factory) *cobra.Command {
 			for _, ig := range cfg.Canary.IgnoreFields {
 				if contains(cfg.Canary.ExpectFields, ig) {
 					problems = append(problems, fmt.Sprintf("field %q is both expected and ignored", ig))
+				}
+			}
+			if f.JSON {
+				if err := writeJSON(f.IO, canaryValidateJSON{Schema: "vastrun.canary.validate/v1", File: file, Valid: len(problems) == 0,
+					Problems: nonNil(problems), Smoke: cfg.Canary.Smoke, ExpectExit: cfg.Canary.ExpectExit, Fields: nonNil(cfg.Canary.ExpectFields)}); err != nil {
+					return err
 				}
 			}
 			if len(problems) > 0 {

@@ -308,6 +308,11 @@ the API. The exit status is the command's (3 when it fails).`,
 			if err != nil {
 				return err
 			}
+			if f.JSON {
+				if err := writeJSON(f.IO, execResult(e, instance, res)); err != nil {
+					return err
+				}
+			}
 			if res.ExitCode != 0 {
 				return &run.TestFailedError{Code: res.ExitCode}
 			}

@@ -247,13 +247,16 @@ func NewCmdStatus(f *Factory) *cobra.Command {
 				return err
 			}
 			type row struct {
-				Instance  provider.InstanceID `json:"instance_id"`
-				Machine   int64               `json:"machine_id"`
-				Live      string              `json:"live_status"`
-				Confirmed bool                `json:"destroy_confirmed"`
-				Failure   string              `json:"failure,omitempty"`
+				Instance provider.InstanceID `json:"instance_id"`
+				Machine  int64               `json:"machine_id"`
+				// Live is the API's actual_status, "gone", or "unknown" (see
+				// LiveError); absent with --offline.
+				Live      string `json:"live_status,omitempty"`
+				LiveError string `json:"live_error,omitempty"`
+				Confirmed bool   `json:"destroy_confirmed"`
+				Failure   string `json:"failure,omitempty"`
 			}
-			var rows []row
+			rows := []row{}
 			var m provider.Marketplace
 			if !offline {
 				m, err = f.Marketplace(cmd.Context())
@@ -262,29 +265,33 @@ func NewCmdStatus(f *Factory) *cobra.Command {
 				}
 			}
 			for _, a := range st.Attempts {
-				r := row{Instance: a.InstanceID, Machine: a.MachineID, Confirmed: a.Confirmed, Failure: a.Failure, Live: "-"}
+				r := row{Instance: a.InstanceID, Machine: a.MachineID, Confirmed: a.Confirmed, Failure: a.Failure}
 				if m != nil && a.InstanceID != 0 {
 					in, err := m.ShowInstance(cmd.Context(), a.InstanceID)
 					switch {
 					case errors.Is(err, provider.ErrNotFound):
 						r.Live = "gone"
 					case err != nil:
-						r.Live = "unknown (" + err.Error() + ")"
+						r.Live, r.LiveError = "unknown", err.Error()
 					default:
-						r.Live = orDash(in.ActualStatus)
+						r.Live = in.ActualStatus
 					}
 				}
 				rows = append(rows, r)
 			}
 			if f.JSON {
 				return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
-					"workflow": st.Workflow, "outcome": st.Outcome, "instances": rows, "unconfirmed": st.Unconfirmed()})
+					"workflow": st.Workflow, "outcome": outcomeOrUnfinished(st.Outcome), "instances": rows, "unconfirmed": st.Unconfirmed()})
 			}
 			fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, orDash(st.Outcome))
 			tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, r.Live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
+				live := orDash(r.Live)
+				if r.LiveError != "" {
+					live += " (" + r.LiveError + ")"
+				}
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
 			}
 			return tw.Flush()
 		},

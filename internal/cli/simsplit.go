@@ -26,6 +26,9 @@ func guardSimSplit(root *cobra.Command, f *Factory) {
 		}
 		name := c.Name()
 		c.PreRunE = func(cmd *cobra.Command, args []string) error {
+			if name == "ssh" && f.JSON {
+				return &UsageError{Err: errors.New("vastrun ssh --json: ssh's stdout is the remote program's own"), Hint: "for a JSON result run 'vastrun exec --json -- COMMAND' (vastrun.exec/v1, docs/json.md)"}
+			}
 			if !f.Sim {
 				return nil
 			}

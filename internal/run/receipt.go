@@ -25,7 +25,7 @@ func (t *timings) add(phase string, d time.Duration) {
 	if *t == nil {
 		*t = timings{}
 	}
-	(*t)[phase] += round3(d.Seconds())
+	(*t)[phase] = round3((*t)[phase] + d.Seconds()) // a sum of rounded figures is not rounded
 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
@@ -174,6 +174,7 @@ func (e *Engine) finish(ctx context.Context, outcome string, runErr error) *Rece
 	if r.Attempts == nil {
 		r.Attempts = []*Attempt{}
 	}
+	r.Attempts = roundedAttempts(r.Attempts)
 	if runErr != nil {
 		r.Error = e.Redactor.String(runErr.Error())
 	}
