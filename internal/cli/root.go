@@ -111,7 +111,7 @@ Exit codes are documented in docs/exit-codes.md.`,
 	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f),
 		NewCmdCI(f), NewCmdUp(f), NewCmdExec(f), NewCmdDown(f), NewCmdStatus(f), NewCmdReap(f), NewCmdDoctor(f),
 		NewCmdTrain(f), NewCmdResume(f), NewCmdAgent(f), NewCmdCanary(f), NewCmdReport(f),
-		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdRuns(f, nil), NewCmdInit(f, nil))
+		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdRuns(f, nil), NewCmdInit(f, nil), NewCmdLogs(f, nil))
 	root.AddCommand(newCmdCheckpoint(f)) // hidden developer tool
 	usageForGroups(root)
 	guardSimSplit(root, f)

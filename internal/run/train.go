@@ -305,6 +305,8 @@ func (e *Engine) askAgent(ctx context.Context, c *remote.Client, inst provider.I
 type attemptLog struct {
 	path   string
 	offset int64
+	// metrics is how much of the instance's metrics file is collected.
+	metrics int64
 }
 
 func (e *Engine) newAttemptLog() *attemptLog {
@@ -416,7 +418,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 			}
 		}
 		if sshErr == nil {
-			st, sshErr = e.askAgent(ctx, c, inst.ID, alog.offset)
+			st, sshErr = e.askAgentLogs(ctx, c, inst.ID, alog)
 		}
 		if ctx.Err() != nil {
 			return trainEnd{}, ctx.Err()
@@ -450,6 +452,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		if sshErr == nil {
 			e.noteStatus(inst.ID, st, seen)
 			e.addLog(alog, st.Log)
+			e.addMetrics(alog, st.Metrics)
 			switch st.Workload.State {
 			case agent.WorkloadExited:
 				if st.Workload.Finalized {

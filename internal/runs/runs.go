@@ -172,6 +172,11 @@ func estimate(st *run.State, now time.Time) float64 {
 	return total
 }
 
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 func seconds(d time.Duration) float64 { return round(max(0, d.Seconds()), 10) }
 
 func round(x, per float64) float64 { return math.Round(x*per) / per }
