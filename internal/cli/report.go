@@ -54,7 +54,7 @@ accumulating against the budget, checkpoints, the test result and the receipt.`,
 					return err
 				}
 				defer out.Close()
-				if err := report.HTML(out, report.Build(r, recs)); err != nil {
+				if err := report.HTML(out, report.BuildWith(r, recs, reportExtras(r))); err != nil {
 					return err
 				}
 				f.IO.Infof("wrote %s", htmlPath)
