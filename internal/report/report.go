@@ -48,6 +48,7 @@ type Mark struct {
 	X, Y  float64
 	// LabelY is where the label sits, staggered so neighbours stay legible.
 	LabelY float64
+	Anchor string // text-anchor of the label
 	Kind   string
 }
 
@@ -106,6 +107,8 @@ type Page struct {
 	BudgetY     float64
 	CostMax     float64
 	CostTicks   []Tick
+	// BudgetOff is set when the budget is far above the spend (see buildCost).
+	BudgetOff string
 	Width       float64
 	Height      float64
 	Span        string
@@ -178,7 +181,7 @@ func BuildWith(r *run.Receipt, recs []journal.Record, x Extras) *Page {
 	}
 	laneBottom := 30 + float64(len(p.Lanes))*laneHeight
 	p.AxisY = laneBottom + 4
-	p.Height = laneBottom + 70 // axis labels, then marker labels
+	p.Height = laneBottom + 84 // axis labels, then four rows of marker labels
 	for _, t := range timeTicks(span) {
 		p.Ticks = append(p.Ticks, Tick{Pos: xOf(start.Add(time.Duration(t * float64(time.Second)))), Label: clockLabel(t)})
 	}
@@ -216,9 +219,29 @@ func BuildWith(r *run.Receipt, recs []journal.Record, x Extras) *Page {
 	}
 	// Labels take turns over three rows so neighbours do not overlap.
 	sort.SliceStable(p.Marks, func(i, j int) bool { return p.Marks[i].At.Before(p.Marks[j].At) })
+	// Labels: interruptions on the first row, resumes on the second,
+	// checkpoints alternating on the next two, anchored away from the edges.
+	nc := 0
 	for i := range p.Marks {
-		p.Marks[i].Y = laneBottom
-		p.Marks[i].LabelY = laneBottom + 34 + float64(i%3)*12
+		m := &p.Marks[i]
+		m.Y = laneBottom
+		row := 0 // interruptions
+		switch m.Kind {
+		case "resume":
+			row = 1
+		case "checkpoint":
+			row = 2 + nc%2
+			nc++
+		}
+		m.LabelY = laneBottom + 34 + float64(row)*13
+		switch {
+		case m.X > width-right-160:
+			m.Anchor = "end"
+		case m.X < left+60:
+			m.Anchor = "start"
+		default:
+			m.Anchor = "middle"
+		}
 	}
 	p.buildCost(r, start, end, xOf)
 	p.Metric = buildMetric(r, x.Metrics)
@@ -234,6 +257,12 @@ func (p *Page) buildCost(r *run.Receipt, start, end time.Time, xOf func(time.Tim
 	}
 	var evs []ev
 	total := 0.0
+	// A scaled simulator's receipt times are wall-clock while it billed in
+	// simulated time: the spend is priced in simulated hours.
+	hours := func(d time.Duration) float64 { return d.Hours() }
+	if sm := r.SimTime; sm != nil && sm.Speed > 0 {
+		hours = func(d time.Duration) float64 { return d.Hours() * sm.Speed }
+	}
 	for i, a := range r.Attempts {
 		stop := a.ConfirmedAt
 		if stop.IsZero() {
@@ -242,7 +271,7 @@ func (p *Page) buildCost(r *run.Receipt, start, end time.Time, xOf func(time.Tim
 		row := AttemptRow{N: i + 1, A: a, Ended: run.InWords(a.Failure)}
 		if !a.RentedAt.IsZero() {
 			evs = append(evs, ev{a.RentedAt, a.DPHTotal}, ev{stop, -a.DPHTotal})
-			row.CostUSD = a.DPHTotal * stop.Sub(a.RentedAt).Hours()
+			row.CostUSD = a.DPHTotal * hours(stop.Sub(a.RentedAt))
 		}
 		if a.Charged != nil {
 			row.CostUSD, row.Charged = *a.Charged, true
@@ -265,14 +294,21 @@ func (p *Page) buildCost(r *run.Receipt, start, end time.Time, xOf func(time.Tim
 	}
 	pts := []pt{{start, 0}}
 	for _, e := range evs {
-		spent += rate * e.t.Sub(last).Hours()
+		spent += rate * hours(e.t.Sub(last))
 		pts = append(pts, pt{e.t, spent})
 		rate += e.rate
 		last = e.t
 	}
-	spent += rate * end.Sub(last).Hours()
+	spent += rate * hours(end.Sub(last))
 	pts = append(pts, pt{end, spent})
+	// The axis reaches the budget when the spend is a fair part of it;
+	// otherwise a line pressed flat at $0 would say nothing, so the chart
+	// is scaled to the spend and says where the budget is.
 	top := niceCeil(math.Max(spent, budget) * 1.05)
+	if budget > 4*spent && spent > 0 {
+		top = niceCeil(spent * 1.25)
+		p.BudgetOff = fmt.Sprintf("budget %s: %.0f× this spend, above the chart", usd(budget), budget/spent)
+	}
 	if top == 0 {
 		top = 1
 	}
@@ -378,6 +414,14 @@ func buildMetric(r *run.Receipt, ms []map[string]any) *Chart {
 	x := func(s float64) float64 { return left + (width-left-right)*(s-minS)/(maxS-minS) }
 	y := func(v float64) float64 { return bottom - (bottom-top)*(v-lo)/(hi-lo) }
 	c := &Chart{Name: name}
+	// A loss falls by orders of magnitude: on a linear axis all but the
+	// first steps lie flat on zero, so such a curve gets a log axis.
+	logScale := minV > 0 && maxV/minV > 50
+	if logScale {
+		lo, hi = math.Floor(math.Log10(minV)), math.Ceil(math.Log10(maxV))
+		y = func(v float64) float64 { return bottom - (bottom-top)*(math.Log10(v)-lo)/(hi-lo) }
+		c.Name += " (log scale)"
+	}
 	by := map[int][]pt{}
 	var order []int
 	for _, q := range pts {
@@ -397,8 +441,14 @@ func buildMetric(r *run.Receipt, ms []map[string]any) *Chart {
 	for i := 0; i <= 4; i++ {
 		s := minS + (maxS-minS)*float64(i)/4
 		c.XTicks = append(c.XTicks, Tick{Pos: x(s), Label: fmt.Sprintf("%.0f", s)})
-		v := lo + (hi-lo)*float64(i)/4
-		c.YTicks = append(c.YTicks, Tick{Pos: y(v), Label: fmt.Sprintf("%.3g", v)})
+		if !logScale {
+			v := lo + (hi-lo)*float64(i)/4
+			c.YTicks = append(c.YTicks, Tick{Pos: y(v), Label: fmt.Sprintf("%.3g", v)})
+		}
+	}
+	for e := lo; logScale && e <= hi; e++ {
+		v := math.Pow(10, e)
+		c.YTicks = append(c.YTicks, Tick{Pos: y(v), Label: fmt.Sprintf("%g", v)})
 	}
 	if t := r.Train; t != nil {
 		for _, rs := range t.Resumes {
@@ -518,7 +568,7 @@ pre{background:#fff;border:1px solid #d8dde6;padding:8px;overflow:auto;max-heigh
 <g id="time-axis" class="axis"><line x1="170" x2="{{sub .Width 20}}" y1="{{.AxisY}}" y2="{{.AxisY}}" stroke="#5b6475"/>
 {{range .Ticks}}<g class="tick"><line x1="{{.Pos}}" x2="{{.Pos}}" y1="{{$.AxisY}}" y2="{{add $.AxisY 5}}" stroke="#5b6475"/><text x="{{.Pos}}" y="{{add $.AxisY 17}}" text-anchor="middle">{{.Label}}</text></g>
 {{end}}<text x="8" y="{{add .AxisY 17}}">time (m:ss)</text></g>
-{{range .Marks}}<g class="mark {{.Kind}}"><line x1="{{.X}}" x2="{{.X}}" y1="8" y2="{{.Y}}" stroke="{{markColor .Kind}}" stroke-width="{{if eq .Kind "checkpoint"}}1{{else}}2.5{{end}}" stroke-dasharray="{{if eq .Kind "checkpoint"}}3,3{{else}}none{{end}}"/><text class="mark-label" x="{{.X}}" y="{{.LabelY}}" text-anchor="middle" fill="{{markColor .Kind}}">{{.Label}}</text><title>{{.Label}} at {{.At.Format "15:04:05"}}</title></g>
+{{range .Marks}}<g class="mark {{.Kind}}"><line x1="{{.X}}" x2="{{.X}}" y1="8" y2="{{.Y}}" stroke="{{markColor .Kind}}" stroke-width="{{if eq .Kind "checkpoint"}}1{{else}}2.5{{end}}" stroke-dasharray="{{if eq .Kind "checkpoint"}}3,3{{else}}none{{end}}"/><text class="mark-label" x="{{.X}}" y="{{.LabelY}}" text-anchor="{{.Anchor}}" fill="{{markColor .Kind}}">{{.Label}}</text><title>{{.Label}} at {{.At.Format "15:04:05"}}</title></g>
 {{end}}</svg>
 
 {{with .Metric}}<h2>{{.Name}} over steps</h2>
@@ -537,8 +587,8 @@ pre{background:#fff;border:1px solid #d8dde6;padding:8px;overflow:auto;max-heigh
 <g id="cost-axis" class="axis"><line x1="170" x2="170" y1="16" y2="150" stroke="#5b6475"/><line x1="170" x2="{{sub .Width 20}}" y1="150" y2="150" stroke="#5b6475"/>
 {{range .CostTicks}}<g class="tick"><text x="162" y="{{add .Pos 4}}" text-anchor="end">{{.Label}}</text><line x1="170" x2="{{sub $.Width 20}}" y1="{{.Pos}}" y2="{{.Pos}}" stroke="#eef0f4"/></g>{{end}}
 {{range .Ticks}}<text x="{{.Pos}}" y="166" text-anchor="middle">{{.Label}}</text>{{end}}</g>
-<line id="budget-line" x1="170" x2="{{sub .Width 20}}" y1="{{.BudgetY}}" y2="{{.BudgetY}}" stroke="#b03a2e" stroke-dasharray="6,4"/>
-<text x="{{sub .Width 24}}" y="{{sub .BudgetY 4}}" text-anchor="end" fill="#b03a2e">budget {{usd .Receipt.Cost.MaxSpendUSD}}</text>
+{{if .BudgetOff}}<text id="budget-line" x="{{sub .Width 24}}" y="12" text-anchor="end" fill="#b03a2e">↑ {{.BudgetOff}}</text>{{else}}<line id="budget-line" x1="170" x2="{{sub .Width 20}}" y1="{{.BudgetY}}" y2="{{.BudgetY}}" stroke="#b03a2e" stroke-dasharray="6,4"/>
+<text x="{{sub .Width 24}}" y="{{sub .BudgetY 4}}" text-anchor="end" fill="#b03a2e">budget {{usd .Receipt.Cost.MaxSpendUSD}}</text>{{end}}
 <polyline id="cost-line" points="{{.CostPath}}" fill="none" stroke="#1d2330" stroke-width="2"/>
 {{range .Attempts}}{{if .LabelX}}<text class="attempt-cost" x="{{.LabelX}}" y="{{.LabelY}}" text-anchor="middle">attempt {{.N}}: {{usd .CostUSD}}</text>{{end}}{{end}}
 <text x="8" y="176">estimate {{usd .Receipt.Cost.EstimateUSD}} · charged {{ptr .Receipt.Cost.ChargedUSD}}</text>
@@ -552,7 +602,7 @@ pre{background:#fff;border:1px solid #d8dde6;padding:8px;overflow:auto;max-heigh
 {{with .Receipt.Train}}<h2>Training</h2><div class="wide"><table id="train"><tr><th>checkpoint store</th><td><code>{{.CheckpointURI}}</code></td></tr>
 {{with .LastCheckpoint}}<tr><th>last committed</th><td>step {{.Step}} · <code>{{.ManifestSHA256}}</code></td></tr>{{end}}
 {{range .Resumes}}<tr><th>resume on {{.Instance}}</th><td>restored {{.RestoredStep}}, workload reported {{if .ReportedStep}}{{.ReportedStep}}{{else}}nothing{{end}} — {{if .Proven}}proven{{else}}NOT proven{{end}}</td></tr>{{end}}
-{{range $k, $v := .Result}}<tr><th>final {{$k}}</th><td>{{$v}}</td></tr>{{end}}
+{{range $k, $v := .Result}}<tr><th>result: {{$k}}</th><td>{{$v}}</td></tr>{{end}}
 </table></div>{{end}}
 {{if .Checkpoints}}<h2>Checkpoints</h2><ul id="checkpoints">{{range .Checkpoints}}<li>{{.Label}} at {{.At.Format "15:04:05"}}</li>{{end}}</ul>{{end}}
 {{with .Receipt.Verify}}<h2>Verify checks</h2><div class="wide"><table id="verify">{{range .Checks}}<tr><th>{{.Name}}</th><td class="{{if .OK}}ok{{else}}notok{{end}}">{{if .OK}}ok{{else}}FAILED{{end}}</td><td>{{.Detail}}</td></tr>{{end}}</table></div>{{end}}
