@@ -108,7 +108,7 @@ type Page struct {
 	CostMax     float64
 	CostTicks   []Tick
 	// BudgetOff is set when the budget is far above the spend (see buildCost).
-	BudgetOff string
+	BudgetOff   string
 	Width       float64
 	Height      float64
 	Span        string
