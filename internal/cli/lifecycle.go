@@ -177,7 +177,9 @@ func printReceipt(f *Factory, r *run.Receipt) error {
 	if declined(r) {
 		return nil // nothing was rented: the error line says so
 	}
-	fmt.Fprint(f.IO.Out, f.IO.Redactor().String(run.Summary(r)))
+	if err := writeSummary(f, r); err != nil {
+		return err
+	}
 	f.IO.Infof("evidence in %s", r.EvidenceDir)
 	return nil
 }

@@ -63,9 +63,8 @@ accumulating against the budget, checkpoints, the test result and the receipt.`,
 				enc := json.NewEncoder(f.IO.Out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(r)
-			default: // Markdown, readable as text
-				fmt.Fprint(f.IO.Out, run.Summary(r))
-				return nil
+			default: // aligned text on a terminal, else Markdown
+				return writeSummary(f, r)
 			}
 		},
 	}

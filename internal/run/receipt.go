@@ -243,9 +243,9 @@ func Summary(r *Receipt) string {
 	}
 	fmt.Fprintf(&b, "| | |\n|---|---|\n| run | `%s` |\n| label | `%s` |\n| commit | `%s` |\n| image | `%s` |\n", r.RunID, r.Label, r.Commit, r.Image)
 	for i, a := range r.Attempts {
-		fmt.Fprintf(&b, "| attempt %d | offer %d → instance %d on machine %d: %s x%d at $%.4f/h", i+1, a.OfferID, a.InstanceID, a.MachineID, a.GPUName, a.NumGPUs, a.DPHTotal)
+		fmt.Fprintf(&b, "| attempt %d | offer %d → instance %d on machine %d: %s x%d at $%.4f/h, cost %s", i+1, a.OfferID, a.InstanceID, a.MachineID, a.GPUName, a.NumGPUs, a.DPHTotal, attemptCost(r, a))
 		if a.Failure != "" {
-			fmt.Fprintf(&b, " — failed: %s", a.Failure)
+			fmt.Fprintf(&b, " — ended: %s (%s)", InWords(a.Failure), a.Failure)
 		}
 		fmt.Fprintf(&b, "; destroyed: %s |\n", map[bool]string{true: "confirmed", false: "**NOT CONFIRMED**"}[a.Confirmed])
 	}
@@ -268,6 +268,7 @@ func Summary(r *Receipt) string {
 		parts = append(parts, fmt.Sprintf("%s %.1fs", k, r.Timings[k]))
 	}
 	fmt.Fprintf(&b, "| timings | %s |\n", strings.Join(parts, ", "))
+	b.WriteString(storyMarkdown(r))
 	return b.String()
 }
 
