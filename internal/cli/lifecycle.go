@@ -67,6 +67,10 @@ var credentialVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS
 // without --yes it refuses, so that nothing is rented by accident.
 func approver(io *IOStreams, yes bool, workflow func() string) func(run.Plan) (bool, error) {
 	return func(p run.Plan) (bool, error) {
+		if d := io.progress(); d != nil && !yes { // keep the status line off the prompt
+			d.Hold(true)
+			defer d.Hold(false)
+		}
 		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
 			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
 		io.Infof("plan: %s; label %s", spendBound(p, workflow()), p.Label)

@@ -112,6 +112,7 @@ type Display struct {
 	group     string // the open fold
 	stop      chan struct{}
 	stopped   bool
+	held      bool // a prompt is on screen: no status line
 	wg        sync.WaitGroup
 	partial   []byte // workload output up to its next newline
 }
@@ -236,7 +237,7 @@ func (d *Display) plainLocked() {
 
 // drawLocked redraws the status line in place, cut to the terminal width.
 func (d *Display) drawLocked() {
-	if d.stopped || !d.waitingLocked() {
+	if d.stopped || d.held || !d.waitingLocked() {
 		d.clearLocked()
 		return
 	}
@@ -441,6 +442,19 @@ func (w outputWriter) Write(p []byte) (int, error) {
 		d.drawLocked()
 	}
 	return len(p), nil
+}
+
+// Hold takes the status line off the screen while a prompt waits for an
+// answer (hold true) and lets it return afterwards (false).
+func (d *Display) Hold(hold bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.held = hold
+	if hold {
+		d.clearLocked()
+	} else if d.o.Mode == ModeTerminal {
+		d.drawLocked()
+	}
 }
 
 // Close stops redrawing, clears the status line and closes an open fold.

@@ -202,3 +202,21 @@ func TestDurationAndUSD(t *testing.T) {
 		t.Error(progress.USD(0.04199), progress.USD(2))
 	}
 }
+
+func TestHoldKeepsTheStatusLineOffAPrompt(t *testing.T) {
+	c := clock.NewFake(t0)
+	out := &syncBuf{}
+	d := progress.New(progress.Options{Out: out, Clock: c, Mode: progress.ModeTerminal})
+	d.Observe(progress.Event{Phase: progress.PhaseTrain, Instance: 7, At: t0})
+	d.Hold(true)
+	before := len(out.String())
+	advance(t, c, time.Second, 5)
+	if s := out.String()[before:]; s != "" {
+		t.Fatalf("redrawn while held: %q", s)
+	}
+	d.Hold(false)
+	d.Close()
+	if !strings.Contains(out.String()[before:], "training on instance 7") {
+		t.Fatal("the status line did not come back")
+	}
+}
