@@ -252,7 +252,7 @@ func (d *Display) width() int {
 			return w
 		}
 	}
-	return 100
+	return 120
 }
 
 func (d *Display) clearLocked() {
@@ -303,9 +303,6 @@ func (d *Display) statusLocked(styled bool) string {
 	st := styles(styled && d.o.Color)
 	var parts []string
 	head := title(ev)
-	if d.detail != "" && (ev.Phase == PhaseReady || ev.Phase == PhaseTeardown) {
-		head += " — " + ansi.Truncate(d.detail, 48, "…")
-	}
 	if styled {
 		head = st.spin.Render(spinner[d.frame%len(spinner)]) + " " + st.phase.Render(head)
 	}
@@ -325,7 +322,7 @@ func (d *Display) statusLocked(styled bool) string {
 			tp = append(tp, fmt.Sprintf("step %d", ev.Step))
 		}
 		if ev.Checkpoints > 0 {
-			tp = append(tp, fmt.Sprintf("%d checkpoints (last step %d)", ev.Checkpoints, ev.CheckpointStep))
+			tp = append(tp, fmt.Sprintf("%d checkpoints, last %d", ev.Checkpoints, ev.CheckpointStep))
 		} else {
 			tp = append(tp, "no checkpoint yet")
 		}
@@ -338,13 +335,18 @@ func (d *Display) statusLocked(styled bool) string {
 	if ev.DPH > 0 {
 		money := fmt.Sprintf("$%.4f/h, %s so far", ev.DPH, USD(spent))
 		if ev.BudgetUSD > 0 {
-			money = fmt.Sprintf("$%.4f/h, %s of %s budget", ev.DPH, USD(spent), USD(ev.BudgetUSD))
+			money = fmt.Sprintf("$%.4f/h, %s of %s", ev.DPH, USD(spent), USD(ev.BudgetUSD)) // of the budget
 		}
 		parts = append(parts, st.money.Render(money))
 	} else if spent > 0 {
 		parts = append(parts, st.money.Render(USD(spent)+" spent"))
 	}
-	return strings.Join(parts, "  ·  ")
+	// The instance's own status goes last: on a narrow terminal it is what
+	// gets cut, never the time or the money.
+	if d.detail != "" && (ev.Phase == PhaseReady || ev.Phase == PhaseTeardown) {
+		parts = append(parts, ansi.Truncate(d.detail, 60, "…"))
+	}
+	return strings.Join(parts, " · ")
 }
 
 // etaLocked projects the remaining steps at the pace since the phase began.

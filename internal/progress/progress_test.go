@@ -62,7 +62,7 @@ func TestTerminalRedrawsEverySecondWithSpendAndDeadline(t *testing.T) {
 	advance(t, c, time.Second, 45)
 	d.Close()
 	s := out.String()
-	frames := regexp.MustCompile(`\r[^\r\n]*waiting for instance 7 — loading: Pulling fs layer  ·  0:(\d\d) / 2:00  ·  \$3\.6000/h, \$(0\.\d{4}) of \$5\.00 budget`).FindAllStringSubmatch(s, -1)
+	frames := regexp.MustCompile(`\r[^\r\n]*waiting for instance 7 · 0:(\d\d) / 2:00 · \$3\.6000/h, \$(0\.\d{4}) of \$5\.00 · loading: Pulling fs layer`).FindAllStringSubmatch(s, -1)
 	if len(frames) < 45 {
 		t.Fatalf("%d redraws in 45 s, want one a second at least:\n%q", len(frames), s)
 	}
@@ -86,7 +86,7 @@ func TestTerminalTrainingLineShowsStepsCheckpointsETAAndBudget(t *testing.T) {
 	c.Advance(10 * time.Minute)
 	d.Observe(progress.Event{Phase: progress.PhaseTrain, Instance: 9, Attempt: 2, DPH: 0.36, SpentUSD: 0.56, BudgetUSD: 2, At: c.Now(), Step: 250, Total: 1000, Checkpoints: 2, CheckpointStep: 200})
 	d.Close()
-	want := "training on instance 9 (attempt 2)  ·  10:00  ·  step 250/1000, 2 checkpoints (last step 200), ETA 30:00  ·  $0.3600/h, $0.5600 of $2.00 budget"
+	want := "training on instance 9 (attempt 2) · 10:00 · step 250/1000, 2 checkpoints, last 200, ETA 30:00 · $0.3600/h, $0.5600 of $2.00"
 	if !strings.Contains(out.String(), want) {
 		t.Fatalf("want %q in\n%q", want, out.String())
 	}
@@ -111,10 +111,10 @@ func TestPlainLinesAtPhaseChangesAndAtMostEvery30s(t *testing.T) {
 		}
 	}
 	// One at the change, then one each 30 s: 0:30, 1:00, 1:30, 2:00.
-	if waiting != 5 || !strings.Contains(out.String(), "vastrun: waiting for instance 7  ·  2:00 / 10:00") {
+	if waiting != 5 || !strings.Contains(out.String(), "vastrun: waiting for instance 7 · 2:00 / 10:00") {
 		t.Fatalf("%d waiting lines:\n%s", waiting, out)
 	}
-	if !strings.HasPrefix(lines[len(lines)-1], "vastrun: verifying instance 7  ·  0:00") {
+	if !strings.HasPrefix(lines[len(lines)-1], "vastrun: verifying instance 7 · 0:00") {
 		t.Fatalf("no line at the phase change:\n%s", out)
 	}
 }
@@ -130,12 +130,12 @@ func TestGitHubGroupsPerPhaseAndAnnotations(t *testing.T) {
 	d.Observe(progress.Event{Phase: progress.PhaseDone, Outcome: "failed", At: t0})
 	d.Close()
 	want := "::group::vastrun: waiting for instance 7\n" +
-		"vastrun: waiting for instance 7  ·  0:00\n" +
+		"vastrun: waiting for instance 7 · 0:00\n" +
 		"::warning title=vastrun::disk is low\n" +
 		"vastrun: warning: disk is low\n" +
 		"::endgroup::\n" +
 		"::group::vastrun: testing on instance 7\n" +
-		"vastrun: testing on instance 7  ·  0:00\n" +
+		"vastrun: testing on instance 7 · 0:00\n" +
 		"::error title=vastrun::the GPU test failed (exit status 1)\n" +
 		"::endgroup::\n"
 	if out.String() != want {
