@@ -165,6 +165,8 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		}
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
 		defer cancel()
+		// The settle is a silent wait otherwise: say what it is for.
+		f.IO.Infof("destroying what carries label %s, then watching for %s that listings stay clean (they can lag a fresh rental); limit %s", lbl, settle, limit)
 		ids, err := c.SweepLabel(dctx, lbl, f.clock().Now().Add(limit), settle)
 		res.Destroyed = append(res.Destroyed, ids...)
 		for _, id := range ids {
