@@ -2,6 +2,8 @@ package cli
 
 import (
 	"encoding/json"
+	"io"
+	"log"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -23,7 +25,7 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	switch args[0] {
 	case "start":
-		srv := httptest.NewServer(registry.New())
+		srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 		ts.Defer(srv.Close)
 		ts.Setenv("REGISTRY", strings.TrimPrefix(srv.URL, "http://"))
 	case "push":
