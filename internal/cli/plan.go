@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 
+	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/run"
 )
 
@@ -12,8 +13,8 @@ import (
 // everything else every deadline used to the full is the worst case.
 func spendBound(p run.Plan, workflow string) string {
 	if workflow == "train" {
-		return fmt.Sprintf("up to $%.2f: the budget kill switch stops the run; $%.4f to reach a running instance and tear it down (ready + teardown deadlines at $%.4f/h)",
-			p.MaxSpendUSD, p.WorstCase, p.TotalDPH)
+		return fmt.Sprintf("up to %s: the budget kill switch stops the run; $%.4f to reach a running instance and tear it down (ready + teardown deadlines at $%.4f/h)",
+			progress.USD(p.MaxSpendUSD), p.WorstCase, p.TotalDPH)
 	}
 	return fmt.Sprintf("worst case $%.4f if every deadline is used; budget $%.2f", p.WorstCase, p.MaxSpendUSD)
 }
