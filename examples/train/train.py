@@ -43,6 +43,7 @@ if os.environ.get("VASTRUN_RESUME_STEP"):
         f.write(str(start))
     print(f"resumed from step {start}", flush=True)
 
+metrics = open(os.environ["VASTRUN_METRICS"], "a") if os.environ.get("VASTRUN_METRICS") else None
 for step in range(start + 1, steps + 1):
     gw, gb = [0.0] * d, 0.0
     for x, t in zip(X, y):
@@ -59,6 +60,9 @@ for step in range(start + 1, steps + 1):
             json.dump({"step": step, "w": w, "b": b}, f)  # repr floats: exact round trip
         open(os.path.join(path, ".complete"), "w").close()
         print(f"step {step} loss {loss(w, b):.12f}", flush=True)
+    if metrics and step % 10 == 0:  # JSON lines vastrun collects (docs/train.md)
+        metrics.write(json.dumps({"step": step, "loss": loss(w, b), "total_steps": steps}) + "\n")
+        metrics.flush()
     if delay:
         time.sleep(delay)  # stands in for a heavier step, so a run can be interrupted
 

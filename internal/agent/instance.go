@@ -50,6 +50,9 @@ const (
 	Heartbeat    = ".vastrun/heartbeat"
 	ResumeDir    = ".vastrun/restore"
 	ResultFile   = ".vastrun/result.json"
+	// MetricsFile is where the workload may append JSON lines
+	// ($VASTRUN_METRICS), e.g. {"step":100,"loss":0.31}.
+	MetricsFile = ".vastrun/metrics.jsonl"
 )
 
 // Abs makes p absolute under Home.
@@ -62,23 +65,28 @@ func (l Layout) Abs(p string) string {
 
 // PathVars are the workload's VASTRUN_* variables that name paths; the
 // agent makes each one absolute before starting the workload.
-var PathVars = []string{"VASTRUN_CHECKPOINT_DIR", "VASTRUN_OUTPUT_DIR", "VASTRUN_RESUME_DIR", "VASTRUN_RESUME_PROOF", "VASTRUN_RESULT", "VASTRUN_CHECKPOINT_FILE"}
+var PathVars = []string{"VASTRUN_CHECKPOINT_DIR", "VASTRUN_OUTPUT_DIR", "VASTRUN_RESUME_DIR", "VASTRUN_RESUME_PROOF", "VASTRUN_RESULT", "VASTRUN_CHECKPOINT_FILE", "VASTRUN_METRICS"}
 
 // WorkloadEnv is env (KEY=VALUE) with every path variable made absolute
 // and VASTRUN_HOME set to the login directory.
 func (l Layout) WorkloadEnv(env []string) []string {
-	out := make([]string, 0, len(env)+1)
+	out := make([]string, 0, len(env)+2)
+	metrics := false
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		if k == "VASTRUN_HOME" {
 			continue
 		}
+		metrics = metrics || k == "VASTRUN_METRICS"
 		for _, pv := range PathVars {
 			if k == pv && v != "" {
 				v = l.Abs(v)
 			}
 		}
 		out = append(out, k+"="+v)
+	}
+	if !metrics { // the agent reads the workload's metrics from here
+		out = append(out, "VASTRUN_METRICS="+l.Abs(MetricsFile))
 	}
 	return append(out, "VASTRUN_HOME="+l.Home)
 }
@@ -342,7 +350,9 @@ type ReportOptions struct {
 	Touch     bool  // touch the heartbeat after reading its age
 	LogOffset int64 // return the log from here
 	LogMax    int64 // at most this much of it
-	Clock     clock.Clock
+	// MetricsOffset, with LogMax, returns the metrics file from here.
+	MetricsOffset int64
+	Clock         clock.Clock
 }
 
 // BuildReport answers `agent status --json` from the agent's files.
@@ -412,6 +422,10 @@ func BuildReport(l Layout, o ReportOptions) Report {
 		os.Chtimes(hb, now, now)
 	}
 	r.Log = readLog(l.Abs(LogFile), o.LogOffset, o.LogMax)
+	if o.LogMax > 0 {
+		m := readLog(l.Abs(MetricsFile), o.MetricsOffset, o.LogMax)
+		r.Metrics = &m
+	}
 	return r
 }
 

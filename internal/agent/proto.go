@@ -59,6 +59,9 @@ type Report struct {
 	Disk                Disk     `json:"disk"`
 	// Log is the part of the workload's log from the requested offset.
 	Log LogChunk `json:"log"`
+	// Metrics is the part of the workload's $VASTRUN_METRICS file (JSON
+	// lines) from the requested offset; absent when no log was asked for.
+	Metrics *LogChunk `json:"metrics,omitempty"`
 }
 
 // AgentInfo says whether the agent process that owns the workload is alive.

@@ -124,7 +124,11 @@ have a canary: section yet; keys it already has are added as comments).`,
 				return &UsageError{Err: err}
 			}
 			if !write {
-				fmt.Fprint(f.IO.Out, p.YAML())
+				block := p.YAML()
+				if f.JSON {
+					return writeJSON(f.IO, canaryInitJSON{Schema: "vastrun.canary.init/v1", YAML: block, Sources: nonNil(p.Sources)})
+				}
+				fmt.Fprint(f.IO.Out, block)
 				return nil
 			}
 			existing, err := os.ReadFile(file)
@@ -155,6 +159,9 @@ have a canary: section yet; keys it already has are added as comments).`,
 				return err
 			}
 			f.IO.Infof("wrote a canary: section to %s (from %s); edit it, then run 'vastrun canary validate'", file, strings.Join(p.Sources, ", "))
+			if f.JSON {
+				return writeJSON(f.IO, canaryInitJSON{Schema: "vastrun.canary.init/v1", YAML: block, Sources: nonNil(p.Sources), Written: file})
+			}
 			return nil
 		},
 	}
@@ -176,6 +183,12 @@ func newCmdCanaryValidate(f *Factory) *cobra.Command {
 				return &UsageError{Err: err}
 			}
 			problems := canary.Validate(cfg, f.Getenv)
+			if f.JSON {
+				if err := writeJSON(f.IO, canaryValidateJSON{Schema: "vastrun.canary.validate/v1", File: file, Valid: len(problems) == 0,
+					Problems: nonNil(problems), Smoke: cfg.Canary.Smoke, ExpectExit: cfg.Canary.ExpectExit, Fields: nonNil(cfg.Canary.ExpectFields)}); err != nil {
+					return err
+				}
+			}
 			if len(problems) > 0 {
 				return &UsageError{Err: errors.New("canary contract: " + strings.Join(problems, "; ")), Hint: "put the names the image needs under env: (an empty value is allowed) or secrets:, and export each declared secret before validating"}
 			}

@@ -30,6 +30,7 @@ const (
 	ExitBudget      = 9   // the run would exceed, or exceeded, budget.max_spend
 	ExitProvision   = 10  // the rental never became a verified, reachable instance (it was destroyed)
 	ExitEvidence    = 11  // the run itself passed, but its evidence could not be copied to evidence.uri
+	ExitCancelled   = 12  // the person answered no at the prompt: nothing was rented or destroyed
 	ExitInterrupted = 130 // SIGINT/SIGTERM
 )
 
@@ -43,6 +44,7 @@ var classCodes = map[receipt.ExitClass]int{
 	receipt.ClassBudget:        ExitBudget,
 	receipt.ClassProvision:     ExitProvision,
 	receipt.ClassInterrupted:   ExitInterrupted,
+	receipt.ClassCancelled:     ExitCancelled,
 }
 
 // UsageError is a mistake in how vastrun was called.
@@ -84,6 +86,8 @@ func exitCode(err error) int {
 	switch {
 	case errors.Is(err, run.ErrNeedsApproval):
 		return ExitNeedsYes
+	case errors.Is(err, run.ErrDeclined), errors.As(err, new(*CancelledError)):
+		return ExitCancelled
 	case errors.Is(err, run.ErrNoOffer):
 		return ExitNoOffer
 	case errors.Is(err, context.Canceled):

@@ -32,6 +32,7 @@ type Factory struct {
 	// Global flags.
 	JSON   bool
 	Debug  bool
+	Quiet  bool
 	Sim    bool
 	URL    string
 	APIKey string
@@ -160,6 +161,7 @@ func (f *Factory) SimServer() *sim.Server { return f.simSrv }
 
 // Close stops anything the factory started.
 func (f *Factory) Close() {
+	f.stopProgress()
 	for i := len(f.closers) - 1; i >= 0; i-- {
 		f.closers[i]()
 	}

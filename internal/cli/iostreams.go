@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/redact"
 )
 
@@ -18,8 +19,11 @@ type IOStreams struct {
 	In     io.Reader
 	Out    io.Writer
 	ErrOut io.Writer
-	// OutTTY and InTTY say whether stdout/stdin are terminals.
-	OutTTY, InTTY bool
+	// OutTTY, InTTY and ErrTTY say whether stdout/stdin/stderr are terminals.
+	OutTTY, InTTY, ErrTTY bool
+	// display, while a run shows live progress, takes every line for
+	// people so that its status line is cleared before them.
+	display *progress.Display
 
 	// redactor masks every line for people; the engine shares it, so a
 	// secret it learns is masked here too.
@@ -39,7 +43,7 @@ func (s *IOStreams) Redactor() *redact.Redactor {
 
 // NewIOStreams wraps the given streams, detecting terminals.
 func NewIOStreams(in io.Reader, out, errOut io.Writer) *IOStreams {
-	return &IOStreams{In: in, Out: out, ErrOut: errOut, OutTTY: isTerminal(out), InTTY: isTerminal(in)}
+	return &IOStreams{In: in, Out: out, ErrOut: errOut, OutTTY: isTerminal(out), InTTY: isTerminal(in), ErrTTY: isTerminal(errOut)}
 }
 
 func isTerminal(v any) bool {
@@ -49,10 +53,18 @@ func isTerminal(v any) bool {
 
 // Infof prints a line for people on stderr.
 func (s *IOStreams) Infof(format string, args ...any) {
+	if d := s.progress(); d != nil {
+		d.Line(s.Redactor().String(fmt.Sprintf(format, args...)))
+		return
+	}
 	io.WriteString(s.ErrOut, s.Redactor().String(fmt.Sprintf("vastrun: "+format+"\n", args...)))
 }
 
 // Hintf prints a "hint:" line suggesting how to fix a problem.
 func (s *IOStreams) Hintf(format string, args ...any) {
+	if d := s.progress(); d != nil {
+		d.Line(s.Redactor().String(fmt.Sprintf("hint: "+format, args...)))
+		return
+	}
 	io.WriteString(s.ErrOut, s.Redactor().String(fmt.Sprintf("vastrun: hint: "+format+"\n", args...)))
 }

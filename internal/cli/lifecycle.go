@@ -73,11 +73,15 @@ var credentialVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS
 
 // approver prints the plan and asks, unless --yes. Without a terminal and
 // without --yes it refuses, so that nothing is rented by accident.
-func approver(io *IOStreams, yes bool) func(run.Plan) (bool, error) {
+func approver(io *IOStreams, yes bool, workflow func() string) func(run.Plan) (bool, error) {
 	return func(p run.Plan) (bool, error) {
+		if d := io.progress(); d != nil && !yes { // keep the status line off the prompt
+			d.Hold(true)
+			defer d.Hold(false)
+		}
 		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
 			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
-		io.Infof("plan: worst case $%.4f if every deadline is used; budget $%.2f; label %s", p.WorstCase, p.MaxSpendUSD, p.Label)
+		io.Infof("plan: %s; label %s", spendBound(p, workflow()), p.Label)
 		if p.CeilingDPH > p.TotalDPH {
 			io.Infof("plan: should another renter take it first, the next offer meeting the policy up to $%.4f/h is rented instead", p.CeilingDPH)
 		}
@@ -89,7 +93,10 @@ func approver(io *IOStreams, yes bool) func(run.Plan) (bool, error) {
 		}
 		fmt.Fprint(io.ErrOut, "vastrun: rent it? [y/N] ")
 		line, _ := bufio.NewReader(io.In).ReadString('\n')
-		return strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes"), nil
+		if strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes") {
+			return true, nil
+		}
+		return false, run.ErrDeclined
 	}
 }
 
@@ -112,9 +119,13 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 	}
 	e := &run.Engine{
 		Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, CI: env, Getenv: f.Getenv,
-		Redactor: red, Approve: approver(f.IO, o.Yes), Annotations: f.IO.ErrOut,
+		Redactor: red, Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
+	}
+	e.Approve = approver(f.IO, o.Yes, func() string { return e.Workflow })
+	if d := f.startProgress(env); d != nil {
+		e.Observer, e.Stream = d, d.Writer()
 	}
 	if f.Sim {
 		e.SimInstance = sim.InstanceRuntime(sim.PodmanProbe{})
@@ -164,6 +175,9 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.En
 // skipped because the change touches none of paths:) exits 0, as
 // docs/exit-codes.md says: receipt.Outcome decides, not the error's text.
 func reportRun(f *Factory, r *run.Receipt, runErr error) error {
+	runErr = asCancelled(runErr)
+	annotateFailure(f, runErr)
+	f.stopProgress()
 	if perr := printReceipt(f, r); perr != nil && runErr == nil {
 		return perr
 	}
@@ -186,7 +200,12 @@ func printReceipt(f *Factory, r *run.Receipt) error {
 		_, err = f.IO.Out.Write(append(f.IO.Redactor().JSON(b), '\n'))
 		return err
 	}
-	fmt.Fprint(f.IO.Out, f.IO.Redactor().String(run.Summary(r)))
+	if declined(r) {
+		return nil // nothing was rented: the error line says so
+	}
+	if err := writeSummary(f, r); err != nil {
+		return err
+	}
 	f.IO.Infof("evidence in %s", r.EvidenceDir)
 	return nil
 }
@@ -289,7 +308,7 @@ func runUp(ctx context.Context, opts *UpOptions) error {
 	r, runErr := e.Up(ctx)
 	if runErr != nil {
 		printReceipt(f, r)
-		return withRunHints(f, o, runErr)
+		return asCancelled(withRunHints(f, o, runErr))
 	}
 	a := e.State().Current()
 	if f.JSON {
@@ -297,9 +316,6 @@ func runUp(ctx context.Context, opts *UpOptions) error {
 	}
 	fmt.Fprintf(f.IO.Out, "run_id=%s\nlabel=%s\ninstance_id=%d\n", r.RunID, r.Label, a.InstanceID)
 	f.IO.Infof("instance %d is up; run 'vastrun exec -- CMD', then 'vastrun down --yes'", a.InstanceID)
-	if f.Sim {
-		f.IO.Infof("note: the embedded simulator stops when this command exits, and its instances with it")
-	}
 	return nil
 }
 
@@ -373,6 +389,11 @@ func runExec(ctx context.Context, opts *ExecOptions) error {
 	}
 	if err != nil {
 		return err
+	}
+	if f.JSON {
+		if err := writeJSON(f.IO, execResult(e, opts.Instance, res)); err != nil {
+			return err
+		}
 	}
 	if res.ExitCode != 0 {
 		return &run.TestFailedError{Code: res.ExitCode}

@@ -132,8 +132,8 @@ func runOffers(ctx context.Context, opts *OffersOptions) error {
 		for _, o := range offers {
 			doc.Offers = append(doc.Offers, offerJSON{
 				ID: o.ID, MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, GPURAMMB: o.GPURAMMB,
-				DPHTotal: o.DPHTotal, DPHBase: o.DPHBase, StorageDPH: o.StorageTotalCost, MinBid: o.MinBid,
-				Reliability: o.Reliability, Verified: o.Verified(), Geolocation: o.Geolocation, Country: o.CountryCode(),
+				DPHTotal: round6(o.DPHTotal), DPHBase: round6(o.DPHBase), StorageDPH: round6(o.StorageTotalCost), MinBid: round6(o.MinBid),
+				Reliability: round6(o.Reliability), Verified: o.Verified(), Geolocation: o.Geolocation, Country: o.CountryCode(),
 				CUDA: o.CUDAMax, Driver: o.DriverVersion, InetDownMbps: o.InetDownMbps, DiskSpaceGB: o.DiskSpaceGB,
 			})
 		}

@@ -34,6 +34,7 @@ func confirmDestroy(f *Factory, yes bool, what string) error {
 		if strings.EqualFold(answer, "y") || strings.EqualFold(answer, "yes") {
 			return nil
 		}
+		return &CancelledError{Msg: "cancelled — nothing destroyed"}
 	}
 	return run.ErrNeedsApproval
 }
@@ -167,6 +168,8 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		}
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
 		defer cancel()
+		// The settle is a silent wait otherwise: say what it is for.
+		f.IO.Infof("destroying what carries label %s, then watching for %s that listings stay clean (they can lag a fresh rental); limit %s", lbl, settle, limit)
 		ids, err := c.SweepLabel(dctx, lbl, f.clock().Now().Add(limit), settle)
 		res.Destroyed = append(res.Destroyed, ids...)
 		t.Drop(ids)
@@ -229,11 +232,14 @@ type StatusOptions struct {
 
 // statusRow is one instance of the run in `status`.
 type statusRow struct {
-	Instance  provider.InstanceID `json:"instance_id"`
-	Machine   int64               `json:"machine_id"`
-	Live      string              `json:"live_status"`
-	Confirmed bool                `json:"destroy_confirmed"`
-	Failure   string              `json:"failure,omitempty"`
+	Instance provider.InstanceID `json:"instance_id"`
+	Machine  int64               `json:"machine_id"`
+	// Live is the API's actual_status, "gone", or "unknown" (see
+	// LiveError); absent with --offline.
+	Live      string `json:"live_status,omitempty"`
+	LiveError string `json:"live_error,omitempty"`
+	Confirmed bool   `json:"destroy_confirmed"`
+	Failure   string `json:"failure,omitempty"`
 }
 
 // NewCmdStatus builds `vastrun status`; runF as for NewCmdDown.
@@ -279,23 +285,27 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 			return err
 		}
 	}
-	var rows []statusRow
+	rows := []statusRow{}
 	for _, a := range st.Attempts {
-		r := statusRow{Instance: a.InstanceID, Machine: a.MachineID, Confirmed: a.Confirmed, Failure: a.Failure, Live: "-"}
+		r := statusRow{Instance: a.InstanceID, Machine: a.MachineID, Confirmed: a.Confirmed, Failure: a.Failure}
 		if m != nil && a.InstanceID != 0 {
-			r.Live = janitor.LiveStatus(m.ShowInstance(ctx, a.InstanceID))
+			r.Live, r.LiveError = janitor.LiveStatus(m.ShowInstance(ctx, a.InstanceID))
 		}
 		rows = append(rows, r)
 	}
 	if f.JSON {
 		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
-			"workflow": st.Workflow, "outcome": st.Outcome, "instances": rows, "unconfirmed": st.Unconfirmed()})
+			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": st.Unconfirmed()})
 	}
 	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, orDash(string(st.Outcome)))
 	tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, r.Live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
+		live := orDash(r.Live)
+		if r.LiveError != "" {
+			live += " (" + r.LiveError + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
 	}
 	return tw.Flush()
 }

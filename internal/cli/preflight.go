@@ -111,6 +111,9 @@ func runValidate(ctx context.Context, f *Factory, o *ValidateOptions) error {
 		return err
 	default:
 		res.Market, merr = preflight.Market(ctx, m, cfg)
+		if res.Market != nil {
+			res.Market.Cheapest = round6(res.Market.Cheapest)
+		}
 		if errors.As(merr, &pe) {
 			res.Problems = append(res.Problems, pe.Problems...)
 		} else if merr != nil {

@@ -14,8 +14,12 @@ import (
 //	registry start wrong-digest    one that answers a wrong digest for tags
 //	registry start auth USER PASS  one that requires basic auth
 func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 2 && args[0] == "push" {
+		registryPush(ts, args[1])
+		return
+	}
 	if len(args) < 1 || args[0] != "start" {
-		ts.Fatalf("usage: registry start [wrong-digest | auth USER PASS]")
+		ts.Fatalf("usage: registry start [wrong-digest | auth USER PASS] | registry push REPO:TAG")
 	}
 	var o registrytest.Options
 	switch {

@@ -54,7 +54,7 @@ accumulating against the budget, checkpoints, the test result and the receipt.`,
 					return err
 				}
 				defer out.Close()
-				if err := report.HTML(out, report.Build(r, recs)); err != nil {
+				if err := report.HTML(out, report.BuildWith(r, recs, reportExtras(r))); err != nil {
 					return err
 				}
 				f.IO.Infof("wrote %s", htmlPath)
@@ -63,9 +63,8 @@ accumulating against the budget, checkpoints, the test result and the receipt.`,
 				enc := json.NewEncoder(f.IO.Out)
 				enc.SetIndent("", "  ")
 				return enc.Encode(r)
-			default: // Markdown, readable as text
-				fmt.Fprint(f.IO.Out, run.Summary(r))
-				return nil
+			default: // aligned text on a terminal, else Markdown
+				return writeSummary(f, r)
 			}
 		},
 	}

@@ -86,6 +86,9 @@ Exit codes are documented in docs/exit-codes.md.`,
 		// like an unknown flag, with cobra's suggestions as the hint.
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if v, _ := cmd.Flags().GetBool("version"); v && len(args) == 0 {
+				return runVersion(&VersionOptions{IO: f.IO, JSON: f.JSON})
+			}
 			if len(args) == 0 {
 				return cmd.Help()
 			}
@@ -98,20 +101,24 @@ Exit codes are documented in docs/exit-codes.md.`,
 	}
 	pf := root.PersistentFlags()
 	pf.BoolVar(&f.JSON, "json", false, "print machine-readable JSON on stdout (a versioned contract)")
+	pf.BoolVarP(&f.Quiet, "quiet", "q", false, "show no progress, only warnings, errors and the result")
 	pf.BoolVar(&f.Debug, "debug", false, "log API calls and decisions to stderr (for developers)")
 	pf.BoolVar(&f.Sim, "sim", false, "run against an embedded marketplace simulator (nothing real is rented)")
 	pf.StringArrayVar(&f.SimFaults, "sim-fault", nil, "with --sim: inject a simulator fault (JSON, repeatable), e.g. '{\"kind\":\"preempt_after\",\"seconds\":60}'")
 	pf.StringVar(&f.URL, "url", "", "Vast API base URL (default $VAST_URL or https://console.vast.ai)")
 	pf.StringVar(&f.APIKey, "api-key", "", "Vast API key (prefer $VAST_API_KEY: flags are visible in the process list)")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &UsageError{Err: err, Hint: fmt.Sprintf("see '%s --help'", c.CommandPath())}
-	})
+	root.SetFlagErrorFunc(flagError)
+	showVersion := root.Flags().Bool("version", false, "print the vastrun version (as 'vastrun version')")
 
 	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f),
 		NewCmdCI(f, nil), NewCmdUp(f, nil), NewCmdExec(f, nil), NewCmdDown(f, nil), NewCmdStatus(f, nil), NewCmdReap(f, nil), NewCmdDoctor(f, nil),
 		NewCmdTrain(f, nil), NewCmdResume(f, nil), NewCmdAgent(f), NewCmdCanary(f), NewCmdReport(f),
-		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdPublish(f, nil), NewCmdRuns(f), NewCmdBudget(f), NewCmdSweep(f))
+		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdPublish(f, nil), NewCmdRuns(f, nil), NewCmdBudget(f), NewCmdSweep(f),
+		NewCmdInit(f, nil), NewCmdLogs(f, nil))
 	root.AddCommand(newCmdCheckpoint(f)) // hidden developer tool
+	usageForGroups(root)
+	guardSimSplit(root, f)
+	_ = showVersion
 	return root
 }
 

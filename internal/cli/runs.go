@@ -3,74 +3,132 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/runs"
 )
 
-// NewCmdRuns builds `vastrun runs`: this machine's runs from the state
-// directory, or with --all the team's from the state bucket (runs_team.go).
-// (A minimal local listing; the richer one is issue 12's.)
-func NewCmdRuns(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{allowMissingConfigs: true}
-	var all, mine bool
+// RunsOptions are the inputs of `vastrun runs`.
+type RunsOptions struct {
+	IO         *IOStreams
+	JSON       bool
+	ConfigPath string
+	StateDir   string
+	Now        func() time.Time
+	// All lists the team's runs from the state bucket instead (--all;
+	// Mine narrows them to this host and user), through Team's flags.
+	All, Mine bool
+	Team      *WorkflowOptions
+}
+
+// NewCmdRuns builds `vastrun runs`; runF replaces the run in tests.
+func NewCmdRuns(f *Factory, runF func(*RunsOptions) error) *cobra.Command {
+	opts := &RunsOptions{IO: f.IO, Team: &WorkflowOptions{allowMissingConfigs: true}}
 	cmd := &cobra.Command{
-		Use:     "runs",
-		Short:   "List runs: this machine's, or with --all the team's from the state bucket",
-		Example: "  vastrun runs\n  vastrun runs --all --state s3://ml-team/vastrun\n  vastrun runs --all --mine --json",
+		Use:   "runs",
+		Short: "List the state dir's runs, newest first: outcome, time, cost and live instances",
+		Long: `List every run in the state dir, newest first: its id, workflow, outcome,
+start, wall-clock time, cost (charged when the marketplace reported it, else
+estimated from the rented time) and the instances not yet confirmed
+destroyed. The latest run (the one status, exec, down and report use by
+default) is marked with *. Reads only: no API call is made.
+
+With --all, the team's runs are listed from the state bucket (state:
+s3://...): state, workflow, holder, lease freshness, instances and cost.`,
+		Example: "  vastrun runs\n  vastrun runs --json | jq '.runs[] | select(.live_instances | length > 0)'\n  vastrun runs --all --state s3://ml-team/vastrun\n  vastrun runs --all --mine --json",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if all || mine {
-				return listTeamRuns(cmd.Context(), f, o, mine)
+			opts.JSON = f.JSON
+			opts.Now = f.clock().Now
+			if opts.All || opts.Mine { // runs_team.go
+				opts.Team.ConfigPath, opts.Team.StateDir = opts.ConfigPath, opts.StateDir
+				return listTeamRuns(cmd.Context(), f, opts.Team, opts.Mine)
 			}
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
+			if runF != nil {
+				return runF(opts)
 			}
-			dirs, _ := filepath.Glob(filepath.Join(cfg.StateDir, "runs", "*"))
-			sort.Strings(dirs)
-			type row struct {
-				RunID     string  `json:"run_id"`
-				Workflow  string  `json:"workflow"`
-				Outcome   string  `json:"outcome"`
-				Instances []int64 `json:"instance_ids"`
-			}
-			rows := []row{}
-			for _, d := range dirs {
-				if _, err := os.Stat(filepath.Join(d, "journal.jsonl")); err != nil {
-					continue
-				}
-				st, err := run.LoadState(d)
-				if err != nil || st.RunID == "" {
-					continue
-				}
-				r := row{RunID: st.RunID, Workflow: st.Workflow, Outcome: string(st.Outcome), Instances: []int64{}}
-				for _, id := range st.Instances() {
-					r.Instances = append(r.Instances, int64(id))
-				}
-				rows = append(rows, r)
-			}
-			if f.JSON {
-				return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.runs", "v": 1, "runs": rows})
-			}
-			tw := tabwriter.NewWriter(f.IO.Out, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tWORKFLOW\tOUTCOME\tINSTANCES")
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", r.RunID, r.Workflow, dashIfEmpty(r.Outcome), r.Instances)
-			}
-			return tw.Flush()
+			return runRuns(opts)
 		},
 	}
-	fl := cmd.Flags()
-	fl.StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file (for state: and state_dir:)")
-	fl.StringVar(&o.StateDir, "state-dir", "", "where run journals live (default: state_dir in the config, else .vastrun)")
-	o.addTeamFlags(cmd)
-	fl.BoolVar(&all, "all", false, "list the team's runs from the state bucket (state: s3://...)")
-	fl.BoolVar(&mine, "mine", false, "with --all: only runs held or last held from this host by this user")
+	cmd.Flags().StringVarP(&opts.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir (optional)")
+	cmd.Flags().StringVar(&opts.StateDir, "state-dir", "", "where run journals live (default: state_dir in the config, else .vastrun)")
+	opts.Team.addTeamFlags(cmd)
+	cmd.Flags().BoolVar(&opts.All, "all", false, "list the team's runs from the state bucket (state: s3://...)")
+	cmd.Flags().BoolVar(&opts.Mine, "mine", false, "with --all: only runs held or last held from this host by this user")
 	return cmd
+}
+
+func runRuns(opts *RunsOptions) error {
+	wo := &WorkflowOptions{ConfigPath: opts.ConfigPath, StateDir: opts.StateDir, allowMissingConfigs: true}
+	cfg, err := wo.loadConfig()
+	if err != nil {
+		return err
+	}
+	list, err := runs.List(cfg.StateDir, opts.Now())
+	if err != nil {
+		return fmt.Errorf("list runs in %s: %w", cfg.StateDir, err)
+	}
+	if opts.JSON {
+		enc := json.NewEncoder(opts.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Schema   string     `json:"schema"`
+			StateDir string     `json:"state_dir"`
+			Runs     []runs.Run `json:"runs"`
+		}{runs.Schema, cfg.StateDir, list})
+	}
+	if len(list) == 0 {
+		opts.IO.Infof("no runs in %s yet: 'vastrun ci' or 'vastrun up' starts one", cfg.StateDir)
+		return nil
+	}
+	tw := tabwriter.NewWriter(opts.IO.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tWORKFLOW\tOUTCOME\tSTARTED\tWALL\tCOST\tLIVE")
+	for _, r := range list {
+		mark := " "
+		if r.Latest {
+			mark = "*"
+		}
+		cost := fmt.Sprintf("$%.4f", r.CostUSD)
+		if r.CostSource == "estimate" && r.CostUSD > 0 {
+			cost = "~" + cost
+		}
+		live := "-"
+		if len(r.LiveInstances) > 0 {
+			ids := make([]string, len(r.LiveInstances))
+			for i, id := range r.LiveInstances {
+				ids[i] = fmt.Sprint(id)
+			}
+			live = strings.Join(ids, ",")
+		}
+		started := "-"
+		if !r.StartedAt.IsZero() {
+			started = r.StartedAt.Local().Format("2006-01-02 15:04:05")
+		}
+		outcome := r.Outcome
+		if r.Error != "" {
+			outcome += " (" + r.Error + ")"
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, r.RunID, r.Workflow, outcome, started, wall(r.WallSeconds), cost, live)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	opts.IO.Infof("* latest run; ~ estimated cost; LIVE: instances not confirmed destroyed (vastrun down --run RUN)")
+	return nil
+}
+
+// wall renders seconds the way people read a duration: 4.2s, 3m05s, 1h02m.
+func wall(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", s)
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 }

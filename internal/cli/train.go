@@ -373,7 +373,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	supervise.Flags().StringVar(&command, "command", "", "the workload")
 
 	var touch bool
-	var logOffset, logMax int64
+	var logOffset, logMax, metricsOffset int64
 	statusCmd := &cobra.Command{
 		Use:   "status",
 		Short: "Report the workload's state, checkpoints, resume proof, heartbeat age and disk (JSON, schema vastrun.agent.status v1)",
@@ -383,7 +383,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 			if err != nil {
 				return err
 			}
-			r := agent.BuildReport(l, agent.ReportOptions{Touch: touch, LogOffset: logOffset, LogMax: logMax, Clock: f.clock()})
+			r := agent.BuildReport(l, agent.ReportOptions{Touch: touch, LogOffset: logOffset, LogMax: logMax, MetricsOffset: metricsOffset, Clock: f.clock()})
 			return json.NewEncoder(f.IO.Out).Encode(r)
 		},
 	}
@@ -391,6 +391,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	statusCmd.Flags().BoolVar(&touch, "touch-heartbeat", false, "touch the controller's heartbeat after reading its age")
 	statusCmd.Flags().Int64Var(&logOffset, "log-offset", 0, "return the workload's log from this byte offset")
 	statusCmd.Flags().Int64Var(&logMax, "log-max", 0, "return at most this many bytes of the log (0: none)")
+	statusCmd.Flags().Int64Var(&metricsOffset, "metrics-offset", 0, "with --log-max: return the workload's metrics (JSON lines) from this byte offset")
 
 	restore := &cobra.Command{
 		Use:   "restore",

@@ -116,19 +116,18 @@ func Target(ctx context.Context, r provider.InstanceReader, ids []int64) Targets
 	return t
 }
 
-// LiveStatus is how `status` shows one instance's live state from a read of
-// it: "gone" when the account no longer has it, "unknown (…)" when the read
-// failed, otherwise the API's actual status ("-" when it has none yet).
-func LiveStatus(in provider.Instance, err error) string {
+// LiveStatus is one instance's live state from a read of it, as `status`
+// reports it: "gone" when the account no longer has it, "unknown" with the
+// read's error when the read failed, otherwise the API's actual status
+// ("" when it has none yet). Display placeholders are the caller's.
+func LiveStatus(in provider.Instance, err error) (live, readErr string) {
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
-		return "gone"
+		return "gone", ""
 	case err != nil:
-		return "unknown (" + err.Error() + ")"
-	case in.ActualStatus == "":
-		return "-"
+		return "unknown", err.Error()
 	}
-	return in.ActualStatus
+	return in.ActualStatus, ""
 }
 
 // RiskyCategories are permissions a CI key should not hold.

@@ -114,17 +114,18 @@ func TestTarget(t *testing.T) {
 
 func TestLiveStatus(t *testing.T) {
 	for _, tc := range []struct {
-		in   provider.Instance
-		err  error
-		want string
+		in      provider.Instance
+		err     error
+		want    string
+		wantErr string
 	}{
-		{provider.Instance{ActualStatus: "running"}, nil, "running"},
-		{provider.Instance{}, nil, "-"},
-		{provider.Instance{}, fmt.Errorf("show instance 7: %w", provider.ErrNotFound), "gone"},
-		{provider.Instance{}, errors.New("timeout"), "unknown (timeout)"},
+		{provider.Instance{ActualStatus: "running"}, nil, "running", ""},
+		{provider.Instance{}, nil, "", ""},
+		{provider.Instance{}, fmt.Errorf("show instance 7: %w", provider.ErrNotFound), "gone", ""},
+		{provider.Instance{}, errors.New("timeout"), "unknown", "timeout"},
 	} {
-		if got := LiveStatus(tc.in, tc.err); got != tc.want {
-			t.Errorf("LiveStatus(%+v, %v) = %q, want %q", tc.in, tc.err, got, tc.want)
+		if got, gotErr := LiveStatus(tc.in, tc.err); got != tc.want || gotErr != tc.wantErr {
+			t.Errorf("LiveStatus(%+v, %v) = %q, %q, want %q, %q", tc.in, tc.err, got, gotErr, tc.want, tc.wantErr)
 		}
 	}
 }

@@ -29,6 +29,8 @@ const (
 	Up            Outcome = "up"
 	Down          Outcome = "down"
 	Budget        Outcome = "budget_exceeded"
+	// Cancelled: the person answered no at the prompt; nothing was rented.
+	Cancelled Outcome = "cancelled"
 
 	// The canary's comparison classes.
 	Match            Outcome = "match"
@@ -52,7 +54,8 @@ const (
 	ClassBudget        ExitClass = "budget"
 	ClassProvision     ExitClass = "provision" // the rental never became a verified, reachable instance
 	ClassInterrupted   ExitClass = "interrupted"
-	ClassError         ExitClass = "error" // anything else, an unknown outcome included
+	ClassCancelled     ExitClass = "cancelled" // a no at the prompt: a choice, not a failure
+	ClassError         ExitClass = "error"     // anything else, an unknown outcome included
 )
 
 var classes = map[Outcome]ExitClass{
@@ -60,6 +63,7 @@ var classes = map[Outcome]ExitClass{
 	Failed: ClassTestFailed, Gated: ClassTestFailed, LocalFailed: ClassTestFailed,
 	GPUOnlyFailure: ClassTestFailed, LocalOnlyFailure: ClassTestFailed, BothFailed: ClassTestFailed, OutputDelta: ClassTestFailed,
 	NotApproved: ClassNeedsApproval,
+	Cancelled:   ClassCancelled,
 	NoOffer:     ClassNoOffer,
 	Budget:      ClassBudget,
 	ReadyFailed: ClassProvision, VerifyFailed: ClassProvision, RemoteDiffers: ClassProvision,

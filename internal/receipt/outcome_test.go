@@ -20,6 +20,7 @@ func TestOutcomeClasses(t *testing.T) {
 		{OutputDelta, false, ClassTestFailed},
 		{GPUOnlyFailure, false, ClassTestFailed},
 		{NotApproved, false, ClassNeedsApproval},
+		{Cancelled, false, ClassCancelled},
 		{NoOffer, false, ClassNoOffer},
 		{Budget, false, ClassBudget},
 		{ReadyFailed, false, ClassProvision},

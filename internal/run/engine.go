@@ -20,6 +20,7 @@ import (
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/policy"
+	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
@@ -125,6 +126,8 @@ type Engine struct {
 	// SSHKeepAlive is how often SSH connections are probed for a stall
 	// (0: remote's default; see remote.Dialer.KeepAlive).
 	SSHKeepAlive time.Duration
+	// Observer, when set, is told of every phase change (live progress).
+	Observer progress.Observer
 
 	// Filled as the run proceeds.
 	runDir     string
@@ -147,7 +150,8 @@ type Engine struct {
 	beforeRent func(ctx context.Context) error
 	evidenceUp *EvidenceUpload // the copy at evidence.uri (evidence.go)
 	// flow is what the run's workflow adds to the shared steps.
-	flow Workflow
+	flow      Workflow
+	lastEvent progress.Event
 }
 
 func (e *Engine) mark(phase string) {
@@ -249,6 +253,7 @@ var ErrJournal = errors.New("the run's journal could not be written")
 // it — except a failed intent, whose side effect the caller must not
 // perform.
 func (e *Engine) record(typ, step string, data any) error {
+	defer e.observeRecord(typ, step, data)
 	if e.state == nil {
 		e.state = &State{}
 	}
@@ -540,6 +545,12 @@ func (e *Engine) approve(o provider.Offer, attempt int) error {
 	var err error
 	if e.Approve != nil {
 		ok, err = e.Approve(plan)
+	}
+	if errors.Is(err, ErrDeclined) { // a no at the prompt: a choice, not a failure
+		if jerr := e.record("failed", stepApprove, map[string]any{"offer_id": o.ID, "declined": true}); jerr != nil {
+			return jerr
+		}
+		return &StepError{Step: stepApprove, Outcome: OutcomeCancelled, Err: ErrDeclined}
 	}
 	if err != nil {
 		return err

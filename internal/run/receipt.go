@@ -26,7 +26,7 @@ func (t *timings) add(phase string, d time.Duration) {
 	if *t == nil {
 		*t = timings{}
 	}
-	(*t)[phase] += round3(d.Seconds())
+	(*t)[phase] = round3((*t)[phase] + d.Seconds()) // a sum of rounded figures is not rounded
 }
 
 func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
@@ -197,6 +197,7 @@ func (e *Engine) finish(ctx context.Context, outcome receipt.Outcome, runErr err
 		StartedAt: st.Started, FinishedAt: e.now().UTC(), EvidenceDir: e.EvidenceDir, EvidenceUpload: e.evidenceUp,
 		CI: ReceiptCI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},
 	}
+	r.Attempts = roundedAttempts(r.Attempts)
 	if runErr != nil {
 		r.Error = e.Redactor.String(runErr.Error())
 	}
@@ -228,6 +229,11 @@ func (e *Engine) finish(ctx context.Context, outcome receipt.Outcome, runErr err
 	r.Cleanup = ReceiptCleanup{Confirmed: len(st.Unconfirmed()) == 0, Unconfirmed: st.Unconfirmed(), AlertSent: e.cost.AlertSent}
 	if r.Cleanup.Unconfirmed == nil {
 		r.Cleanup.Unconfirmed = []provider.InstanceID{}
+	}
+	if e.unapproved(outcome) {
+		writeStateFile(e.runDir, st, e.EvidenceDir)
+		e.forgetAsLatest()
+		return r
 	}
 	b, _ := json.MarshalIndent(r, "", "  ")
 	b = e.Redactor.JSON(b)
@@ -263,9 +269,9 @@ func Summary(r *Receipt) string {
 	}
 	fmt.Fprintf(&b, "| | |\n|---|---|\n| run | `%s` |\n| label | `%s` |\n| commit | `%s` |\n| image | `%s` |\n", r.RunID, r.Label, r.Commit, r.Image)
 	for i, a := range r.Attempts {
-		fmt.Fprintf(&b, "| attempt %d | offer %d → instance %d on machine %d: %s x%d at $%.4f/h", i+1, a.OfferID, a.InstanceID, a.MachineID, a.GPUName, a.NumGPUs, a.DPHTotal)
+		fmt.Fprintf(&b, "| attempt %d | offer %d → instance %d on machine %d: %s x%d at $%.4f/h, cost %s", i+1, a.OfferID, a.InstanceID, a.MachineID, a.GPUName, a.NumGPUs, a.DPHTotal, attemptCost(r, a))
 		if a.Failure != "" {
-			fmt.Fprintf(&b, " — failed: %s", a.Failure)
+			fmt.Fprintf(&b, " — ended: %s (%s)", InWords(a.Failure), a.Failure)
 		}
 		fmt.Fprintf(&b, "; destroyed: %s |\n", map[bool]string{true: "confirmed", false: "**NOT CONFIRMED**"}[a.Confirmed])
 	}
@@ -289,6 +295,7 @@ func Summary(r *Receipt) string {
 	}
 	fmt.Fprintf(&b, "| timings | %s |\n", strings.Join(parts, ", "))
 	b.WriteString(canarySummary(r.Canary))
+	b.WriteString(storyMarkdown(r))
 	return b.String()
 }
 

@@ -305,6 +305,8 @@ func (e *Engine) askAgent(ctx context.Context, c *remote.Client, inst provider.I
 type attemptLog struct {
 	path   string
 	offset int64
+	// metrics is how much of the instance's metrics file is collected.
+	metrics int64
 }
 
 func (e *Engine) newAttemptLog() *attemptLog {
@@ -339,6 +341,9 @@ func (e *Engine) addLog(l *attemptLog, ch agent.LogChunk) {
 	f.Write(e.Redactor.Bytes(data))
 	f.Close()
 	l.offset += int64(len(data))
+	if e.Stream != nil { // live, as the ci test's output is
+		e.Stream.Write(e.Redactor.Bytes(data))
+	}
 }
 
 // noteStatus takes what the controller records from one status answer:
@@ -414,7 +419,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 			}
 		}
 		if sshErr == nil {
-			st, sshErr = e.askAgent(ctx, c, inst.ID, alog.offset)
+			st, sshErr = e.askAgentLogs(ctx, c, inst.ID, alog)
 		}
 		if ctx.Err() != nil {
 			return trainEnd{}, ctx.Err()
@@ -448,6 +453,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		if sshErr == nil {
 			e.noteStatus(inst.ID, st, seen)
 			e.addLog(alog, st.Log)
+			e.addMetrics(alog, st.Metrics)
 			switch st.Workload.State {
 			case agent.WorkloadExited:
 				if st.Workload.Finalized {

@@ -1,0 +1,82 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vastrun/vastrun/internal/agent"
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/remote"
+)
+
+// MetricsFile is the evidence file of the workload's metrics: every JSON
+// object it appended to $VASTRUN_METRICS, one a line, each with the
+// attempt it came from ("attempt", 1-based) added.
+const MetricsFile = "metrics.jsonl"
+
+// askAgentLogs is one status request that also brings back the log and
+// the metrics from where this attempt's collection stands.
+func (e *Engine) askAgentLogs(ctx context.Context, c *remote.Client, inst provider.InstanceID, l *attemptLog) (agent.Report, error) {
+	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --touch-heartbeat --log-offset %d --log-max %d --metrics-offset %d", l.offset, logChunk, l.metrics))
+	if err != nil {
+		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
+	}
+	r, err := agent.DecodeReport(b)
+	if err != nil {
+		return agent.Report{}, fmt.Errorf("%w: instance %d: %w", ErrAgentProtocol, inst, err)
+	}
+	return r, nil
+}
+
+// addMetrics appends the chunk's complete lines to the evidence (redacted,
+// tagged with the attempt) and tells the Observer the workload's step and
+// total. A line that is not a JSON object is skipped: metrics are data,
+// and free text belongs in the log.
+func (e *Engine) addMetrics(l *attemptLog, ch *agent.LogChunk) {
+	if ch == nil || ch.Offset != l.metrics || len(ch.Data) == 0 {
+		return
+	}
+	data := string(ch.Data)
+	i := strings.LastIndexByte(data, '\n')
+	if i < 0 {
+		return // wait for the line's end
+	}
+	data = data[:i+1]
+	l.metrics += int64(len(data))
+	attempt := max(len(e.state.Attempts), 1)
+	var out strings.Builder
+	var step, total int64
+	for _, line := range strings.Split(strings.TrimSuffix(data, "\n"), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m == nil {
+			continue
+		}
+		m["attempt"] = attempt
+		if v, ok := m["step"].(float64); ok {
+			step = int64(v)
+		}
+		for _, k := range []string{"total_steps", "total"} {
+			if v, ok := m[k].(float64); ok {
+				total = int64(v)
+			}
+		}
+		b, _ := json.Marshal(m)
+		out.Write(b)
+		out.WriteByte('\n')
+	}
+	if out.Len() == 0 {
+		return
+	}
+	os.MkdirAll(e.EvidenceDir, 0o755)
+	if f, err := os.OpenFile(filepath.Join(e.EvidenceDir, MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		f.Write(e.Redactor.Bytes([]byte(out.String())))
+		f.Close()
+	}
+	if step > 0 {
+		e.observeSteps(step, total)
+	}
+}
