@@ -182,6 +182,11 @@ func reportRun(f *Factory, r *run.Receipt, runErr error) error {
 		return perr
 	}
 	if runErr != nil && r != nil && r.Outcome.Succeeded() && r.Cleanup.Confirmed {
+		// A run that succeeded still fails the step when its evidence
+		// could not be copied to evidence.uri (exit 11).
+		if ev := (*run.EvidenceUploadError)(nil); errors.As(runErr, &ev) {
+			return ev
+		}
 		f.IO.Infof("%v", runErr)
 		return nil
 	}
