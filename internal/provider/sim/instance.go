@@ -46,6 +46,10 @@ type instance struct {
 	pullMsg                     string        // the docker error when pullFails; default "manifest unknown"
 	preemptAfter                time.Duration // >0: pause this long after running starts
 	killPending                 bool          // processes must die (paused by a scheduled fault)
+	mkt                         *market
+	marketAt                    time.Time // market moves are applied up to here
+	outbid                      bool      // stopped by the market, resumes when the bid is above it
+	Outbids                     int       // times the market stopped it
 	Destroyed                   bool
 
 	// Billing, accrued lazily up to billedTo.
@@ -111,6 +115,12 @@ func (in *instance) advance(now time.Time) {
 	if in.Destroyed {
 		return
 	}
+	in.marketTo(now)
+}
+
+// runTo runs the boot sequence's transitions due by now, billing each
+// interval at its own rate.
+func (in *instance) runTo(now time.Time) {
 	for !in.nextAt.IsZero() && !in.nextAt.After(now) {
 		at := in.nextAt
 		in.accrue(at)
