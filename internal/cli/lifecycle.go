@@ -70,6 +70,9 @@ func approver(io *IOStreams, yes bool) func(run.Plan) (bool, error) {
 		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
 			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
 		io.Infof("plan: worst case $%.4f if every deadline is used; budget $%.2f; label %s", p.WorstCase, p.MaxSpendUSD, p.Label)
+		for _, l := range p.Bid.Lines() {
+			io.Infof("plan: %s", l)
+		}
 		if p.CeilingDPH > p.TotalDPH {
 			io.Infof("plan: should another renter take it first, the next offer meeting the policy up to $%.4f/h is rented instead", p.CeilingDPH)
 		}

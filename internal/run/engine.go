@@ -49,7 +49,8 @@ type Plan struct {
 	Label       string
 	Image       string
 	Attempt     int
-	CeilingDPH  float64 // a replacement for a taken offer is rented up to this $/h
+	CeilingDPH  float64  // a replacement for a taken offer is rented up to this $/h
+	Bid         *BidPlan `json:",omitempty"` // interruptible rentals only (bid.go)
 }
 
 // Outcomes recorded in the journal and the receipt.
@@ -466,9 +467,9 @@ func (e *Engine) spentSoFar() float64 {
 
 func (e *Engine) approve(o provider.Offer, attempt int) error {
 	p := e.Config.Policy()
-	dph := policy.TotalDPH(o, p.DiskGB)
+	dph := p.Price(o)
 	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: e.Config.Budget.MaxSpend,
-		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: e.Config.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph)}
+		WorstCase: e.worstCase(e.planDPH(o)), Label: e.state.Label, Image: e.Config.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph), Bid: e.bidPlan(o)}
 	if spent := e.spentSoFar(); spent+plan.WorstCase > plan.MaxSpendUSD {
 		if err := e.record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent}); err != nil {
 			return err
