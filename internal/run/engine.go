@@ -460,7 +460,7 @@ func (e *Engine) spentSoFar() float64 {
 		if !a.ConfirmedAt.IsZero() {
 			end = a.ConfirmedAt
 		}
-		total += a.DPHTotal * end.Sub(a.RentedAt).Hours()
+		total += a.DPHTotal*end.Sub(a.RentedAt).Hours() - a.stoppedDiscount(end)
 	}
 	return total
 }

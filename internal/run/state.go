@@ -47,6 +47,7 @@ type Attempt struct {
 	Confirmed   bool                `json:"destroy_confirmed"`
 	ConfirmedBy []string            `json:"confirmed_by,omitempty"`
 	Charged     *float64            `json:"charged_usd,omitempty"`
+	Bid         *AttemptBid         `json:"bid,omitempty"` // interruptible rentals (outbid.go)
 
 	IntentAt      time.Time `json:"rent_intent_at"`
 	RentedAt      time.Time `json:"rented_at,omitempty"`
@@ -156,6 +157,7 @@ type instanceData struct {
 func Replay(recs []journal.Record) (*State, error) {
 	s := &State{}
 	for _, r := range recs {
+		replayBid(s, r)
 		switch {
 		case r.Step == stepStart:
 			var d startData

@@ -377,6 +377,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_price", "msg": "price must be between 0.001 and 128", "ask_id": offerID})
 		return
 	}
+	if b.Price != nil && s.faults.bidIgnored > 0 {
+		s.faults.bidIgnored--
+		b.Price = nil
+	}
 	lowBid := b.Price != nil && provider.BidFromWire(*b.Price, o.NumGPUs) < s.clearingNow(o)
 	if lowBid && b.CancelUnavail != nil && *b.CancelUnavail {
 		// cancel_unavail: a bid that cannot start now is refused, and

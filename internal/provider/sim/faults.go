@@ -78,6 +78,10 @@ const (
 	// 2.5) on Instance's offer, or Machine's, or every offer when both are
 	// 0, from Seconds from now for For seconds (default 600).
 	FaultMarketSpike = "market_spike"
+	// FaultBidIgnored makes the next Count creates (default 1) ignore their
+	// price and rent on demand, answering success as usual: the silent
+	// on-demand rental Vast makes of a create without price.
+	FaultBidIgnored = "bid_ignored"
 	// FaultClear removes every pending fault.
 	FaultClear = "clear"
 )
@@ -133,6 +137,7 @@ type faults struct {
 	preemptAfterCount int
 	imageUUID         string
 	imageUUIDCount    int
+	bidIgnored        int
 	ssh               []*sshSchedule
 }
 
@@ -255,6 +260,8 @@ func (s *Server) Inject(f Fault) error {
 		fs.v0ListStatus = f.Status
 	case FaultSSHDrop, FaultSSHStall:
 		return s.armSSHFault(f, now)
+	case FaultBidIgnored:
+		fs.bidIgnored = max(f.Count, 1)
 	case FaultOutbid, FaultMarketSpike:
 		return s.injectMarket(f, now)
 	case FaultClear:
