@@ -46,6 +46,34 @@ type AttemptBid struct {
 	StoppedStorageUSD float64 `json:"stopped_storage_usd"`
 	// stoppedSince is the open interruption, when one is.
 	stoppedSince time.Time
+	// history is each bid in force and when it started (rent, re-bids).
+	history []bidAt
+}
+
+type bidAt struct {
+	at  time.Time
+	bid float64
+}
+
+// meanBid is the bid averaged over the time each was in force up to end:
+// the rate a charge of several bids was billed at. Time ratios are the
+// same on the controller's clock as on the marketplace's.
+func (b *AttemptBid) meanBid(end time.Time) float64 {
+	var sum, secs float64
+	for i, h := range b.history {
+		to := end
+		if i+1 < len(b.history) {
+			to = b.history[i+1].at
+		}
+		d := to.Sub(h.at).Seconds()
+		if d > 0 {
+			sum, secs = sum+h.bid*d, secs+d
+		}
+	}
+	if secs == 0 {
+		return b.BidDPH
+	}
+	return sum / secs
 }
 
 // newAttemptBid is the rent intent's bid, or nil on demand.
@@ -89,6 +117,7 @@ func replayBid(s *State, r journal.Record) {
 				a.Bid.Rebids = append(a.Bid.Rebids, d.BidDPH)
 			}
 			a.Bid.BidDPH = d.BidDPH
+			a.Bid.history = append(a.Bid.history, bidAt{at: r.Time, bid: d.BidDPH})
 			a.DPHTotal = d.BidDPH + a.StorageDPH
 		}
 	case stepInterrupted:

@@ -48,6 +48,7 @@ type Attempt struct {
 	ConfirmedBy []string            `json:"confirmed_by,omitempty"`
 	Charged     *float64            `json:"charged_usd,omitempty"`
 	Bid         *AttemptBid         `json:"bid,omitempty"` // interruptible rentals (outbid.go)
+	BidCharge   *AttemptCharge      `json:"bid_charged,omitempty"`
 
 	IntentAt      time.Time `json:"rent_intent_at"`
 	RentedAt      time.Time `json:"rented_at,omitempty"`
