@@ -454,6 +454,10 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 	in.Env = parseEnv(b.Env)
 	if b.Price != nil {
 		in.IsBid, in.Bid = true, provider.BidFromWire(*b.Price, o.NumGPUs)
+		if oa := &s.faults.outbidAfter; oa.Count > 0 {
+			oa.Count--
+			in.outbidAfter = *oa
+		}
 	}
 	fs := &s.faults
 	if fs.slowLoading > 0 {

@@ -68,7 +68,9 @@ const (
 	// as for FaultSSHDrop. New connections work.
 	FaultSSHStall = "ssh_stall"
 	// FaultOutbid makes a competing bid outbid Instance (0: every live
-	// interruptible instance) Seconds from now (0: now): its offer's
+	// interruptible instance; with Count > 0, each of the next Count
+	// interruptible instances Seconds after it starts running) Seconds from
+	// now (0: now): its offer's
 	// clearing price rises to Price (default the instance's bid + 25%) for
 	// For seconds (0: until cleared). The instance is stopped as an outbid
 	// one is, and resumes when the competing bid ends or its own bid is
@@ -138,6 +140,7 @@ type faults struct {
 	imageUUID         string
 	imageUUIDCount    int
 	bidIgnored        int
+	outbidAfter       Fault // Count left, Seconds after running, For
 	ssh               []*sshSchedule
 }
 

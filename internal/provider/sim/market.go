@@ -201,9 +201,16 @@ func (in *instance) marketTo(now time.Time) {
 		in.runTo(now)
 		return
 	}
-	for _, t := range in.mkt.changes(in.Offer, in.marketAt, now) {
-		in.runTo(t)
-		in.evalMarket(t)
+	// One change at a time: running the boot sequence to it can arm a new
+	// event (an outbid scheduled from the moment it runs).
+	for {
+		ts := in.mkt.changes(in.Offer, in.marketAt, now)
+		if len(ts) == 0 {
+			break
+		}
+		in.runTo(ts[0])
+		in.evalMarket(ts[0])
+		in.marketAt = ts[0]
 	}
 	in.marketAt = now
 	in.runTo(now)
@@ -238,6 +245,10 @@ func (s *Server) injectMarket(f Fault, now time.Time) error {
 	}
 	switch f.Kind {
 	case FaultOutbid:
+		if f.Instance == 0 && f.Count > 0 {
+			s.faults.outbidAfter = f
+			return nil
+		}
 		var targets []*instance
 		if f.Instance != 0 {
 			in := s.instances[f.Instance]

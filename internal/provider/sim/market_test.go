@@ -186,3 +186,34 @@ func TestOutbidAfterAndMarketSpike(t *testing.T) {
 		t.Errorf("min_bid after the spike: %v, want %v", after, o.MinBid)
 	}
 }
+
+// outbid with count arms itself on the next interruptible rentals, Seconds
+// after each first runs.
+func TestOutbidArmedForNextRentals(t *testing.T) {
+	e := newEnv(t, sim.Config{DisableSSH: true})
+	ctx := context.Background()
+	if err := e.sim.Inject(sim.Fault{Kind: sim.FaultOutbid, Count: 1, Seconds: 60, For: 60}); err != nil {
+		t.Fatal(err)
+	}
+	o := firstOffer(t, e)
+	res, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: o.ID, Image: "img", DiskGB: 10, Label: "armed", BidPrice: provider.RoundBid(o.MinBid * 1.1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.client.DestroyInstance(ctx, res.InstanceID)
+	e.clk.Advance(65 * time.Second) // running at 10 s
+	if inst, _ := e.client.ShowInstance(ctx, res.InstanceID); !inst.Running() {
+		t.Fatalf("outbid before 60 s of running: %+v", inst)
+	}
+	e.clk.Advance(10 * time.Second)
+	if st := snapshotOf(t, e, res.InstanceID); st.DiskCost <= 0 || math.Abs(st.GPUCost-st.Bid*60/3600) > 1e-9 {
+		t.Errorf("billed %v for the GPU, want exactly 60 s at the bid %v", st.GPUCost, st.Bid)
+	}
+	if inst, _ := e.client.ShowInstance(ctx, res.InstanceID); !inst.Paused() {
+		t.Fatalf("not outbid 60 s after running: %+v", inst)
+	}
+	e.clk.Advance(2 * time.Minute)
+	if inst, _ := e.client.ShowInstance(ctx, res.InstanceID); !inst.Running() {
+		t.Fatalf("not back after the competing bid's 60 s: %+v", inst)
+	}
+}
