@@ -370,3 +370,13 @@ func (e *Engine) outbidNow(ctx context.Context, id provider.InstanceID) bool {
 	cur, err := e.Market.ShowInstance(ctx, id)
 	return err == nil && e.isOutbid(cur)
 }
+
+// provisionAttempts bounds the rentals one provisioning makes: an
+// interruptible rental can be outbid while it boots, so it may try as many
+// machines as train.max_attempts allows.
+func (e *Engine) provisionAttempts() int {
+	if e.Config.GPU.Interruptible {
+		return max(maxAttempts, e.Config.Train.MaxAttempts)
+	}
+	return maxAttempts
+}

@@ -375,7 +375,7 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 			return nil, inst, fmt.Errorf("%w; and its destruction is not confirmed: %v", err, cerr)
 		}
 		exclude = append(exclude, offer.MachineID)
-		if attempt >= maxAttempts {
+		if attempt >= e.provisionAttempts() {
 			return nil, inst, err
 		}
 		e.infof("retrying once on a different machine")
