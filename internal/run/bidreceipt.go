@@ -2,6 +2,7 @@ package run
 
 import (
 	"math"
+	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
 )
@@ -60,6 +61,15 @@ func (e *Engine) bidCharges(charges []provider.Charge) {
 		if end.IsZero() {
 			end = e.now()
 		}
+		if since := a.Bid.stoppedSince; !since.IsZero() && end.After(since) {
+			// Outbid until destroyed (replaced): that time was stopped too.
+			secs := end.Sub(since).Seconds()
+			a.Bid.StoppedSeconds += secs
+			a.Bid.StoppedStorageUSD += a.StorageDPH * secs / 3600
+			a.Bid.stoppedSince = time.Time{}
+		}
+		a.Bid.StoppedSeconds = math.Round(a.Bid.StoppedSeconds*10) / 10
+		a.Bid.StoppedStorageUSD = round6(a.Bid.StoppedStorageUSD)
 		if rate := a.Bid.meanBid(end); rate > 0 {
 			ac.GPUSeconds = ac.GPUUSD / rate * 3600
 		}

@@ -145,8 +145,12 @@ func (a *Attempt) stoppedDiscount(now time.Time) float64 {
 		return 0
 	}
 	secs := a.Bid.StoppedSeconds
-	if !a.Bid.stoppedSince.IsZero() && a.ConfirmedAt.IsZero() {
-		secs += now.Sub(a.Bid.stoppedSince).Seconds()
+	if !a.Bid.stoppedSince.IsZero() { // stopped until now, or until destroyed
+		end := now
+		if !a.ConfirmedAt.IsZero() && a.ConfirmedAt.Before(end) {
+			end = a.ConfirmedAt
+		}
+		secs += math.Max(0, end.Sub(a.Bid.stoppedSince).Seconds())
 	}
 	return (a.DPHTotal - a.StorageDPH) * secs / 3600
 }

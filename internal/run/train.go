@@ -138,8 +138,9 @@ func (e *Engine) trainDriver(ctx context.Context, fresh bool) (receipt *Receipt,
 			return nil, err
 		}
 		if afterStop {
-			if afterStop = false; e.retireLost(ctx, client, inst.ID) != nil {
-				e.infof("could not clear the stopped workload on instance %d", inst.ID)
+			afterStop = false
+			if err := e.retireLost(ctx, client, inst.ID); err != nil {
+				e.infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
 			}
 		}
 		end, err := e.trainOn(ctx, client, inst, deadline)
