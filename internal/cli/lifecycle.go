@@ -82,6 +82,9 @@ func approver(io *IOStreams, yes bool, workflow func() string) func(run.Plan) (b
 		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
 			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
 		io.Infof("plan: %s; label %s", spendBound(p, workflow()), p.Label)
+		for _, l := range p.Bid.Lines() {
+			io.Infof("plan: %s", l)
+		}
 		if p.CeilingDPH > p.TotalDPH {
 			io.Infof("plan: should another renter take it first, the next offer meeting the policy up to $%.4f/h is rented instead", p.CeilingDPH)
 		}

@@ -24,6 +24,9 @@ func checkBeforeRenting(ctx context.Context, f *Factory, cfg *config.Config, wor
 	if err := preflight.Local(preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv, Workflow: workflow}); err != nil {
 		return nil, err
 	}
+	if w := cfg.InterruptibleWarning(workflow); w != "" {
+		f.IO.Infof("%s", w)
+	}
 	m, err := f.Marketplace(ctx)
 	if err != nil {
 		return nil, err

@@ -205,6 +205,11 @@ type Train struct {
 	// StepFrom names a snapshot's step: json:FIELD or regex:RE over the
 	// workload's log; a counter when empty.
 	StepFrom string `yaml:"step_from"`
+
+	// OnOutbid is what an outbid interruptible rental gets: replace
+	// (default), rebid (up to gpu.max_bid) or wait (up to OutbidWait).
+	OnOutbid   string   `yaml:"on_outbid"`
+	OutbidWait Duration `yaml:"outbid_wait"`
 }
 
 // IsTrain reports whether the config describes a training run.
@@ -229,6 +234,12 @@ type GPU struct {
 	// all (default) or any must pass.
 	Matrix     []string `yaml:"matrix"`
 	MatrixPass string   `yaml:"matrix_pass"`
+
+	// Interruptible rentals (bid.go): rent by bid at min_bid × (1 +
+	// bid.margin), never over max_bid ($/h, GPU + storage).
+	Interruptible bool    `yaml:"interruptible"`
+	Bid           Bid     `yaml:"bid"`
+	MaxBid        float64 `yaml:"max_bid"`
 }
 
 // Countries allow or deny two-letter country codes.
@@ -376,6 +387,7 @@ func (c *Config) fillDefaults() {
 	if t.OutputURI == "" {
 		t.OutputURI = t.CheckpointURI
 	}
+	c.fillBidDefaults()
 }
 
 // Validate reports everything wrong at once.
@@ -435,6 +447,7 @@ func (c *Config) validate(valueErrs []string) error {
 	if c.Budget.MaxSpend == 0 && !containsPrefix(valueErrs, "budget.max_spend") {
 		errs = append(errs, "budget.max_spend is required: the most this run may cost, in $")
 	}
+	errs = append(errs, c.checkBid()...)
 	errs = append(errs, dedupe(valueErrs, errs)...)
 	if err := c.Policy().Validate(); err != nil {
 		errs = append(errs, err.Error())
@@ -507,6 +520,7 @@ func (c *Config) Policy() policy.Policy {
 		MinReliability: c.GPU.MinReliability, Verified: verified, Datacenter: c.GPU.Datacenter,
 		AllowCountries: c.GPU.Countries.Allow, DenyCountries: c.GPU.Countries.Deny, DiskGB: c.GPU.DiskGB,
 		MaxDPH: c.GPU.MaxDPH, MinInetDownMbps: c.GPU.MinInetDownMbps,
+		Interruptible: c.GPU.Interruptible, BidMargin: c.GPU.Bid.MarginValue(), MaxBid: c.GPU.MaxBid,
 	}.Normalized()
 }
 

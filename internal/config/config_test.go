@@ -46,7 +46,7 @@ func TestParseGood(t *testing.T) {
 
 func TestUnknownKeysAreNamed(t *testing.T) {
 	cases := []struct{ yaml, want string }{
-		{strings.Replace(good, "max_dph", "max_dhp", 1), `line 15: unknown key "max_dhp" in gpu (allowed: count, countries, datacenter, disk_gb, matrix, matrix_pass, max_dph,`},
+		{strings.Replace(good, "max_dph", "max_dhp", 1), `line 15: unknown key "max_dhp" in gpu (allowed: bid, count, countries, datacenter, disk_gb, interruptible, matrix, matrix_pass, max_bid, max_dph,`},
 		{good + "timeoutz: {}\n", `unknown key "timeoutz" at the top level`},
 		{strings.Replace(good, "allow:", "alow:", 1), `unknown key "alow" in gpu.countries (allowed: allow, deny)`},
 	}

@@ -44,6 +44,7 @@ func (p Policy) checks() []check {
 		return !(o.DiskSpaceGB > 0 && o.DiskSpaceGB < p.DiskGB)
 	})
 	add(p.MaxDPH > 0, fmt.Sprintf("gpu.max_dph %g", p.MaxDPH), func(p Policy, o provider.Offer, total float64) bool { return total <= p.MaxDPH+1e-12 })
+	add(p.Interruptible && p.MaxBid > 0, fmt.Sprintf("gpu.max_bid %g", p.MaxBid), func(p Policy, o provider.Offer, _ float64) bool { return p.bidRejection(o) == "" })
 	add(p.MinInetDownMbps > 0, fmt.Sprintf("gpu.min_inet_down_mbps %g", p.MinInetDownMbps), func(p Policy, o provider.Offer, _ float64) bool { return o.InetDownMbps >= p.MinInetDownMbps })
 	add(len(p.ExcludeMachines) > 0, "machines that failed this run", func(p Policy, o provider.Offer, _ float64) bool {
 		for _, m := range p.ExcludeMachines {
@@ -67,7 +68,7 @@ func Funnel(p Policy, offers []provider.Offer) []Stage {
 	for _, c := range p.checks() {
 		var next []provider.Offer
 		for _, o := range left {
-			if c.ok(p, o, TotalDPH(o, p.DiskGB)) {
+			if c.ok(p, o, p.Price(o)) {
 				next = append(next, o)
 			}
 		}

@@ -33,6 +33,11 @@ type Policy struct {
 	MinInetDownMbps float64
 	// ExcludeMachines are machines that already failed this run.
 	ExcludeMachines []int64
+	// Interruptible rents by bid (see bid.go): offers come from a bid
+	// search, are judged at Bid + storage, and must leave that under MaxBid.
+	Interruptible bool
+	BidMargin     float64 // over min_bid (default DefaultBidMargin)
+	MaxBid        float64 // ceiling on bid + storage $/h; 0 means none
 }
 
 // Normalized fills defaults and canonical spellings.
@@ -101,7 +106,7 @@ func (p Policy) Query(limit int) provider.Query {
 		"external": map[string]any{"eq": false},
 		"num_gpus": map[string]any{"eq": p.Count},
 		"order":    [][]string{{"dph_total", "asc"}},
-		"type":     "on-demand",
+		"type":     map[bool]string{false: "on-demand", true: "bid"}[p.Interruptible],
 		// Price the storage the rental will really use.
 		"allocated_storage": p.DiskGB,
 		"disk_space":        map[string]any{"gte": p.DiskGB},
@@ -180,7 +185,7 @@ func Select(p Policy, offers []provider.Offer) (chosen *provider.Offer, decision
 		excluded[m] = true
 	}
 	for _, o := range offers {
-		d := Decision{Offer: o, TotalDPH: TotalDPH(o, p.DiskGB)}
+		d := Decision{Offer: o, TotalDPH: p.Price(o)}
 		d.Reasons = p.rejections(o, d.TotalDPH, excluded)
 		d.Eligible = len(d.Reasons) == 0
 		decisions = append(decisions, d)
@@ -249,6 +254,9 @@ func (p Policy) rejections(o provider.Offer, total float64, excluded map[int64]b
 	}
 	if p.MaxDPH > 0 && total > p.MaxDPH+1e-12 {
 		r = append(r, fmt.Sprintf("$%.4f/h (GPU $%.4f + storage $%.4f) is over the ceiling $%.4f/h", total, o.DPHBase, total-o.DPHBase, p.MaxDPH))
+	}
+	if why := p.bidRejection(o); why != "" {
+		r = append(r, why)
 	}
 	if p.MinInetDownMbps > 0 && o.InetDownMbps < p.MinInetDownMbps {
 		r = append(r, fmt.Sprintf("download %.0f Mb/s < %g", o.InetDownMbps, p.MinInetDownMbps))

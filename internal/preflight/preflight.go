@@ -215,7 +215,10 @@ func Market(ctx context.Context, m provider.OfferSearcher, cfg *config.Config) (
 	rep.Matching = rep.Funnel[len(rep.Funnel)-1].Left
 	rep.Removed = policy.RemovedBy(rep.Funnel)
 	if chosen, _ := policy.Select(p, offers); chosen != nil {
-		rep.Cheapest = policy.TotalDPH(*chosen, p.DiskGB)
+		rep.Cheapest = p.Price(*chosen)
+	}
+	if perr := checkMaxBid(cfg, offers); perr != nil {
+		return rep, perr
 	}
 	return rep, nil
 }

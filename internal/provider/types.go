@@ -83,8 +83,12 @@ type CreateRequest struct {
 	// Runtype is the launch mode; empty means "ssh_direc ssh_proxy".
 	Runtype string
 	Args    []string
-	// BidPrice > 0 rents interruptibly at that $/h.
-	BidPrice      float64
+	// BidPrice > 0 rents interruptibly at that $/h (per machine; see
+	// BidPerGPU). The client then always sends cancel_unavail true, so a bid
+	// that cannot start now fails instead of leaving a stopped contract.
+	BidPrice float64
+	// NumGPUs is the offer's GPU count (for a per-GPU bid unit).
+	NumGPUs       int
 	ImageLogin    string
 	CancelUnavail bool
 	// TemplateHashID creates from a template: it supplies the image,
@@ -136,7 +140,13 @@ type Instance struct {
 	DPHTotal       float64
 	StorageTotal   float64 // $/h for storage
 	IsBid          bool
-	StartDate      time.Time
+	// BidDPH is the bid ($/h, per machine) an interruptible instance is
+	// priced at: dph_total less storage. Zero when not a bid.
+	BidDPH float64
+	// MinBid is the offer's current clearing price ($/h): a bid under it
+	// is stopped.
+	MinBid    float64
+	StartDate time.Time
 }
 
 // SSHEndpoint is a host:port at which the instance's SSH server answers.

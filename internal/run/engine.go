@@ -51,7 +51,8 @@ type Plan struct {
 	Label       string
 	Image       string
 	Attempt     int
-	CeilingDPH  float64 // a replacement for a taken offer is rented up to this $/h
+	CeilingDPH  float64  // a replacement for a taken offer is rented up to this $/h
+	Bid         *BidPlan `json:",omitempty"` // interruptible rentals only (bid.go)
 }
 
 // Outcomes recorded in the journal and the receipt (receipt.Outcome
@@ -522,7 +523,7 @@ func (e *Engine) spentSoFar() float64 {
 		if !a.ConfirmedAt.IsZero() {
 			end = a.ConfirmedAt
 		}
-		total += a.DPHTotal * end.Sub(a.RentedAt).Hours()
+		total += a.DPHTotal*end.Sub(a.RentedAt).Hours() - a.stoppedDiscount(end)
 	}
 	return total
 }
@@ -530,9 +531,9 @@ func (e *Engine) spentSoFar() float64 {
 func (e *Engine) approve(o provider.Offer, attempt int) error {
 	m := e.frozen()
 	p := m.Policy
-	dph := policy.TotalDPH(o, p.DiskGB)
+	dph := p.Price(o) // the bid + storage for an interruptible rental (bid.go)
 	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: m.MaxSpendUSD,
-		WorstCase: e.worstCase(dph), Label: e.state.Label, Image: m.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph)}
+		WorstCase: e.worstCase(e.planDPH(o)), Label: e.state.Label, Image: m.Image, Attempt: attempt, CeilingDPH: e.raceCeiling(dph), Bid: e.bidPlan(o)}
 	if spent := e.spentSoFar(); spent+plan.WorstCase > plan.MaxSpendUSD {
 		if err := e.record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent}); err != nil {
 			return err

@@ -42,8 +42,8 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	}
 	m := e.frozen()
 	p := m.Policy
-	total := policy.TotalDPH(o, p.DiskGB)
-	a := Attempt{MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, DPHTotal: total, DPHBase: o.DPHBase, StorageDPH: total - o.DPHBase}
+	total := p.Price(o) // the bid + storage for an interruptible rental (bid.go)
+	a := Attempt{MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, DPHTotal: total, DPHBase: o.DPHBase, StorageDPH: policy.StorageDPH(o, p.DiskGB), Bid: newAttemptBid(p, o)}
 	if err := e.record("intent", stepRent, rentIntent{Label: e.state.Label, Offer: o.ID, Attempt: a}); err != nil {
 		return 0, err
 	}
@@ -56,7 +56,7 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 	e.infof("renting offer %d (%s x%d, $%.4f/h) as %s", o.ID, o.GPUName, o.NumGPUs, total, e.state.Label)
 	res, err := e.Market.CreateInstance(ctx, provider.CreateRequest{
 		OfferID: o.ID, Image: m.Image, DiskGB: p.DiskGB, Label: e.state.Label,
-		Runtype: "ssh_direc ssh_proxy", CancelUnavail: true, ImageLogin: login,
+		Runtype: "ssh_direc ssh_proxy", CancelUnavail: true, ImageLogin: login, BidPrice: p.Bid(o), NumGPUs: o.NumGPUs,
 	})
 	switch {
 	case err == nil:
@@ -366,6 +366,9 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 		if err := e.dedupe(ctx, id); err != nil {
 			return nil, provider.Instance{}, err
 		}
+		if err := e.assertBid(ctx, id); err != nil { // a bid is read back before anything else
+			return nil, provider.Instance{}, err
+		}
 		t0 = e.now()
 		deadline := e.now().Add(time.Duration(e.Config.Timeouts.Ready))
 		// Ready and connect are observed afresh for every new rental (a
@@ -398,7 +401,7 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 			return nil, inst, fmt.Errorf("%w; and its destruction is not confirmed: %v", err, cerr)
 		}
 		exclude = append(exclude, offer.MachineID)
-		if attempt >= maxAttempts {
+		if attempt >= e.provisionAttempts() {
 			return nil, inst, err
 		}
 		e.infof("retrying once on a different machine")

@@ -38,6 +38,7 @@ type costReport struct {
 	DiscrepancyUSD *float64 `json:"discrepancy_usd,omitempty"`
 	MaxSpendUSD    float64  `json:"max_spend_usd"`
 	ChargesNote    string   `json:"charges_note,omitempty"`
+	Interruptible  *BidCost `json:"interruptible,omitempty"` // bid rentals (bidreceipt.go)
 	AlertSent      bool     `json:"-"`
 }
 
@@ -149,6 +150,7 @@ func (e *Engine) chargesFor(ctx context.Context) map[provider.InstanceID]float64
 		}
 	}
 	e.cost.ChargedUSD = &total
+	e.bidCharges(charges)
 	if e.Simulated {
 		e.cost.ChargesNote = "simulated charges"
 	} else {

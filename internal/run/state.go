@@ -53,6 +53,8 @@ type Attempt struct {
 	Confirmed   bool                `json:"destroy_confirmed"`
 	ConfirmedBy []string            `json:"confirmed_by,omitempty"`
 	Charged     *float64            `json:"charged_usd,omitempty"`
+	Bid         *AttemptBid         `json:"bid,omitempty"` // interruptible rentals (outbid.go)
+	BidCharge   *AttemptCharge      `json:"bid_charged,omitempty"`
 
 	IntentAt      time.Time `json:"rent_intent_at"`
 	RentedAt      time.Time `json:"rented_at,omitempty"`
@@ -208,6 +210,7 @@ func Replay(recs []journal.Record) (*State, error) {
 // Apply updates the state from one journal record. The engine applies each
 // record as it appends it, so no step ever re-reads the journal.
 func (s *State) Apply(r journal.Record) error {
+	replayBid(s, r) // interruptible rentals' records (outbid.go)
 	switch {
 	case r.Type == recCondition:
 		var c Condition

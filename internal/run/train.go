@@ -70,6 +70,7 @@ type ResumeProof struct {
 type trainEnd struct {
 	interrupted string // non-empty: the instance failed under the workload
 	exitCode    *int   // the workload finished
+	outbid      bool   // an interruptible rental was outbid (outbid.go)
 }
 
 // ErrTrainFailed means the workload exited non-zero.
@@ -128,12 +129,19 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 		}
 	}
 	reconnects := 0
+	afterStop := false // the instance ran again after an outbid (outbid.go)
 	for attempts := 0; ; attempts++ {
 		var inst provider.Instance
 		var err error
 		client, inst, err = e.attach(ctx, exclude)
 		if err != nil {
 			return nil, err
+		}
+		if afterStop {
+			afterStop = false
+			if err := e.retireLost(ctx, client, inst.ID); err != nil {
+				e.infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
+			}
 		}
 		end, err := e.trainOn(ctx, client, inst, deadline)
 		client.Close()
@@ -156,6 +164,17 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 			}
 			e.infof("training finished")
 			return nil, nil
+		}
+		if end.outbid {
+			resumed, err := e.onOutbid(ctx, inst, deadline)
+			if err != nil {
+				return nil, err
+			}
+			if resumed { // the same rental again: no replacement
+				attempts--
+				afterStop = true
+				continue
+			}
 		}
 		// Interrupted: destroy it (confirmed), exclude its machine, replace.
 		t0 := e.now()
@@ -407,6 +426,9 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 				return trainEnd{}, err
 			}
 		}
+		if e.outbidNow(ctx, inst.ID) { // the API first: an outbid also breaks SSH
+			return trainEnd{interrupted: "outbid", outbid: true}, nil
+		}
 		var st agent.Report
 		var sshErr error
 		if !started {
@@ -441,6 +463,8 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		switch {
 		case errors.Is(apiErr, provider.ErrNotFound):
 			return trainEnd{interrupted: "instance vanished"}, nil
+		case apiErr == nil && e.isOutbid(cur):
+			return trainEnd{interrupted: "outbid", outbid: true}, nil
 		case apiErr == nil && !cur.Running():
 			return trainEnd{interrupted: orDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)}, nil
 		case sshErr != nil && apiErr == nil:
@@ -464,6 +488,9 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 					return trainEnd{exitCode: &code}, e.finishTraining(ctx, c, inst.ID, code, alog)
 				}
 			case agent.WorkloadLost:
+				if e.lostToOutbid(cur, apiErr) { // stopped and resumed between two polls
+					return trainEnd{interrupted: "outbid", outbid: true}, nil
+				}
 				return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}
 			}
 			if st.Disk.Full {

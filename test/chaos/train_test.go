@@ -107,6 +107,11 @@ type trainSchedule struct {
 	crashOn func(method string, n int64) bool // or at the call this picks
 	what    string                            // how crashOn picks, for reports
 	slow    func() time.Duration              // slow-controller latency per call, or nil
+	// Market schedules (market_test.go): the config (trainYAML when
+	// empty), the simulator's market, and the bid ceiling to hold.
+	yaml   string
+	market sim.MarketConfig
+	maxBid float64
 }
 
 // randomTrainSchedule draws a schedule from seed.
@@ -149,7 +154,7 @@ func runTrainSchedule(t *testing.T, seed uint64, bin string, script []byte) (vio
 func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSchedule) (violations []string, summary string) {
 	rng := rand.New(rand.NewPCG(seed, seed*104729+1))
 	clk := clock.NewScaled(time.Now(), 20)
-	s, err := sim.New(sim.Config{Clock: clk, Seed: seed})
+	s, err := sim.New(sim.Config{Clock: clk, Seed: seed, Market: sc.market})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +181,11 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	uiBuf := &lockedBuf{}
 	uiText := uiBuf.String
 	newEngine := func(market run.Market, stateRoot, evidence string) *run.Engine {
-		cfg, err := config.Parse([]byte(strings.Replace(trainYAML, "STORE", store, 1)))
+		y := trainYAML
+		if sc.yaml != "" {
+			y = sc.yaml
+		}
+		cfg, err := config.Parse([]byte(strings.Replace(y, "STORE", store, 1)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,6 +264,11 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	}
 	if len(snap.Live) != 0 {
 		bad("%d live instances at the end", len(snap.Live))
+	}
+	for _, in := range append(snap.Gone, snap.Live...) {
+		if sc.maxBid > 0 && in.Bid > sc.maxBid+1e-9 {
+			bad("instance %d bid $%.4f/h, above gpu.max_bid $%.4f/h", in.ID, in.Bid, sc.maxBid)
+		}
 	}
 	for label, n := range snap.MaxLivePerLabel {
 		if n > 1 {

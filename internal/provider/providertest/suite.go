@@ -46,6 +46,8 @@ type Harness struct {
 	Ops provider.Operations
 	// Cloud is the far side of the account's cloud integrations.
 	Cloud Cloud
+	// Faults moves the market (simulator only).
+	Faults MarketFaults
 }
 
 func (h Harness) now() time.Time {
@@ -69,6 +71,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"AccountReads", testAccount},
 	}
 	cases = append(cases, operationCases...)
+	cases = append(cases, bidCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newHarness(t)) })
 	}

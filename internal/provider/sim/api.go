@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/provider"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -247,6 +248,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request, _ int64) {
 		}
 	}
 	s.mu.Lock()
+	s.refreshMinBid()
 	res, err := searchSnapshot(s.offers, q)
 	s.mu.Unlock()
 	if err != nil {
@@ -375,6 +377,19 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_price", "msg": "price must be between 0.001 and 128", "ask_id": offerID})
 		return
 	}
+	if b.Price != nil && s.faults.bidIgnored > 0 {
+		s.faults.bidIgnored--
+		b.Price = nil
+	}
+	lowBid := b.Price != nil && provider.BidFromWire(*b.Price, o.NumGPUs) < s.clearingNow(o)
+	if lowBid && b.CancelUnavail != nil && *b.CancelUnavail {
+		// cancel_unavail: a bid that cannot start now is refused, and
+		// nothing is created (the document's 410).
+		s.mu.Unlock()
+		writeJSON(w, http.StatusGone, map[string]any{"success": false, "error": "no_such_ask",
+			"msg": fmt.Sprintf("error 410/3907: no_such_ask Instance type %d is no longer available.", offerID), "ask_id": offerID})
+		return
+	}
 	in := s.createLocked(o, b, disk, tmpl)
 	fs := &s.faults
 	lost := fs.createLost > 0
@@ -386,7 +401,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 	if errContract {
 		fs.createErrContract--
 	}
-	lowBid := b.Price != nil && *b.Price < o.MinBid
+	minBid := o.MinBid
 	s.mu.Unlock()
 
 	if err := s.startSSH(in); err != nil {
@@ -410,7 +425,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 			"msg": "error 500/1201: internal error while starting the instance", "new_contract": in.ID})
 	case lowBid:
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_price",
-			"msg":          fmt.Sprintf("Your bid of $%.4f/h is below the minimum bid $%.4f/h; the instance was created stopped.", *b.Price, o.MinBid),
+			"msg":          fmt.Sprintf("Your bid of $%.4f/h is below the minimum bid $%.4f/h; the instance was created stopped.", *b.Price, minBid),
 			"new_contract": in.ID})
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"success": true, "new_contract": in.ID, "instance_api_key": in.APIKey})
@@ -422,7 +437,7 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 	now := s.clock.Now()
 	s.nextID += 1 + int64(len(s.order)%3)
 	in := &instance{
-		ID: s.nextID, Offer: o, Image: b.Image, Disk: disk, Args: b.Args, Created: now, billedTo: now,
+		ID: s.nextID, Offer: o, Image: b.Image, Disk: disk, Args: b.Args, Created: now, billedTo: now, mkt: s.mkt, marketAt: now,
 		Intended: "running", Cur: "running", Next: "running", APIKey: randomHex(32),
 		loadFor: s.cfg.LoadDuration, readLag: s.faults.readLag,
 	}
@@ -438,7 +453,11 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 	}
 	in.Env = parseEnv(b.Env)
 	if b.Price != nil {
-		in.IsBid, in.Bid = true, *b.Price
+		in.IsBid, in.Bid = true, provider.BidFromWire(*b.Price, o.NumGPUs)
+		if oa := &s.faults.outbidAfter; oa.Count > 0 {
+			oa.Count--
+			in.outbidAfter = *oa
+		}
 	}
 	fs := &s.faults
 	if fs.slowLoading > 0 {
@@ -470,9 +489,11 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 	in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "loading"
 	in.Template = tmpl
 	stopped := b.TargetState != nil && *b.TargetState == "stopped"
-	if stopped || (in.IsBid && in.Bid < o.MinBid) { // asked for, or below market: created stopped
+	if stopped || (in.IsBid && in.Bid < s.clearingNow(o)) { // asked for, or below market: created stopped
 		in.Actual, in.Intended, in.Cur, in.Next = "stopped", "stopped", "stopped", "stopped"
 		in.nextAt = time.Time{}
+		// Below the market it waits for priority, as an outbid one does.
+		in.outbid = !stopped
 	}
 	in.logf(now, "contract %d created from offer %d (machine %d)", in.ID, o.ID, o.MachineID)
 	o.RentedBy = in.ID
@@ -636,7 +657,7 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 		"disk_space": in.Disk, "disk_util": -1, "disk_usage": -1,
 		"cuda_max_good": o.CUDA, "driver_version": o.Driver, "os_version": "22.04",
 		"dph_base": o.DPHBase, "dph_total": round(in.gpuDPH()+st, 7), "storage_cost": o.StorageCost, "storage_total_cost": st,
-		"inet_up_cost": o.InetCost, "inet_down_cost": o.InetCost, "is_bid": in.IsBid, "min_bid": o.MinBid,
+		"inet_up_cost": o.InetCost, "inet_down_cost": o.InetCost, "is_bid": in.IsBid, "min_bid": s.clearingNow(o),
 		"reliability2": o.Reliability, "verification": o.Verification, "geolocation": o.Geolocation,
 		"hosting_type": o.HostingType, "search": searchPrice, "instance": nowPrice, "volume_info": []any{},
 	}

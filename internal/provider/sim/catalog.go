@@ -80,7 +80,8 @@ type offer struct {
 	PCIGen       int
 	DPHBase      float64
 	StorageCost  float64 // $/GB/month
-	MinBid       float64
+	MinBid       float64 // the clearing price now (see market.go)
+	BaseBid      float64 // the catalog's min_bid, where the market walks from
 	Reliability  float64
 	Verification string
 	HostingType  int
@@ -167,6 +168,7 @@ func generateCatalog(seed uint64, n int, now float64) []*offer {
 			StartDate:    now - float64(r.IntN(30*86400)),
 			EndDate:      now + float64(30*86400+r.IntN(120*86400)),
 		}
+		o.BaseBid = o.MinBid
 		if guaranteed {
 			o.DirectPorts = 99
 			o.Geolocation = []string{"Oregon, US", "Quebec, CA", "Germany, DE"}[i%3]

@@ -37,7 +37,7 @@ func TestOpenAPIContract(t *testing.T) {
 				Market: e.client, BadKey: e.clientWithKey(t, strings.Repeat("0", 64)), NoKey: e.clientWithKey(t, ""),
 				Sleep: func(ctx context.Context, d time.Duration) error { e.clk.Advance(d); return ctx.Err() }, Now: e.clk.Now,
 				Image: "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", Query: q, ReadyTimeout: 5 * time.Minute,
-				Ops: e.client, Cloud: simCloud{e.sim},
+				Ops: e.client, Cloud: simCloud{e.sim}, Faults: simMarket{e.sim},
 			}
 		})
 	})

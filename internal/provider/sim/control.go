@@ -28,6 +28,10 @@ type InstanceState struct {
 	// RunningSince is when the container last started running (billing of
 	// the GPU starts then).
 	RunningSince time.Time `json:"running_since,omitempty"`
+	// Bid is an interruptible instance's bid ($/h; 0 on demand) and
+	// Outbids how often the market stopped it.
+	Bid     float64 `json:"bid,omitempty"`
+	Outbids int     `json:"outbids,omitempty"`
 	// APIKey is the instance's CONTAINER_API_KEY (a simulator-only view).
 	APIKey string `json:"container_api_key"`
 }
@@ -65,7 +69,10 @@ func (s *Server) Snapshot() State {
 		in.sshMu.Unlock()
 		is := InstanceState{ID: in.ID, Label: in.Label, OfferID: in.Offer.ID, MachineID: in.Offer.MachineID,
 			ActualStatus: in.Actual, Intended: in.Intended, Image: in.Image, Destroyed: in.Destroyed,
-			SSHPort: port, GPUCost: in.GPUCost, DiskCost: in.DiskCost, Sandbox: in.sandbox, APIKey: in.APIKey, RunningSince: in.RunningSince}
+			SSHPort: port, GPUCost: in.GPUCost, DiskCost: in.DiskCost, Sandbox: in.sandbox, APIKey: in.APIKey, RunningSince: in.RunningSince, Outbids: in.Outbids}
+		if in.IsBid {
+			is.Bid = in.Bid
+		}
 		st.Spent += in.GPUCost + in.DiskCost
 		if in.Destroyed {
 			st.Gone = append(st.Gone, is)

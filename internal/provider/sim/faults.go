@@ -67,6 +67,23 @@ const (
 	// on a dead network path or a hung host. Seconds and Count schedule it
 	// as for FaultSSHDrop. New connections work.
 	FaultSSHStall = "ssh_stall"
+	// FaultOutbid makes a competing bid outbid Instance (0: every live
+	// interruptible instance; with Count > 0, each of the next Count
+	// interruptible instances Seconds after it starts running) Seconds from
+	// now (0: now): its offer's
+	// clearing price rises to Price (default the instance's bid + 25%) for
+	// For seconds (0: until cleared). The instance is stopped as an outbid
+	// one is, and resumes when the competing bid ends or its own bid is
+	// raised above it.
+	FaultOutbid = "outbid"
+	// FaultMarketSpike multiplies the clearing price by Factor (default
+	// 2.5) on Instance's offer, or Machine's, or every offer when both are
+	// 0, from Seconds from now for For seconds (default 600).
+	FaultMarketSpike = "market_spike"
+	// FaultBidIgnored makes the next Count creates (default 1) ignore their
+	// price and rent on demand, answering success as usual: the silent
+	// on-demand rental Vast makes of a create without price.
+	FaultBidIgnored = "bid_ignored"
 	// FaultClear removes every pending fault.
 	FaultClear = "clear"
 )
@@ -82,6 +99,12 @@ type Fault struct {
 	Machine  int64   `json:"machine,omitempty"`
 	Image    string  `json:"image,omitempty"`
 	Seconds  float64 `json:"seconds,omitempty"`
+	// For is how long a market fault lasts, in seconds.
+	For float64 `json:"for,omitempty"`
+	// Price is an outbid's competing bid ($/h per machine).
+	Price float64 `json:"price,omitempty"`
+	// Factor is a market spike's multiplier.
+	Factor float64 `json:"factor,omitempty"`
 }
 
 // Endpoint names used by FaultFail and FaultRateLimit.
@@ -116,6 +139,8 @@ type faults struct {
 	preemptAfterCount int
 	imageUUID         string
 	imageUUIDCount    int
+	bidIgnored        int
+	outbidAfter       Fault // Count left, Seconds after running, For
 	ssh               []*sshSchedule
 }
 
@@ -238,8 +263,13 @@ func (s *Server) Inject(f Fault) error {
 		fs.v0ListStatus = f.Status
 	case FaultSSHDrop, FaultSSHStall:
 		return s.armSSHFault(f, now)
+	case FaultBidIgnored:
+		fs.bidIgnored = max(f.Count, 1)
+	case FaultOutbid, FaultMarketSpike:
+		return s.injectMarket(f, now)
 	case FaultClear:
 		*fs = faults{v0ListStatus: http.StatusGone}
+		s.mkt.events = nil
 	default:
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

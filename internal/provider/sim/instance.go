@@ -46,6 +46,11 @@ type instance struct {
 	pullMsg                     string        // the docker error when pullFails; default "manifest unknown"
 	preemptAfter                time.Duration // >0: pause this long after running starts
 	killPending                 bool          // processes must die (paused by a scheduled fault)
+	mkt                         *market
+	marketAt                    time.Time // market moves are applied up to here
+	outbid                      bool      // stopped by the market, resumes when the bid is above it
+	Outbids                     int       // times the market stopped it
+	outbidAfter                 Fault     // a scheduled outbid, armed when it first runs
 	Destroyed                   bool
 
 	// Billing, accrued lazily up to billedTo.
@@ -111,6 +116,12 @@ func (in *instance) advance(now time.Time) {
 	if in.Destroyed {
 		return
 	}
+	in.marketTo(now)
+}
+
+// runTo runs the boot sequence's transitions due by now, billing each
+// interval at its own rate.
+func (in *instance) runTo(now time.Time) {
 	for !in.nextAt.IsZero() && !in.nextAt.After(now) {
 		at := in.nextAt
 		in.accrue(at)
@@ -148,6 +159,17 @@ func (in *instance) enter(state string, at time.Time) {
 		in.logf(at, "instance paused: outbid")
 	case "running":
 		in.RunningSince = at
+		if f := in.outbidAfter; f.Seconds > 0 && in.mkt != nil {
+			in.outbidAfter = Fault{}
+			ev := marketEvent{offer: in.Offer.ID, from: at.Add(time.Duration(f.Seconds * float64(time.Second))), price: f.Price}
+			if ev.price <= 0 {
+				ev.price = round(in.Bid*1.25+0.001, 4)
+			}
+			if f.For > 0 {
+				ev.to = ev.from.Add(time.Duration(f.For * float64(time.Second)))
+			}
+			in.mkt.events = append(in.mkt.events, ev)
+		}
 		if in.preemptAfter > 0 {
 			in.nextAt, in.nextState = at.Add(in.preemptAfter), "preempted"
 			in.preemptAfter = 0

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+
+	"github.com/vastrun/vastrun/internal/provider"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +33,7 @@ func (s *Server) applyStateLocked(in *instance, state string) {
 	switch state {
 	case "stopped":
 		in.setState(now, "stopped", "stopped", "stopped", "stopped", "")
+		in.outbid = false // stopped by its renter: it waits for no market
 		s.killSessions(in)
 	case "running":
 		if in.Actual != "running" {
@@ -148,7 +151,7 @@ func (s *Server) handleChangeBid(w http.ResponseWriter, r *http.Request, id int6
 		writeError(w, http.StatusBadRequest, "invalid_args", "client_id and price are required")
 		return
 	}
-	if *b.Price < 0.001 || *b.Price > 32 {
+	if *b.Price < provider.MinBidPrice || *b.Price > provider.MaxChangeBidPrice {
 		writeError(w, http.StatusBadRequest, "invalid_args", "Please set a bid price >= 0.001 and <= 32.")
 		return
 	}
@@ -161,15 +164,15 @@ func (s *Server) handleChangeBid(w http.ResponseWriter, r *http.Request, id int6
 	}
 	s.advance(in) // bill up to now at the old price
 	now := s.clock.Now()
-	outbid := in.IsBid && in.Actual == "stopped" && in.Intended == "stopped"
-	in.IsBid, in.Bid = true, *b.Price
-	in.logf(now, "bid changed to $%.4f/h", *b.Price)
-	switch {
-	case *b.Price < in.Offer.MinBid && in.Actual != "stopped":
-		in.setState(now, "stopped", "stopped", "stopped", "stopped", "")
+	price := provider.BidFromWire(*b.Price, in.Offer.NumGPUs)
+	in.IsBid, in.Bid = true, price
+	in.logf(now, "bid changed to $%.4f/h", price)
+	// The market decides from here: under the clearing price it is
+	// stopped (outbid), at or above it an outbid instance resumes.
+	in.evalMarket(now)
+	if in.killPending {
+		in.killPending = false
 		s.killSessions(in)
-	case *b.Price >= in.Offer.MinBid && outbid:
-		s.applyStateLocked(in, "running")
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true})
 }

@@ -33,6 +33,9 @@ type Config struct {
 	// DisableSSH skips the per-instance SSH servers (pure API tests).
 	DisableSSH bool
 	Logger     *slog.Logger
+	// Market sets the interruptible market's competing bidders (zero: a
+	// still market; see MarketConfig).
+	Market MarketConfig
 }
 
 // Server is the simulator. Use it as an http.Handler; call Close when done.
@@ -63,6 +66,7 @@ type Server struct {
 	// sshFaultsFired counts ssh_drop and ssh_stall actions.
 	sshFaultsFired int
 	clouds         []*cloudIntegration // fixed at New: read without s.mu
+	mkt            *market
 }
 
 type apiKey struct {
@@ -129,6 +133,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.addKey(&apiKey{Name: "default", Key: key})
 	s.offers = generateCatalog(cfg.Seed, cfg.Offers, unix(s.clock.Now()))
+	s.mkt = newMarket(cfg.Market, cfg.Seed, s.clock.Now(), cfg.ScheduleDelay)
 	// One cloud integration, a directory standing in for a bucket.
 	s.clouds = []*cloudIntegration{{ID: 1, Name: "vastrun-sim-bucket", CloudType: "s3"}}
 	if err := os.MkdirAll(s.cloudDir(1), 0o700); err != nil {

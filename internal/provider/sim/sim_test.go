@@ -114,7 +114,7 @@ func TestConformance(t *testing.T) {
 			Market: e.client, BadKey: e.clientWithKey(t, strings.Repeat("0", 64)), NoKey: e.clientWithKey(t, ""),
 			Sleep: func(ctx context.Context, d time.Duration) error { e.clk.Advance(d); return ctx.Err() }, Now: e.clk.Now,
 			Image: "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", Query: q, ReadyTimeout: 5 * time.Minute,
-			Ops: e.client, Cloud: simCloud{e.sim},
+			Ops: e.client, Cloud: simCloud{e.sim}, Faults: simMarket{e.sim},
 		}
 	})
 }
@@ -391,14 +391,24 @@ func TestCreateFaults(t *testing.T) {
 	}
 	e.client.DestroyInstance(ctx, res.InstanceID)
 
-	// A bid below the market creates a stopped instance and an error with its id.
+	// A bid below the market: the client's cancel_unavail makes it a 410
+	// that rents nothing.
 	low := offers[4].MinBid / 2
 	_, err = e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[4].ID, Image: "img", DiskGB: 10, Label: "lowbid", BidPrice: low})
-	var oe *provider.OutcomeUnknownError
-	if !errors.As(err, &oe) || oe.InstanceID == 0 {
-		t.Fatalf("low bid: %v", err)
+	if !errors.Is(err, provider.ErrOfferGone) {
+		t.Fatalf("low bid with cancel_unavail: %v, want the offer refused", err)
 	}
-	if inst, _ := e.client.ShowInstance(ctx, oe.InstanceID); !inst.Paused() {
+	// Without cancel_unavail (Vast's default for bids) it creates a stopped
+	// instance and answers an error that carries its id, which the client
+	// reports as an ambiguous create.
+	code, body := e.send(t, http.MethodPut, fmt.Sprintf("/api/v0/asks/%d/", offers[4].ID),
+		fmt.Sprintf(`{"client_id":"me","image":"img","disk":10,"label":"lowbid","price":%g}`, low))
+	nc, _ := body["new_contract"].(float64)
+	if code != http.StatusBadRequest || nc == 0 {
+		t.Fatalf("low bid without cancel_unavail: %d %v", code, body)
+	}
+	oe := &provider.OutcomeUnknownError{InstanceID: provider.InstanceID(nc)}
+	if inst, _ := e.client.ShowInstance(ctx, oe.InstanceID); !inst.Paused() || !inst.IsBid {
 		t.Fatalf("low-bid instance should be stopped: %+v", inst)
 	}
 	e.client.DestroyInstance(ctx, oe.InstanceID)
@@ -802,4 +812,11 @@ func TestDestroyKillsDetachedJobs(t *testing.T) {
 	if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); len(st) > 0 && !strings.Contains(string(st), ") Z ") {
 		t.Fatalf("a detached job survived its instance's destruction: %s", st)
 	}
+}
+
+// simMarket moves the simulator's market for the conformance suite.
+type simMarket struct{ s *sim.Server }
+
+func (m simMarket) Outbid(id provider.InstanceID, d time.Duration) error {
+	return m.s.Inject(sim.Fault{Kind: sim.FaultOutbid, Instance: int64(id), For: d.Seconds()})
 }

@@ -302,8 +302,14 @@ func (c *Client) CreateInstance(ctx context.Context, req provider.CreateRequest)
 		b.Runtype = "ssh_direc ssh_proxy"
 	}
 	if req.BidPrice > 0 {
-		p := req.BidPrice
+		p := provider.BidWire(req.BidPrice, req.NumGPUs)
+		if p < provider.MinBidPrice || p > provider.MaxCreateBidPrice {
+			return provider.CreateResult{}, fmt.Errorf("%s: bid $%g/h is outside %g..%g $/h: %w", op, p, provider.MinBidPrice, provider.MaxCreateBidPrice, provider.ErrInvalidRequest)
+		}
 		b.Price = &p
+		// A bid that cannot start now must fail (410), not leave a stopped
+		// contract billing storage.
+		b.CancelUnavail = true
 	}
 	if req.ImageLogin != "" {
 		l := req.ImageLogin

@@ -104,15 +104,27 @@ func (c *Client) fetchResult(ctx context.Context, op, resultURL string) (string,
 	return "", fmt.Errorf("%s: result not ready at result_url after 40 polls", op)
 }
 
-// ChangeBid sets an interruptible bid (PUT /api/v0/instances/bid_price/{id}/).
+// ChangeBid sets an interruptible bid of price $/h per machine
+// (PUT /api/v0/instances/bid_price/{id}/ {"client_id": "me", "price": …}).
+// The wire unit is provider.BidPerGPU's: per GPU needs the instance's GPU
+// count, read first.
 func (c *Client) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {
 	op := fmt.Sprintf("change bid of instance %d", id)
-	// Vast takes 0.001..32 $/h here; refuse locally what it would refuse.
-	if price < 0.001 || price > 32 {
-		return fmt.Errorf("%s: bid $%g/h is outside 0.001..32 $/h: %w", op, price, provider.ErrInvalidRequest)
+	gpus := 1
+	if provider.BidPerGPU {
+		in, err := c.ShowInstance(ctx, id)
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		gpus = in.NumGPUs
+	}
+	wire := provider.BidWire(price, gpus)
+	// Vast takes 0.001..32 here; refuse locally what it would refuse.
+	if price <= 0 || wire < provider.MinBidPrice || wire > provider.MaxChangeBidPrice {
+		return fmt.Errorf("%s: bid $%g/h is outside %g..%g $/h: %w", op, price, provider.MinBidPrice, provider.MaxChangeBidPrice, provider.ErrInvalidRequest)
 	}
 	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/bid_price/%d/", id),
-		body: map[string]any{"client_id": "me", "price": price}, idempotent: true})
+		body: map[string]any{"client_id": "me", "price": wire}, idempotent: true})
 	return err
 }
 

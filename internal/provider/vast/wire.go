@@ -185,6 +185,7 @@ type wireInstance struct {
 	DPHTotal         num             `json:"dph_total"`
 	StorageTotalCost num             `json:"storage_total_cost"`
 	IsBid            flag            `json:"is_bid"`
+	MinBid           num             `json:"min_bid"`
 	StartDate        num             `json:"start_date"`
 }
 
@@ -198,7 +199,12 @@ func (w wireInstance) domain() provider.Instance {
 		DiskSpaceGB: float64(w.DiskSpace), Geolocation: string(w.Geolocation), SSHHost: string(w.SSHHost),
 		SSHPort: int(w.SSHPort), PublicIP: string(w.PublicIPAddr), Ports: decodePorts(w.Ports),
 		DPHBase: float64(w.DPHBase), DPHTotal: float64(w.DPHTotal), StorageTotal: float64(w.StorageTotalCost),
-		IsBid: bool(w.IsBid),
+		IsBid: bool(w.IsBid), MinBid: float64(w.MinBid),
+	}
+	if inst.IsBid {
+		// Vast prices a bid instance's dph_total from the bid (§4.2): what is
+		// left after storage is the bid.
+		inst.BidDPH = math.Round((inst.DPHTotal-inst.StorageTotal)*1e6) / 1e6
 	}
 	if w.StartDate > 0 {
 		sec, frac := math.Modf(float64(w.StartDate))
