@@ -85,7 +85,7 @@ func Until(ctx context.Context, clk clock.Clock, p Policy, f func(ctx context.Co
 	}
 	permanent := p.Permanent
 	if permanent == nil {
-		permanent = func(err error) bool { return errors.Is(err, provider.ErrAuth) }
+		permanent = func(err error) bool { return errors.Is(err, provider.ErrAuth) || IsPermanent(err) }
 	}
 	throttled := p.Throttled
 	if throttled == nil {
@@ -133,4 +133,12 @@ func Until(ctx context.Context, clk clock.Clock, p Policy, f func(ctx context.Co
 			wait = min(time.Duration(float64(wait)*factor), maxWait)
 		}
 	}
+}
+
+// IsPermanent reports whether err says of itself (a Permanent() bool
+// method, anywhere in its chain) that retrying cannot help: a controller
+// that lost its lease, for one. Until stops on such an error at once.
+func IsPermanent(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
 }

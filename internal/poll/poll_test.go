@@ -35,6 +35,7 @@ func TestUntil(t *testing.T) {
 	errFlaky := errors.New("connection reset")
 	rate := fmt.Errorf("search: %w", provider.ErrRateLimited)
 	auth := fmt.Errorf("show: %w", provider.ErrAuth)
+	fenced := fmt.Errorf("destroy: %w", permanentErr{})
 	tests := []struct {
 		name      string
 		results   []error // per call; nil then done
@@ -53,6 +54,7 @@ func TestUntil(t *testing.T) {
 			policy:    poll.Policy{Initial: 4 * time.Second, Max: 10 * time.Second, Limit: func() time.Duration { return 5 * time.Second }},
 			wantWaits: []time.Duration{4 * time.Second, 5 * time.Second, 5 * time.Second}},
 		{name: "auth stops", results: []error{auth, nil}, wantErr: provider.ErrAuth, wantWaits: nil},
+		{name: "an error that says it is permanent stops", results: []error{fenced, nil}, wantErr: permanentErr{}, wantWaits: nil},
 		{name: "deadline ends with the last error", results: []error{errFlaky, errFlaky, errFlaky, errFlaky, errFlaky},
 			policy:  poll.Policy{Initial: 4 * time.Second, Max: 4 * time.Second, Deadline: time.Date(2026, 12, 1, 0, 0, 10, 0, time.UTC)},
 			wantErr: errFlaky, wantWaits: []time.Duration{4 * time.Second, 4 * time.Second, 2 * time.Second}},
@@ -93,3 +95,10 @@ func TestUntilContextEndsTheWait(t *testing.T) {
 		t.Fatalf("err %v, want context.Canceled", err)
 	}
 }
+
+// permanentErr says of itself that retrying cannot help (as a controller
+// that lost its lease does).
+type permanentErr struct{}
+
+func (permanentErr) Error() string   { return "lease lost" }
+func (permanentErr) Permanent() bool { return true }

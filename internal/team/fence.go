@@ -28,10 +28,23 @@ func (f *FencedMarket) check(op string) error {
 		return fmt.Errorf("%s: team state: no lease held on this run", op)
 	}
 	if err := l.Check(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return &FenceError{Op: op, Err: err}
 	}
 	return nil
 }
+
+// FenceError is a marketplace call refused because this controller no
+// longer holds the run's lease (state.ErrLeaseLost or state.ErrFenced).
+// It is permanent: retrying cannot bring the lease back, and the
+// controller that takes the run over finishes it, teardown included.
+type FenceError struct {
+	Op  string
+	Err error
+}
+
+func (e *FenceError) Error() string   { return e.Op + ": " + e.Err.Error() }
+func (e *FenceError) Unwrap() error   { return e.Err }
+func (e *FenceError) Permanent() bool { return true }
 
 func (f *FencedMarket) CreateInstance(ctx context.Context, req provider.CreateRequest) (provider.CreateResult, error) {
 	if err := f.check(fmt.Sprintf("rent offer %d", req.OfferID)); err != nil {
