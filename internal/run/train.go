@@ -71,6 +71,12 @@ type trainEnd struct {
 	interrupted string // non-empty: the instance failed under the workload
 	exitCode    *int   // the workload finished
 	outbid      bool   // an interruptible rental was outbid (outbid.go)
+
+	// Within trainOn's monitor only: the pass started the workload, so the
+	// next pass comes without the limit checks; cur is the instance as the
+	// API showed it to this pass.
+	again bool
+	cur   provider.Instance
 }
 
 // ErrTrainFailed means the workload exited non-zero.
@@ -148,6 +154,11 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 		client = nil
 		// SSH lost for good mid-step: look at the instance again (attach
 		// re-attaches if it runs, replaces it if not) instead of failing.
+		// An outbid also breaks SSH: when the connection was lost because
+		// the host stopped a bid instance, it is an outbid, not a resume.
+		if err != nil && remote.Lost(err) && ctx.Err() == nil && e.outbidNow(ctx, inst.ID) {
+			end, err = trainEnd{interrupted: "outbid", outbid: true}, nil
+		}
 		if err != nil && remote.Lost(err) && ctx.Err() == nil && reconnects < 3 {
 			reconnects++
 			attempts--
@@ -420,84 +431,37 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 	seen := map[string]bool{}
 	started := false        // this controller started or found the workload
 	var lastCheck time.Time // the last pass's money check
+	var budgetAt time.Time  // when spending reaches the budget less the cost of stopping
 	for pass := 0; ; pass++ {
 		if pass > 0 {
-			if err := e.sleep(ctx, e.jittered(poll)); err != nil {
+			wait := e.jittered(poll)
+			if !budgetAt.IsZero() {
+				wait = max(0, min(wait, budgetAt.Sub(e.now())))
+			}
+			if err := e.sleep(ctx, wait); err != nil {
 				return trainEnd{}, err
 			}
 		}
-		if e.outbidNow(ctx, inst.ID) { // the API first: an outbid also breaks SSH
-			return trainEnd{interrupted: "outbid", outbid: true}, nil
+		// A pass that stalls (a slow SSH round trip, a loaded machine)
+		// must not carry spending past the budget: its calls end when the
+		// budget's moment comes, in real time (budgetCtx).
+		pctx, cancelPass := e.budgetCtx(ctx, budgetAt)
+		end, err, done := e.trainPass(pctx, c, inst, alog, seen, &started)
+		cancelPass()
+		// Unless the workload finished in this very pass, a pass cut short
+		// at the budget's moment is a budget stop (its failed calls say
+		// nothing about the instance).
+		if budgetReached(pctx, ctx) && (!done || end.exitCode == nil) {
+			e.commitPending(ctx, c, inst.ID, seen)
+			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("spending reached budget.max_spend $%.2f less the cost of stopping while the controller waited on instance %d: stopped with the last committed checkpoint", e.Config.Budget.MaxSpend, inst.ID)}
 		}
-		var st agent.Report
-		var sshErr error
-		if !started {
-			if sshErr = e.agentPresent(ctx, c); errors.Is(sshErr, errAgentMissing) {
-				if err := e.startTraining(ctx, c, inst, true); err != nil {
-					return trainEnd{}, err
-				}
-				started = true
-				continue
-			}
+		if done {
+			return end, err
 		}
-		if sshErr == nil {
-			st, sshErr = e.askAgentLogs(ctx, c, inst.ID, alog)
+		if end.again {
+			continue
 		}
-		if ctx.Err() != nil {
-			return trainEnd{}, ctx.Err()
-		}
-		if errors.Is(sshErr, ErrAgentProtocol) {
-			return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: sshErr}
-		}
-		if sshErr == nil && !started {
-			started = true
-			if st.Workload.State == agent.WorkloadAbsent {
-				if err := e.startTraining(ctx, c, inst, false); err != nil {
-					return trainEnd{}, err
-				}
-				continue
-			}
-			e.infof("the workload is %s on instance %d; monitoring it", st.Workload.State, inst.ID)
-		}
-		cur, apiErr := e.Market.ShowInstance(ctx, inst.ID)
-		switch {
-		case errors.Is(apiErr, provider.ErrNotFound):
-			return trainEnd{interrupted: "instance vanished"}, nil
-		case apiErr == nil && e.isOutbid(cur):
-			return trainEnd{interrupted: "outbid", outbid: true}, nil
-		case apiErr == nil && !cur.Running():
-			return trainEnd{interrupted: orDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)}, nil
-		case sshErr != nil && apiErr == nil:
-			// The instance runs; the answer is unknown, which is not a
-			// "no": nothing is started, and the limits below still apply.
-			e.Log.Debug("agent status failed while the API says running", "err", sshErr)
-		case sshErr != nil:
-			return trainEnd{interrupted: "SSH lost and the API cannot be read: " + sshErr.Error()}, nil
-		}
-		if sshErr == nil {
-			e.noteStatus(inst.ID, st, seen)
-			e.addLog(alog, st.Log)
-			e.addMetrics(alog, st.Metrics)
-			switch st.Workload.State {
-			case agent.WorkloadExited:
-				if st.Workload.Finalized {
-					code := *st.Workload.ExitCode
-					if st.Workload.Signal != "" {
-						e.infof("the workload was killed by signal %s", st.Workload.Signal)
-					}
-					return trainEnd{exitCode: &code}, e.finishTraining(ctx, c, inst.ID, code, alog)
-				}
-			case agent.WorkloadLost:
-				if e.lostToOutbid(cur, apiErr) { // stopped and resumed between two polls
-					return trainEnd{interrupted: "outbid", outbid: true}, nil
-				}
-				return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}
-			}
-			if st.Disk.Full {
-				e.commitPending(ctx, c, inst.ID, seen)
-				return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("instance %d has %d MiB free, too little for another checkpoint of %d MiB: stopped with the last committed checkpoint (raise gpu.disk_gb, lower train.keep, or save smaller checkpoints)", inst.ID, st.Disk.FreeBytes>>20, st.Checkpoint.LastSize>>20)}
-			}
-		}
+		cur := end.cur
 		// Money and time limits, on every pass: stop with the last committed
 		// checkpoint. Stopping bills too (a final commit, destroy and
 		// confirm), so the projection covers two polls plus the time allowed
@@ -514,15 +478,101 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 			gap = max(gap, e.now().Sub(lastCheck))
 		}
 		lastCheck = e.now()
-		projected := e.spentSoFar() + dph*(2*gap+stopping).Hours()
+		spent := e.spentSoFar()
+		projected := spent + dph*(2*gap+stopping).Hours()
 		if projected > e.Config.Budget.MaxSpend {
 			e.commitPending(ctx, c, inst.ID, seen)
 			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Config.Budget.MaxSpend)}
+		}
+		if dph > 0 {
+			left := e.Config.Budget.MaxSpend - spent - dph*stopping.Hours()
+			budgetAt = e.now().Add(time.Duration(left / dph * float64(time.Hour)))
 		}
 		if !e.now().Before(deadline) {
 			e.commitPending(ctx, c, inst.ID, seen)
 			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.Config.Train.RuntimeDeadline)}
 		}
+	}
+}
+
+// trainPass is one pass of trainOn's monitor: the API's view, the agent's
+// status, the workload's end. done means trainOn returns end and err;
+// otherwise end.cur is the instance as the API showed it, for the limits.
+func (e *Engine) trainPass(ctx context.Context, c *remote.Client, inst provider.Instance, alog *attemptLog, seen map[string]bool, started *bool) (end trainEnd, err error, done bool) {
+	{
+		if e.outbidNow(ctx, inst.ID) { // the API first: an outbid also breaks SSH
+			return trainEnd{interrupted: "outbid", outbid: true}, nil, true
+		}
+		var st agent.Report
+		var sshErr error
+		if !*started {
+			if sshErr = e.agentPresent(ctx, c); errors.Is(sshErr, errAgentMissing) {
+				if err := e.startTraining(ctx, c, inst, true); err != nil {
+					return trainEnd{}, err, true
+				}
+				*started = true
+				return trainEnd{again: true}, nil, false
+			}
+		}
+		if sshErr == nil {
+			st, sshErr = e.askAgentLogs(ctx, c, inst.ID, alog)
+		}
+		if ctx.Err() != nil {
+			return trainEnd{}, ctx.Err(), true
+		}
+		if errors.Is(sshErr, ErrAgentProtocol) {
+			return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: sshErr}, true
+		}
+		if sshErr == nil && !*started {
+			*started = true
+			if st.Workload.State == agent.WorkloadAbsent {
+				if err := e.startTraining(ctx, c, inst, false); err != nil {
+					return trainEnd{}, err, true
+				}
+				return trainEnd{again: true}, nil, false
+			}
+			e.infof("the workload is %s on instance %d; monitoring it", st.Workload.State, inst.ID)
+		}
+		cur, apiErr := e.Market.ShowInstance(ctx, inst.ID)
+		switch {
+		case errors.Is(apiErr, provider.ErrNotFound):
+			return trainEnd{interrupted: "instance vanished"}, nil, true
+		case apiErr == nil && e.isOutbid(cur):
+			return trainEnd{interrupted: "outbid", outbid: true}, nil, true
+		case apiErr == nil && !cur.Running():
+			return trainEnd{interrupted: orDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)}, nil, true
+		case sshErr != nil && apiErr == nil:
+			// The instance runs; the answer is unknown, which is not a
+			// "no": nothing is started, and the limits below still apply.
+			e.Log.Debug("agent status failed while the API says running", "err", sshErr)
+		case sshErr != nil:
+			return trainEnd{interrupted: "SSH lost and the API cannot be read: " + sshErr.Error()}, nil, true
+		}
+		if sshErr == nil {
+			e.noteStatus(inst.ID, st, seen)
+			e.addLog(alog, st.Log)
+			e.addMetrics(alog, st.Metrics)
+			switch st.Workload.State {
+			case agent.WorkloadExited:
+				if st.Workload.Finalized {
+					code := *st.Workload.ExitCode
+					if st.Workload.Signal != "" {
+						e.infof("the workload was killed by signal %s", st.Workload.Signal)
+					}
+					return trainEnd{exitCode: &code}, e.finishTraining(ctx, c, inst.ID, code, alog), true
+				}
+			case agent.WorkloadLost:
+				if e.lostToOutbid(cur, apiErr) { // stopped and resumed between two polls
+					return trainEnd{interrupted: "outbid", outbid: true}, nil, true
+				}
+				return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}, true
+			}
+			if st.Disk.Full {
+				e.commitPending(ctx, c, inst.ID, seen)
+				return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("instance %d has %d MiB free, too little for another checkpoint of %d MiB: stopped with the last committed checkpoint (raise gpu.disk_gb, lower train.keep, or save smaller checkpoints)", inst.ID, st.Disk.FreeBytes>>20, st.Checkpoint.LastSize>>20)}, true
+			}
+		}
+		return trainEnd{cur: cur}, nil, false
 	}
 }
 
