@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/remote"
 )
 
 // errBudgetMoment ends a training pass whose calls were still waiting when
@@ -39,4 +41,24 @@ func (e *Engine) budgetCtx(ctx context.Context, at time.Time) (context.Context, 
 // moment while the run's own ctx is still live.
 func budgetReached(pctx, ctx context.Context) bool {
 	return ctx.Err() == nil && errors.Is(context.Cause(pctx), errBudgetMoment)
+}
+
+// commitBeforeBudget is the budget stop's final commit pass, bounded so
+// that it and the teardown after it fit in what is left of the budget at
+// dph: the pass gets the time until spending would reach the budget less
+// the teardown's own deadline, and none when that is already past (the last
+// committed checkpoint stands).
+func (e *Engine) commitBeforeBudget(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool, dph float64) {
+	if dph > 0 {
+		teardown := min(time.Duration(e.Config.Timeouts.Teardown), time.Minute)
+		left := e.Config.Budget.MaxSpend - e.spentSoFar() - dph*teardown.Hours()
+		if left <= 0 {
+			e.infof("no budget left for a final checkpoint commit on instance %d: the last committed checkpoint stands", inst)
+			return
+		}
+		cctx, cancel := e.budgetCtx(ctx, e.now().Add(time.Duration(left/dph*float64(time.Hour))))
+		defer cancel()
+		ctx = cctx
+	}
+	e.commitPending(ctx, c, inst, seen)
 }

@@ -452,7 +452,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		// at the budget's moment is a budget stop (its failed calls say
 		// nothing about the instance).
 		if budgetReached(pctx, ctx) && (!done || end.exitCode == nil) {
-			e.commitPending(ctx, c, inst.ID, seen)
+			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.state.Current().DPHTotal)
 			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("spending reached budget.max_spend $%.2f less the cost of stopping while the controller waited on instance %d: stopped with the last committed checkpoint", e.Config.Budget.MaxSpend, inst.ID)}
 		}
 		if done {
@@ -481,7 +481,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		spent := e.spentSoFar()
 		projected := spent + dph*(2*gap+stopping).Hours()
 		if projected > e.Config.Budget.MaxSpend {
-			e.commitPending(ctx, c, inst.ID, seen)
+			e.commitBeforeBudget(ctx, c, inst.ID, seen, dph)
 			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Config.Budget.MaxSpend)}
 		}
 		if dph > 0 {
