@@ -220,8 +220,21 @@ func (e *Engine) attach(ctx context.Context, exclude []int64) (*remote.Client, p
 		switch {
 		case err == nil && inst.Running():
 			e.infof("re-attaching to instance %d", inst.ID)
-			client, err := e.connect(ctx, inst.ID, inst, e.now().Add(time.Duration(e.Config.Timeouts.Ready)))
-			return client, inst, err
+			client, cerr := e.connect(ctx, inst.ID, inst, e.now().Add(time.Duration(e.Config.Timeouts.Ready)))
+			if cerr == nil || ctx.Err() != nil {
+				return client, inst, cerr
+			}
+			// Unreachable (or stopped while we dialled): the same as a
+			// rental that never answered, so it is replaced, not the run
+			// failed.
+			if err := e.record("event", stepFailover, instanceData{Instance: a.InstanceID, Reason: "unreachable when the controller resumed: " + cerr.Error()}); err != nil {
+				return nil, inst, err
+			}
+			e.infof("instance %d cannot be reached (%v): destroying it and renting a replacement", a.InstanceID, cerr)
+			if err := e.destroyConfirm(context.WithoutCancel(ctx), a.InstanceID, time.Time{}); err != nil {
+				return nil, inst, err
+			}
+			exclude = append(exclude, a.MachineID)
 		case err == nil || errors.Is(err, provider.ErrNotFound):
 			// Gone or not running: destroy whatever is left, then replace.
 			if err := e.record("event", stepFailover, instanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"}); err != nil {

@@ -19,6 +19,8 @@ func InWords(reason string) string {
 		return "the image could not be pulled or started"
 	case strings.Contains(r, "stuck in created"):
 		return "the instance never started"
+	case strings.Contains(r, "unreachable when the controller resumed"):
+		return "the instance could not be reached when vastrun took the run over again"
 	case strings.Contains(r, "not running when the controller resumed"):
 		return "the instance was gone when vastrun took the run over again"
 	case strings.Contains(r, "extra instance"):
