@@ -350,6 +350,7 @@ func TestChaosTrainRegressionSeeds(t *testing.T) {
 		{16, "the final checkpoint went missing: two agents committing one step overwrote each other's manifest"},
 		{23, "an ssh_stall during the restore ended the run instead of a re-attach"},
 		{26, "a preemption during the agent upload ended the run instead of a replacement"},
+		{18, "a resumed controller that could not reach its instance (preempted while it dialled under an SSH stall) failed the run instead of replacing it"},
 	} {
 		t.Run(fmt.Sprintf("seed_%d", c.seed), func(t *testing.T) {
 			if v, summary := runTrainSchedule(t, c.seed, bin, script); len(v) > 0 {
