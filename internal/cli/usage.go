@@ -3,9 +3,9 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // flagError turns cobra's flag errors into usage errors (exit 2) with a
@@ -13,7 +13,8 @@ import (
 // does not know is most likely the program's own: say to put -- first.
 func flagError(c *cobra.Command, err error) error {
 	hint := fmt.Sprintf("see '%s --help'", c.CommandPath())
-	if takesCommand(c) && strings.Contains(err.Error(), "unknown") && strings.Contains(err.Error(), "flag") {
+	var unknown *pflag.NotExistError // pflag's typed "unknown flag" error
+	if takesCommand(c) && errors.As(err, &unknown) {
 		hint = fmt.Sprintf("flags after the command belong to it: put -- before the command, e.g. '%s -- nvidia-smi -L'", c.CommandPath())
 	}
 	return &UsageError{Err: err, Hint: hint}
