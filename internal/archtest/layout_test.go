@@ -49,7 +49,7 @@ var layout = map[string][]string{
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
 		"internal/redact", "internal/remote", "internal/spec", "internal/storage", "internal/workdir"},
 	"internal/runs":                {"internal/journal", "internal/provider", "internal/run"},
-	"internal/spec":                {"internal/policy"},
+	"internal/spec":                {"internal/config", "internal/policy"}, // spec.Build: the one place a config becomes a spec
 	"internal/state":               {"internal/clock"},
 	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/run", "internal/state"},
 	"internal/storage":             {},

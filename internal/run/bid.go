@@ -56,12 +56,12 @@ func outbidWords(policy string) string {
 
 // bidPlan is o's bid plan, or nil for an on-demand policy.
 func (e *Engine) bidPlan(o provider.Offer) *BidPlan {
-	p := e.Config.Policy()
+	p := e.frozen().Policy
 	if !p.Interruptible {
 		return nil
 	}
 	b := &BidPlan{BidDPH: p.Bid(o), MinBid: o.MinBid, TotalDPH: p.Price(o), OnDemandDPH: policy.TotalDPH(o, p.DiskGB),
-		MaxBid: p.MaxBid, OnOutbid: e.Config.Train.OnOutbid}
+		MaxBid: p.MaxBid, OnOutbid: e.trainSpec().OnOutbid}
 	b.WorstDPH = b.TotalDPH
 	if b.OnOutbid == config.OnOutbidRebid && p.MaxBid > 0 {
 		b.WorstDPH = p.MaxBid
@@ -74,5 +74,5 @@ func (e *Engine) planDPH(o provider.Offer) float64 {
 	if b := e.bidPlan(o); b != nil {
 		return b.WorstDPH
 	}
-	return policy.TotalDPH(o, e.Config.Policy().DiskGB)
+	return policy.TotalDPH(o, e.frozen().Policy.DiskGB)
 }

@@ -50,8 +50,8 @@ func budgetReached(pctx, ctx context.Context) bool {
 // committed checkpoint stands).
 func (e *Engine) commitBeforeBudget(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool, dph float64) {
 	if dph > 0 {
-		teardown := min(time.Duration(e.Config.Timeouts.Teardown), time.Minute)
-		left := e.Config.Budget.MaxSpend - e.spentSoFar() - dph*teardown.Hours()
+		teardown := min(e.teardownLimit(), time.Minute)
+		left := e.frozen().MaxSpendUSD - e.spentSoFar() - dph*teardown.Hours()
 		if left <= 0 {
 			e.infof("no budget left for a final checkpoint commit on instance %d: the last committed checkpoint stands", inst)
 			return

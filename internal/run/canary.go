@@ -49,6 +49,10 @@ type CUDACheck struct {
 	ExitCode int       `json:"exit_code"`
 	Output   string    `json:"output,omitempty"`
 	Passed   bool      `json:"passed"`
+	// CaptureError is why nvidia-smi's answer could not be read from the
+	// instance (a transport failure, not the GPU's answer): the GPU list is
+	// then unknown, which is reported, never taken as "no GPU".
+	CaptureError string `json:"capture_error,omitempty"`
 }
 
 // CanaryReport is the canary part of the receipt.
@@ -63,6 +67,25 @@ type CanaryReport struct {
 	// FailureEvidence names the file with driver, CUDA, image and command
 	// details collected before teardown after a GPU-only failure.
 	FailureEvidence string `json:"gpu_failure_evidence,omitempty"`
+	// CaptureErrors lists the evidence the controller could not capture
+	// from the instance (GPU identity, the failure's environment), with
+	// why. Evidence, not a decision: the outcome does not change.
+	CaptureErrors []string `json:"capture_errors,omitempty"`
+}
+
+// instanceShell is what the canary's evidence capture needs of the
+// instance's SSH connection (*remote.Client).
+type instanceShell interface {
+	Output(ctx context.Context, script string) (string, error)
+	Run(ctx context.Context, cmd remote.Command) error
+}
+
+// captureFailed notes evidence that could not be captured.
+func (e *Engine) captureFailed(what string, err error) string {
+	msg := e.Redactor.String(fmt.Sprintf("%s: %v", what, err))
+	e.canary.CaptureErrors = append(e.canary.CaptureErrors, msg)
+	e.infof("canary: could not capture %s (the run goes on; the receipt notes it)", msg)
+	return msg
 }
 
 // CanaryError reports a canary whose GPU outcome disagrees with the local one.
@@ -83,7 +106,7 @@ func (e *Engine) RunCanary(ctx context.Context, allowLocalFailure bool) (*Receip
 }
 
 func (e *Engine) localContract(ctx context.Context, allowFailure bool) error {
-	cc := e.Config.Canary
+	cc := e.canarySpec()
 	if cc.Unit != "" {
 		e.infof("local unit tests: %s", cc.Unit)
 		uctx, cancel := e.withClockTimeout(ctx, localTimeout(cc.Timeouts.Unit.Duration()))
@@ -174,12 +197,12 @@ func (e *Engine) judgeSmoke(where string, code int, resultPath, log string) Smok
 	if b, err := os.ReadFile(resultPath); err == nil {
 		json.Unmarshal(e.Redactor.JSON(b), &out.Result)
 	}
-	for _, f := range e.Config.Canary.ExpectFields {
+	for _, f := range e.canarySpec().ExpectFields {
 		if _, ok := lookup(out.Result, f); !ok {
 			out.MissingFields = append(out.MissingFields, f)
 		}
 	}
-	out.Passed = code == e.Config.Canary.ExpectExit && len(out.MissingFields) == 0
+	out.Passed = code == e.canarySpec().ExpectExit && len(out.MissingFields) == 0
 	return out
 }
 
@@ -207,7 +230,7 @@ func Delta(local, gpu map[string]any, ignore []string) []FieldDelta {
 // compareResults compares under canary.compare (tolerance, ignore) and the
 // older canary.ignore_fields.
 func (e *Engine) compareResults(local, gpu map[string]any) []FieldDelta {
-	cc := e.Config.Canary
+	cc := e.canarySpec()
 	return canary.Compare(local, gpu, canary.CompareOptions{Tolerance: cc.Compare.Tolerance, Ignore: append(append([]string{}, cc.IgnoreFields...), cc.Compare.Ignore...)})
 }
 
@@ -223,7 +246,7 @@ func (e *Engine) gpuCanary(ctx context.Context, c *remote.Client, inst provider.
 		return err
 	}
 	env["VASTRUN_DEVICE"] = "gpu"
-	cc := e.Config.Canary
+	cc := e.canarySpec()
 	e.infof("GPU smoke on instance %d: %s", inst.ID, cc.Smoke)
 	var gpu SmokeOutcome
 	if cc.IsServer() {
@@ -275,9 +298,14 @@ func (e *Engine) gpuCanary(ctx context.Context, c *remote.Client, inst provider.
 	return nil
 }
 
-func (e *Engine) cudaCheck(ctx context.Context, c *remote.Client, env map[string]string) *CUDACheck {
-	chk := &CUDACheck{Command: e.Config.Canary.CUDACheck}
-	out, _ := c.Output(ctx, `echo "==csv"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits; echo "==smi"; nvidia-smi; true`)
+func (e *Engine) cudaCheck(ctx context.Context, c instanceShell, env map[string]string) *CUDACheck {
+	chk := &CUDACheck{Command: e.canarySpec().CUDACheck}
+	// The script always exits 0 (a missing nvidia-smi is an empty answer,
+	// "no GPU"), so an error is the transport's: the answer is unknown.
+	out, err := c.Output(ctx, `echo "==csv"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits; echo "==smi"; nvidia-smi; true`)
+	if err != nil {
+		chk.CaptureError = e.captureFailed("the GPU's identity (nvidia-smi)", err)
+	}
 	sec := splitSections(out)
 	for _, line := range strings.Split(strings.TrimSpace(sec["csv"]), "\n") {
 		parts := strings.Split(line, ",")
@@ -290,7 +318,7 @@ func (e *Engine) cudaCheck(ctx context.Context, c *remote.Client, env map[string
 	if m := cudaRE.FindStringSubmatch(sec["smi"]); m != nil {
 		fmt.Sscan(m[1], &chk.CUDA)
 	}
-	chk.Passed = len(chk.GPUs) > 0 && chk.CUDA > 0
+	chk.Passed = chk.CaptureError != "" || (len(chk.GPUs) > 0 && chk.CUDA > 0)
 	if chk.Command != "" {
 		var buf strings.Builder
 		err := c.Run(ctx, remote.Command{Script: chk.Command, Env: env, Stdout: &buf, Stderr: &buf})
@@ -308,10 +336,13 @@ func (e *Engine) cudaCheck(ctx context.Context, c *remote.Client, env map[string
 
 // collectFailureEvidence keeps what explains a GPU-only failure, before the
 // instance is destroyed.
-func (e *Engine) collectFailureEvidence(ctx context.Context, c *remote.Client, inst provider.Instance) {
-	out, _ := c.Output(ctx, `echo "== nvidia-smi"; nvidia-smi; echo "== nvidia-smi -L"; nvidia-smi -L; echo "== kernel"; uname -a; echo "== environment names"; env | cut -d= -f1 | sort; echo "== disk"; df -h .; true`)
+func (e *Engine) collectFailureEvidence(ctx context.Context, c instanceShell, inst provider.Instance) {
+	out, err := c.Output(ctx, `echo "== nvidia-smi"; nvidia-smi; echo "== nvidia-smi -L"; nvidia-smi -L; echo "== kernel"; uname -a; echo "== environment names"; env | cut -d= -f1 | sort; echo "== disk"; df -h .; true`)
 	body := fmt.Sprintf("instance %d on machine %d\nimage (pinned): %s\nimage_uuid (reported): %s\ndriver %s, CUDA %.1f\nsmoke command: %s\ncuda check: %s\n\n%s",
-		inst.ID, inst.MachineID, e.Config.Image, inst.ImageUUID, inst.DriverVersion, inst.CUDAMax, e.Config.Canary.Smoke, e.Config.Canary.CUDACheck, out)
+		inst.ID, inst.MachineID, e.frozen().Image, inst.ImageUUID, inst.DriverVersion, inst.CUDAMax, e.canarySpec().Smoke, e.canarySpec().CUDACheck, out)
+	if err != nil {
+		body += "\n(capture failed: " + e.captureFailed("the GPU-only failure's environment (nvidia-smi, kernel, env names, disk)", err) + ")\n"
+	}
 	name := "gpu-failure-evidence.txt"
 	if os.WriteFile(filepath.Join(e.EvidenceDir, name), []byte(e.Redactor.String(body)), 0o644) == nil {
 		e.canary.FailureEvidence = name

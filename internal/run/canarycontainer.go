@@ -39,7 +39,7 @@ func (e *Engine) localContainer(ctx context.Context) (eng *container.Engine, fil
 		return nil, "", "no container engine (docker or podman) is available: the smoke command ran directly on this host in CPU mode", nil
 	}
 	candidates := []string{"Containerfile", "Dockerfile"}
-	if f := e.Config.Canary.Containerfile; f != "" {
+	if f := e.canarySpec().Containerfile; f != "" {
 		candidates = []string{f}
 	}
 	for _, f := range candidates {
@@ -47,7 +47,7 @@ func (e *Engine) localContainer(ctx context.Context) (eng *container.Engine, fil
 			return eng, f, "", nil
 		}
 	}
-	if f := e.Config.Canary.Containerfile; f != "" {
+	if f := e.canarySpec().Containerfile; f != "" {
 		return nil, "", "", fmt.Errorf("%w: canary.containerfile %s does not exist in %s", ErrContainer, f, e.RepoDir)
 	}
 	return nil, "", fmt.Sprintf("%s is available but the repository has no Containerfile or Dockerfile (set canary.containerfile): the smoke command ran directly on this host in CPU mode", eng.Name), nil
@@ -62,7 +62,7 @@ func (e *Engine) containerSmoke(ctx context.Context, eng *container.Engine, file
 	if err := e.logTo(ctx, "build.log", func(w io.Writer) error { return eng.Build(ctx, e.RepoDir, file, tag, w) }); err != nil {
 		return -1, fmt.Errorf("%w: %s build: %w (see build.log)", ErrContainer, eng.Name, err)
 	}
-	e.infof("local smoke (%s, CPU mode): %s", eng.Name, e.Config.Canary.Smoke)
+	e.infof("local smoke (%s, CPU mode): %s", eng.Name, e.canarySpec().Smoke)
 	// The same contract locally and on the GPU: env:, declared secrets and
 	// the VASTRUN_* names (testEnv), nothing else from this shell.
 	cenv, err := e.testEnv()
@@ -73,7 +73,7 @@ func (e *Engine) containerSmoke(ctx context.Context, eng *container.Engine, file
 		cenv[k] = v
 	}
 	cenv["VASTRUN_RESULT"] = "/vastrun/" + filepath.Base(resultPath)
-	spec := container.RunSpec{Image: tag, Command: []string{"sh", "-c", e.Config.Canary.Smoke}, Env: cenv,
+	spec := container.RunSpec{Image: tag, Command: []string{"sh", "-c", e.canarySpec().Smoke}, Env: cenv,
 		Mounts: map[string]string{filepath.Dir(resultPath): "/vastrun"}}
 	code := -1
 	err = e.logTo(ctx, "local-smoke.log", func(w io.Writer) error {

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/canary"
+	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/spec"
 )
 
 // remoteHost runs the server smoke contract on the instance itself: the
@@ -89,13 +91,13 @@ func (p *remoteProc) signal(ctx context.Context, sig string) error {
 
 // serverSpec is the server smoke contract of the config, for one side.
 func (e *Engine) serverSpec(env map[string]string, log, probeLog io.Writer) canary.Server {
-	cc := e.Config.Canary
+	cc := e.canarySpec()
 	return canary.Server{
 		Command:   cc.Smoke,
 		Env:       env,
 		HealthURL: canary.HealthURL(cc.HealthURL, cc.Ports),
 		Ports:     cc.Ports,
-		Request:   cc.Request,
+		Request:   requestOf(cc.Request),
 		Ready:     cc.HealthTimeout.Duration(),
 		Grace:     cc.Timeouts.Stop.Duration(),
 		Clock:     e.Clock,
@@ -124,7 +126,7 @@ func (e *Engine) serverOutcome(where string, rep *canary.ServerReport, result ma
 	if rep.Request != nil {
 		out.ExitCode = rep.Request.ExitCode
 	}
-	for _, f := range e.Config.Canary.ExpectFields {
+	for _, f := range e.canarySpec().ExpectFields {
 		if _, ok := lookup(out.Result, f); !ok {
 			out.MissingFields = append(out.MissingFields, f)
 		}
@@ -169,7 +171,7 @@ func timedOut(ctx context.Context) bool { return errors.Is(context.Cause(ctx), e
 
 // localServerSmoke runs the server smoke contract on this machine.
 func (e *Engine) localServerSmoke(ctx context.Context, extra map[string]string, resultPath string, allowFailure bool) error {
-	cc := e.Config.Canary
+	cc := e.canarySpec()
 	env, err := e.localEnv(extra)
 	if err != nil {
 		return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", ErrLocalFailed, err)}
@@ -232,7 +234,7 @@ func (e *Engine) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[s
 		return SmokeOutcome{}, err
 	}
 	defer closeProbe()
-	if err := e.record("intent", stepWork, map[string]any{"command": e.Config.Canary.Smoke, "server": true}); err != nil {
+	if err := e.record("intent", stepWork, map[string]any{"command": e.canarySpec().Smoke, "server": true}); err != nil {
 		return SmokeOutcome{}, &StepError{Step: stepWork, Err: err}
 	}
 	// $VASTRUN_RESULT is absolute on the instance, as for a plain smoke.
@@ -242,18 +244,18 @@ func (e *Engine) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[s
 	if spec.Request.Command != "" {
 		spec.Request.Command = prefix + spec.Request.Command
 	}
-	jctx, cancel := e.withClockTimeout(ctx, e.Config.Timeouts.Job.Duration())
-	rep, result := canary.RunServer(jctx, remoteHost{c}, spec, e.Config.Canary.ExpectExit)
+	jctx, cancel := e.withClockTimeout(ctx, e.jobTimeout())
+	rep, result := canary.RunServer(jctx, remoteHost{c}, spec, e.canarySpec().ExpectExit)
 	late := timedOut(jctx)
 	cancel()
 	if ctx.Err() != nil {
 		return SmokeOutcome{}, ctx.Err()
 	}
 	if late {
-		jerr := e.record("failed", stepWork, map[string]any{"timeout": e.Config.Timeouts.Job.String()})
-		return SmokeOutcome{}, errors.Join(&StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.Config.Timeouts.Job)}, jerr)
+		jerr := e.record("failed", stepWork, map[string]any{"timeout": e.jobTimeout().String()})
+		return SmokeOutcome{}, errors.Join(&StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.jobTimeout())}, jerr)
 	}
-	if result == nil && (!e.Config.Canary.Request.IsSet() || e.Config.Canary.Request.Command != "") {
+	if result == nil && (!e.canarySpec().Request.IsSet() || e.canarySpec().Request.Command != "") {
 		res := &TestOutcome{}
 		e.fetchResult(c, res)
 		result = res.Result
@@ -265,4 +267,9 @@ func (e *Engine) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[s
 	e.canary.Health = &HealthCheck{URL: rep.HealthURL, Status: rep.HealthStatus, Attempts: rep.Attempts, Passed: rep.Ready, Error: rep.Error}
 	e.infof("GPU server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
 	return out, nil
+}
+
+// requestOf is the frozen request in the canary package's terms.
+func requestOf(r spec.CanaryRequest) config.CanaryRequest {
+	return config.CanaryRequest{Command: r.Command, Method: r.Method, URL: r.URL, Headers: r.Headers, Body: r.Body, ExpectStatus: r.ExpectStatus}
 }

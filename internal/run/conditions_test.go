@@ -3,15 +3,19 @@ package run_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/spec"
 )
 
 // The engine's state, applied record by record as it journals, is exactly
@@ -144,6 +148,13 @@ func TestStepsReadTheFrozenSpec(t *testing.T) {
 		c := *h.engine.Config
 		c.Image = "ghcr.io/acme/other@sha256:" + strings.Repeat("f", 64)
 		c.Budget.MaxSpend = 0.0001
+		// Every other step input too: the test, what is uploaded, its
+		// environment, its timeout and what verify asks of the disk.
+		c.Test = "exit 7"
+		c.Upload = []string{"missing-dir"}
+		c.Env = map[string]string{"CHANGED": "after-the-freeze"}
+		c.Timeouts.Job = config.Duration(time.Nanosecond)
+		c.Verify.MinFreeDiskGB = 1e9
 		h.engine.Config = &c
 		return true, nil
 	}
@@ -153,6 +164,12 @@ func TestStepsReadTheFrozenSpec(t *testing.T) {
 	}
 	if r.Image != frozenImage {
 		t.Fatalf("receipt image %q, frozen %q", r.Image, frozenImage)
+	}
+	if r.Test == nil || r.Test.ExitCode != 0 || r.Test.Result["passed"] != 3.0 {
+		t.Fatalf("the test that ran is not the frozen one: %+v", r.Test)
+	}
+	if log := h.evidence("test.log"); strings.Contains(log, "after-the-freeze") {
+		t.Fatalf("the live env reached the test:\n%s", log)
 	}
 	gone := h.sim.Snapshot().Gone
 	if len(gone) != 1 || gone[0].Image != frozenImage {
@@ -170,4 +187,56 @@ func TestCanaryClassesAreKnownOutcomes(t *testing.T) {
 			t.Errorf("canary class %q: known %v, succeeded %v", c, o.Known(), o.Succeeded())
 		}
 	}
+}
+
+// A resumed ci run whose test command changed since the freeze is refused,
+// naming the field, before anything is touched; with AcceptConfigChange
+// the accepted spec drives the rest (the new test runs), the change is
+// journaled, and the receipt keeps the frozen commit.
+func TestResumeWithChangedTestCommand(t *testing.T) {
+	h := newHarness(t, baseConfig, false)
+	if _, err := h.engine.RunCI(context.Background()); err == nil {
+		t.Fatal("a run without approval passed")
+	}
+	frozen, err := run.LoadManifest(h.engine.RunDir(), h.engine.State().ManifestHash)
+	if err != nil || frozen.Schema != spec.SchemaV2 || frozen.Test != "sh scripts/gpu-test.sh" || frozen.Env != nil {
+		t.Fatalf("frozen manifest: %+v %v", frozen, err)
+	}
+	changed := *h.engine.Config
+	changed.Test = "sh scripts/gpu-test.sh && echo accepted-change"
+	resume := func(accept bool) (*run.Engine, *run.Receipt, error) {
+		e := *h.engine
+		e.Config = &changed
+		e.AcceptConfigChange = accept
+		e.Approve = func(run.Plan) (bool, error) { return true, nil }
+		e.EvidenceDir = filepath.Join(t.TempDir(), "ev")
+		if err := e.Open(h.engine.RunDir()); err != nil {
+			t.Fatal(err)
+		}
+		r, err := e.ResumeCI(context.Background())
+		return &e, r, err
+	}
+	_, _, err = resume(false)
+	var ce *run.ConfigChangedError
+	if !errors.As(err, &ce) || strings.Join(ce.Fields, ",") != "test" {
+		t.Fatalf("refusal: %v", err)
+	}
+	if n := len(h.sim.Snapshot().Gone) + len(h.sim.Snapshot().Live); n != 0 {
+		t.Fatalf("a refused resume rented %d instances", n)
+	}
+	e, r, err := resume(true)
+	if err != nil || r.Outcome != run.OutcomePassed {
+		t.Fatalf("accepted resume: %v %+v", err, r)
+	}
+	if log, _ := os.ReadFile(filepath.Join(e.EvidenceDir, "test.log")); !strings.Contains(string(log), "accepted-change") {
+		t.Fatalf("the accepted test did not run:\n%s", log)
+	}
+	if r.Commit != frozen.Commit || r.ManifestSHA256 != h.engine.State().ManifestHash {
+		t.Fatalf("receipt facts: commit %q (frozen %q), manifest %q", r.Commit, frozen.Commit, r.ManifestSHA256)
+	}
+	j, _ := os.ReadFile(filepath.Join(h.engine.RunDir(), "journal.jsonl"))
+	if !strings.Contains(string(j), `"step":"config_change"`) || !strings.Contains(string(j), `"fields":["test"]`) {
+		t.Fatalf("the accepted change is not journaled:\n%s", j)
+	}
+	h.noLeaks()
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
+	"github.com/vastrun/vastrun/internal/spec"
 )
 
 // Market is what the engine needs from the marketplace.
@@ -351,6 +352,8 @@ func (e *Engine) Begin(workflow string) error {
 		return err
 	}
 	e.j, e.state = j, &State{}
+	// The draft spec holds every step input from here on; freeze hashes it.
+	e.manifest = e.draft(context.Background(), runID, l.String())
 	if err := e.record("event", stepStart, startData{RunID: runID, Label: l.String(), Workflow: workflow}); err != nil {
 		return err
 	}
@@ -388,6 +391,14 @@ func (e *Engine) Open(runDir string) error {
 	}
 	e.j, e.state = j, st
 	e.defaultEvidence(st.RunID)
+	// exec and down on an opened run read its frozen spec; a run frozen
+	// before, whose manifest cannot be read, still gets torn down, from the
+	// configuration's draft (resume checks the manifest: adoptFrozen).
+	if m, err := LoadManifest(runDir, st.ManifestHash); err == nil {
+		e.manifest = m
+	} else {
+		e.manifest = e.draft(context.Background(), st.RunID, st.Label)
+	}
 	return nil
 }
 
@@ -432,27 +443,21 @@ func CurrentRunDir(stateRoot string) (string, error) {
 	return filepath.Join(stateRoot, "runs", strings.TrimSpace(string(b))), nil
 }
 
-// spec builds the run's manifest from the configuration.
-func (e *Engine) spec(ctx context.Context) Manifest {
-	c := e.Config
-	var env []string
-	for k := range c.Env {
-		env = append(env, k)
-	}
-	m := Manifest{
-		Schema: "vastrun.manifest/v1", RunID: e.state.RunID, Label: e.state.Label, Workflow: e.Workflow,
-		Commit: gitCommit(ctx, e.RepoDir, e.CI.Commit), CIRun: e.CI.RunURL, Image: c.Image, Test: c.Test,
-		Upload: c.Upload, Policy: c.Policy(), MaxSpendUSD: c.Budget.MaxSpend,
-		ReadyDeadline: c.Timeouts.Ready.String(), JobTimeout: c.Timeouts.Job.String(), TeardownLimit: c.Timeouts.Teardown.String(),
-		EvidenceDir: e.EvidenceDir, EvidenceURI: e.evidenceBase(), EnvNames: sortedCopy(env), SecretNames: sortedCopy(c.Secrets), CreatedAt: e.now().UTC(),
-	}
-	e.workflow().Spec(c, &m)
+// draft builds the run's spec from the configuration (spec.Build), with
+// the workflow's own sections: the one place the engine reads the
+// config's step inputs. Every step reads e.frozen().
+func (e *Engine) draft(ctx context.Context, runID, lbl string) Manifest {
+	m := spec.Build(e.Config, spec.Facts{RunID: runID, Label: lbl, Workflow: e.Workflow,
+		Commit: gitCommit(ctx, e.RepoDir, e.CI.Commit), CIRun: e.CI.RunURL,
+		EvidenceDir: e.EvidenceDir, EvidenceURI: e.evidenceBase(), CreatedAt: e.now().UTC()})
+	e.workflow().Spec(&m)
 	return m
 }
 
 // freeze writes the manifest before anything is rented.
 func (e *Engine) freeze(ctx context.Context) error {
-	m := e.spec(ctx)
+	m := e.manifest
+	m.CreatedAt = e.now().UTC()
 	hash, b, err := m.Hash()
 	if err != nil {
 		return err
@@ -467,16 +472,6 @@ func (e *Engine) freeze(ctx context.Context) error {
 	}
 	e.manifest = m
 	return e.record("done", stepFreeze, map[string]any{"manifest_sha256": hash})
-}
-
-func sortedCopy(s []string) []string {
-	out := append([]string(nil), s...)
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j] < out[j-1]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
 }
 
 // selectOffer searches and judges offers, excluding machines that failed.
@@ -540,7 +535,7 @@ func (e *Engine) approve(o provider.Offer, attempt int) error {
 		}
 		return &StepError{Step: stepApprove, Outcome: OutcomeBudget, Err: fmt.Errorf(
 			"worst case $%.4f (at $%.4f/h for ready %s + job %s + teardown %s) plus $%.4f spent exceeds budget.max_spend $%.2f: raise the budget or shorten the timeouts",
-			plan.WorstCase, dph, e.Config.Timeouts.Ready, e.Config.Timeouts.Job, e.Config.Timeouts.Teardown, spent, plan.MaxSpendUSD)}
+			plan.WorstCase, dph, spec.ParseDuration(m.ReadyDeadline), spec.ParseDuration(m.JobTimeout), spec.ParseDuration(m.TeardownLimit), spent, plan.MaxSpendUSD)}
 	}
 	ok := false
 	var err error

@@ -86,7 +86,7 @@ type EvidenceManifest struct {
 var receiptFiles = []string{"receipt.json", "summary.md"}
 
 // evidenceBase is evidence.uri with ${VAR} and ${PWD} expanded from
-// vastrun's environment (as frozen in the manifest).
+// vastrun's environment, as draft freezes it into the manifest.
 func (e *Engine) evidenceBase() string {
 	u := e.Config.Evidence.URI
 	if u == "" {
@@ -104,7 +104,7 @@ func (e *Engine) evidenceBase() string {
 
 // evidenceURI is where this run's evidence goes: <base>/<run id>.
 func (e *Engine) evidenceURI() string {
-	u := e.evidenceBase()
+	u := e.frozen().EvidenceURI
 	if u == "" || e.state == nil || e.state.RunID == "" {
 		return ""
 	}
@@ -115,7 +115,7 @@ func (e *Engine) evidenceURI() string {
 // a store (whether it is reachable is only known at the end: a failed
 // upload is reported then, never blocking the run).
 func (e *Engine) checkEvidenceURI() error {
-	u := e.evidenceBase()
+	u := e.frozen().EvidenceURI
 	if u == "" {
 		return nil
 	}

@@ -21,6 +21,8 @@ type (
 	Manifest = spec.Manifest
 	// TrainSpec is training's section of it.
 	TrainSpec = spec.TrainSpec
+	// CanarySpec is the canary's section of it.
+	CanarySpec = spec.CanarySpec
 	// ConfigChangedError names the fields a resumed run's config changed.
 	ConfigChangedError = spec.ConfigChangedError
 )
@@ -46,7 +48,15 @@ func (e *Engine) adoptFrozen(ctx context.Context) error {
 	if err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
-	now := e.spec(ctx)
+	now := e.draft(ctx, e.state.RunID, e.state.Label)
+	// A manifest an older vastrun froze (v1) lacks some step inputs: they
+	// come from today's configuration, and the journal says which.
+	if up, filled := spec.FillV1(frozen, now); len(filled) > 0 {
+		if err := e.record("event", "manifest_v1", map[string]any{"filled_from_config": filled}); err != nil {
+			return err
+		}
+		frozen = up
+	}
 	if fields := spec.Diff(frozen, now); len(fields) > 0 {
 		if !e.AcceptConfigChange {
 			return &StepError{Step: stepFreeze, Err: &ConfigChangedError{Run: e.state.RunID, Fields: fields}}

@@ -17,8 +17,8 @@ var ErrImageLogin = errors.New("image_login")
 // CI's mask list before anything could print them. Empty when the config has
 // no image_login.
 func (e *Engine) imageLogin() (string, error) {
-	l := e.Config.ImageLogin
-	if !l.IsSet() {
+	l := e.frozen().ImageLogin
+	if l == nil {
 		return "", nil
 	}
 	user, token := e.Getenv(l.UserEnv), e.Getenv(l.TokenEnv)

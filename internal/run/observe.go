@@ -10,12 +10,11 @@ import (
 // now, from the journal record just written: every phase change of
 // every workflow passes through record, so this is the one hook.
 func (e *Engine) observeRecord(typ, step string, data any) {
-	if e.Observer == nil || e.Config == nil {
+	if e.Observer == nil {
 		return
 	}
 	ev := e.progressEvent()
 	ev.Deadline = time.Time{} // each phase has its own
-	t := e.Config.Timeouts
 	switch {
 	case step == stepStart:
 		ev.Phase = progress.PhasePrepare
@@ -24,7 +23,7 @@ func (e *Engine) observeRecord(typ, step string, data any) {
 	case step == stepRent && typ == "intent":
 		ev.Phase, ev.DPH, ev.Instance = progress.PhaseRent, 0, 0
 	case (step == stepRent || step == stepAdopt) && typ == "done":
-		ev.Phase, ev.Deadline = progress.PhaseReady, e.now().Add(time.Duration(t.Ready))
+		ev.Phase, ev.Deadline = progress.PhaseReady, e.now().Add(e.readyDeadline())
 		if d, ok := data.(instanceData); ok {
 			ev.Instance = int64(d.Instance)
 		}
@@ -33,11 +32,11 @@ func (e *Engine) observeRecord(typ, step string, data any) {
 	case step == stepWork && typ == "intent":
 		if e.Workflow == "train" {
 			ev.Phase = progress.PhaseTrain
-			if d := time.Duration(e.Config.Train.RuntimeDeadline); d > 0 {
+			if d := e.trainSpec().Runtime(); d > 0 {
 				ev.Deadline = e.now().Add(d)
 			}
 		} else {
-			ev.Phase, ev.Deadline = progress.PhaseTest, e.now().Add(time.Duration(t.Job))
+			ev.Phase, ev.Deadline = progress.PhaseTest, e.now().Add(e.jobTimeout())
 		}
 	case step == "checkpoint":
 		if m, ok := data.(map[string]any); ok {
@@ -47,7 +46,7 @@ func (e *Engine) observeRecord(typ, step string, data any) {
 		}
 		ev.Checkpoints++
 	case step == stepDestroy && typ == "intent":
-		ev.Phase, ev.Deadline = progress.PhaseTeardown, e.now().Add(time.Duration(t.Teardown))
+		ev.Phase, ev.Deadline = progress.PhaseTeardown, e.now().Add(e.teardownLimit())
 		if d, ok := data.(instanceData); ok {
 			ev.Instance = int64(d.Instance)
 		}
@@ -86,7 +85,7 @@ func (e *Engine) progressEvent() progress.Event {
 	if ev.Phase == "" {
 		ev.CheckpointStep = -1
 	}
-	ev.Workflow, ev.At, ev.BudgetUSD = e.Workflow, e.now(), e.Config.Budget.MaxSpend
+	ev.Workflow, ev.At, ev.BudgetUSD = e.Workflow, e.now(), e.frozen().MaxSpendUSD
 	if e.state != nil {
 		ev.SpentUSD = e.spentSoFar()
 		ev.Attempt = len(e.state.Attempts)

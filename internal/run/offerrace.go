@@ -38,7 +38,7 @@ func isOfferGone(err error) bool {
 func (e *Engine) rentRace(ctx context.Context, offer provider.Offer, err error, exclude *[]int64, attempt int) (provider.InstanceID, provider.Offer, error) {
 	p := e.frozen().Policy
 	ceiling := e.raceCeiling(policy.TotalDPH(offer, p.DiskGB))
-	deadline := e.now().Add(time.Duration(e.Config.Timeouts.Ready))
+	deadline := e.now().Add(e.readyDeadline())
 	gone := map[provider.OfferID]bool{}
 	wait := 2 * time.Second
 	tried := 0
@@ -52,7 +52,7 @@ func (e *Engine) rentRace(ctx context.Context, offer provider.Offer, err error, 
 			if !e.now().Before(deadline) {
 				e.record("failed", stepSelect, map[string]any{"offers_taken": tried})
 				return 0, offer, &StepError{Step: stepSelect, Outcome: OutcomeNoOffer, Err: fmt.Errorf(
-					"%w: %d offers meeting it were taken before vastrun could rent them, until the ready deadline %s", ErrNoOffer, tried, e.Config.Timeouts.Ready)}
+					"%w: %d offers meeting it were taken before vastrun could rent them, until the ready deadline %s", ErrNoOffer, tried, e.readyDeadline())}
 			}
 			if serr := e.sleep(ctx, e.jittered(wait)); serr != nil {
 				return 0, offer, serr

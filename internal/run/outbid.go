@@ -213,7 +213,7 @@ type bidChanger interface {
 // elsewhere). The budget and the runtime deadline hold throughout,
 // counting the storage billed while stopped.
 func (e *Engine) onOutbid(ctx context.Context, inst provider.Instance, deadline time.Time) (bool, error) {
-	pol := e.Config.Train.OnOutbid
+	pol := e.trainSpec().OnOutbid
 	if cur, err := e.Market.ShowInstance(ctx, inst.ID); err == nil {
 		inst = cur // the market now, not at rent
 	}
@@ -235,7 +235,7 @@ func (e *Engine) onOutbid(ctx context.Context, inst provider.Instance, deadline 
 		last = fmt.Sprint(cp.Step)
 	}
 	e.infof("instance %d was outbid (min_bid now $%.4f/h; last committed checkpoint %s): on_outbid %s", inst.ID, inst.MinBid, last, pol)
-	wait := e.Config.Train.OutbidWait.Duration()
+	wait := e.trainSpec().OutbidWait.Duration()
 	switch pol {
 	case config.OnOutbidRebid:
 		ok, err := e.rebid(ctx, inst)
@@ -264,7 +264,7 @@ func (e *Engine) rebid(ctx context.Context, inst provider.Instance) (bool, error
 	if !ok || a == nil || a.Bid == nil {
 		return false, nil
 	}
-	p := e.Config.Policy()
+	p := e.frozen().Policy
 	target := provider.RoundBid(inst.MinBid * (1 + p.BidMargin))
 	room := p.MaxBid - a.StorageDPH
 	if p.MaxBid > 0 && target > room {
@@ -289,7 +289,7 @@ func (e *Engine) rebid(ctx context.Context, inst provider.Instance) (bool, error
 func (e *Engine) waitResume(ctx context.Context, id provider.InstanceID, until, deadline time.Time) (bool, error) {
 	a := e.state.attemptFor(id)
 	since := e.now()
-	interval := max(e.Config.Train.Poll.Duration(), minTrainPoll)
+	interval := max(e.trainSpec().Poll.Duration(), minTrainPoll)
 	for {
 		inst, err := e.Market.ShowInstance(ctx, id)
 		switch {
@@ -310,11 +310,11 @@ func (e *Engine) waitResume(ctx context.Context, id provider.InstanceID, until, 
 		if a != nil {
 			storageDPH = a.StorageDPH
 		}
-		if projected := e.spentSoFar() + storageDPH*(2*interval).Hours(); projected > e.Config.Budget.MaxSpend {
-			return false, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f (storage billed while outbid included) would pass budget.max_spend $%.2f", projected, e.Config.Budget.MaxSpend)}
+		if projected := e.spentSoFar() + storageDPH*(2*interval).Hours(); projected > e.frozen().MaxSpendUSD {
+			return false, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f (storage billed while outbid included) would pass budget.max_spend $%.2f", projected, e.frozen().MaxSpendUSD)}
 		}
 		if !e.now().Before(deadline) {
-			return false, &StepError{Step: "train", Outcome: OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed while instance %d was outbid", e.Config.Train.RuntimeDeadline, id)}
+			return false, &StepError{Step: "train", Outcome: OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed while instance %d was outbid", e.trainSpec().RuntimeDeadline, id)}
 		}
 		if !e.now().Before(until) {
 			return false, e.record("event", stepResumed, resumedData{Instance: id, StoppedSeconds: e.now().Sub(since).Seconds(), StoppedStorageUSD: storageDPH * e.now().Sub(since).Hours()})
@@ -379,8 +379,8 @@ func (e *Engine) outbidNow(ctx context.Context, id provider.InstanceID) bool {
 // interruptible rental can be outbid while it boots, so it may try as many
 // machines as train.max_attempts allows.
 func (e *Engine) provisionAttempts() int {
-	if e.Config.GPU.Interruptible {
-		return max(maxAttempts, e.Config.Train.MaxAttempts)
+	if e.frozen().Policy.Interruptible {
+		return max(maxAttempts, e.trainSpec().MaxAttempts)
 	}
 	return maxAttempts
 }

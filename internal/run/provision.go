@@ -370,7 +370,7 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 			return nil, provider.Instance{}, err
 		}
 		t0 = e.now()
-		deadline := e.now().Add(time.Duration(e.Config.Timeouts.Ready))
+		deadline := e.now().Add(e.readyDeadline())
 		// Ready and connect are observed afresh for every new rental (a
 		// connection is this process's, not the journal's), so their
 		// conditions are journaled but never skip the step.

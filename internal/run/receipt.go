@@ -165,7 +165,7 @@ func (e *Engine) receiptImage() string {
 	if e.manifest.Image != "" {
 		return e.manifest.Image
 	}
-	return e.Config.Image
+	return e.frozen().Image
 }
 
 // chargedAttempts copies attempts, each with what Vast charged for it.
@@ -186,7 +186,7 @@ func (e *Engine) finish(ctx context.Context, outcome receipt.Outcome, runErr err
 	e.record("event", stepOutcome, map[string]any{"outcome": outcome})
 	charged := e.chargesFor(ctx)
 	e.cost.EstimateUSD = round6(e.spentSoFar())
-	e.cost.MaxSpendUSD = e.Config.Budget.MaxSpend
+	e.cost.MaxSpendUSD = e.frozen().MaxSpendUSD
 	if e.cost.ChargedUSD != nil {
 		d := round6(*e.cost.ChargedUSD - e.cost.EstimateUSD)
 		e.cost.DiscrepancyUSD = &d

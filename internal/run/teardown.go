@@ -151,7 +151,7 @@ func (e *Engine) confirmer() Confirmer {
 // injected clock); a zero deadline means the teardown limit from now.
 func (e *Engine) destroyConfirm(ctx context.Context, id provider.InstanceID, deadline time.Time) error {
 	if deadline.IsZero() {
-		deadline = e.now().Add(time.Duration(e.Config.Timeouts.Teardown))
+		deadline = e.now().Add(e.teardownLimit())
 	}
 	via, err := e.confirmer().DestroyConfirm(ctx, id, e.state.Label, deadline)
 	if err != nil {
@@ -170,7 +170,7 @@ func (e *Engine) destroyConfirm(ctx context.Context, id provider.InstanceID, dea
 func (e *Engine) Teardown(ctx context.Context) error {
 	// The deadline is kept on the injected clock; the context timeout is a
 	// wall-clock safety net for the same limit.
-	limit := time.Duration(e.Config.Timeouts.Teardown)
+	limit := e.teardownLimit()
 	deadline := e.now().Add(limit)
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
 	defer cancel()

@@ -16,6 +16,7 @@ import (
 	"github.com/vastrun/vastrun/internal/checkpoint"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/spec"
 	"github.com/vastrun/vastrun/internal/storage"
 )
 
@@ -111,13 +112,12 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 	defer func() { receipt, err = e.settle(ctx, recover(), client, false, err) }()
 	// Each run has its own prefix: a new run never resumes another's
 	// checkpoints, and `resume` finds its own again by run id.
-	e.train = &TrainReport{CheckpointURI: runScoped(e.Config.Train.CheckpointURI, e.state.RunID), Resumes: []ResumeProof{}}
+	e.train = &TrainReport{CheckpointURI: e.trainSpec().CheckpointURI, Resumes: []ResumeProof{}}
 	// A resumed run walks the same steps: those whose condition is True
 	// are not repeated (see prepare).
 	if err := e.prepare(ctx); err != nil {
 		return nil, err
 	}
-	e.useFrozenTrain()
 	for k, v := range e.StorageEnv {
 		if strings.Contains(k, "SECRET") || strings.Contains(k, "TOKEN") || strings.Contains(k, "KEY_ID") {
 			e.Redactor.Add(v)
@@ -127,7 +127,7 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 	// re-attaches and never builds the workload's environment itself.
 	e.trainEnv(-1)
 	started := e.state.Started
-	deadline := started.Add(e.Config.Train.RuntimeDeadline.Duration())
+	deadline := started.Add(e.trainSpec().Runtime())
 	var exclude []int64
 	for _, a := range e.state.Attempts {
 		if a.Failure != "" {
@@ -198,7 +198,7 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 		}
 		e.timings.add("interruption_to_replacement_requested", e.now().Sub(t0))
 		exclude = append(exclude, inst.MachineID)
-		if attempts+1 >= e.Config.Train.MaxAttempts {
+		if attempts+1 >= e.trainSpec().MaxAttempts {
 			return nil, &StepError{Step: "train", Outcome: OutcomeReadyFailed, Err: fmt.Errorf("interrupted %d times; giving up (train.max_attempts)", attempts+1)}
 		}
 	}
@@ -220,7 +220,7 @@ func (e *Engine) attach(ctx context.Context, exclude []int64) (*remote.Client, p
 		switch {
 		case err == nil && inst.Running():
 			e.infof("re-attaching to instance %d", inst.ID)
-			client, cerr := e.connect(ctx, inst.ID, inst, e.now().Add(time.Duration(e.Config.Timeouts.Ready)))
+			client, cerr := e.connect(ctx, inst.ID, inst, e.now().Add(e.readyDeadline()))
 			if cerr == nil || ctx.Err() != nil {
 				return client, inst, cerr
 			}
@@ -260,15 +260,15 @@ func (e *Engine) attach(ctx context.Context, exclude []int64) (*remote.Client, p
 }
 
 func (e *Engine) trainEnv(restored int64) map[string]string {
-	t := e.Config.Train
+	t := e.trainSpec()
 	env := map[string]string{}
-	for k, v := range e.Config.Env {
+	for k, v := range e.frozen().Env {
 		env[k] = v
 	}
 	for k, v := range e.StorageEnv {
 		env[k] = v
 	}
-	for _, name := range e.Config.Secrets {
+	for _, name := range e.frozen().SecretNames {
 		if v := e.Getenv(name); v != "" {
 			env[name] = v
 			e.Redactor.Add(v)
@@ -438,7 +438,7 @@ func (e *Engine) noteStatus(inst provider.InstanceID, st agent.Report, seen map[
 // then monitors it. Only a successful, typed answer can lead to a start,
 // and the agent itself refuses a second workload.
 func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.Instance, deadline time.Time) (trainEnd, error) {
-	t := e.Config.Train
+	t := e.trainSpec()
 	poll := max(t.Poll.Duration(), minTrainPoll)
 	alog := e.newAttemptLog()
 	seen := map[string]bool{}
@@ -466,7 +466,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		// nothing about the instance).
 		if budgetReached(pctx, ctx) && (!done || end.exitCode == nil) {
 			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.state.Current().DPHTotal)
-			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("spending reached budget.max_spend $%.2f less the cost of stopping while the controller waited on instance %d: stopped with the last committed checkpoint", e.Config.Budget.MaxSpend, inst.ID)}
+			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("spending reached budget.max_spend $%.2f less the cost of stopping while the controller waited on instance %d: stopped with the last committed checkpoint", e.frozen().MaxSpendUSD, inst.ID)}
 		}
 		if done {
 			return end, err
@@ -483,7 +483,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		if dph == 0 {
 			dph = e.state.Current().DPHTotal
 		}
-		stopping := min(time.Duration(e.Config.Timeouts.Teardown), time.Minute)
+		stopping := min(e.teardownLimit(), time.Minute)
 		// Two passes as they really take (a slow SSH round trip or a busy
 		// machine stretches a pass past the poll), never less than two polls.
 		gap := poll
@@ -493,17 +493,17 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		lastCheck = e.now()
 		spent := e.spentSoFar()
 		projected := spent + dph*(2*gap+stopping).Hours()
-		if projected > e.Config.Budget.MaxSpend {
+		if projected > e.frozen().MaxSpendUSD {
 			e.commitBeforeBudget(ctx, c, inst.ID, seen, dph)
-			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Config.Budget.MaxSpend)}
+			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.frozen().MaxSpendUSD)}
 		}
 		if dph > 0 {
-			left := e.Config.Budget.MaxSpend - spent - dph*stopping.Hours()
+			left := e.frozen().MaxSpendUSD - spent - dph*stopping.Hours()
 			budgetAt = e.now().Add(time.Duration(left / dph * float64(time.Hour)))
 		}
 		if !e.now().Before(deadline) {
 			e.commitPending(ctx, c, inst.ID, seen)
-			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.Config.Train.RuntimeDeadline)}
+			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.trainSpec().RuntimeDeadline)}
 		}
 	}
 }
@@ -592,7 +592,7 @@ func (e *Engine) trainPass(ctx context.Context, c *remote.Client, inst provider.
 // watchArgs are the agent's checkpoint flags, shared by `agent start` and
 // the final `agent watch --once`.
 func (e *Engine) watchArgs() string {
-	t := e.Config.Train
+	t := e.trainSpec()
 	args := fmt.Sprintf("--store %s --dir %s --keep %d --status %s --quiet %s",
 		remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agent.StatusFile, t.QuietPeriod.Duration())
 	if t.CheckpointFile != "" {
@@ -608,7 +608,7 @@ func (e *Engine) watchArgs() string {
 }
 
 func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provider.Instance, needBinary bool) error {
-	t := e.Config.Train
+	t := e.trainSpec()
 	if needBinary {
 		bin := e.AgentBinary
 		if bin == "" {
@@ -653,7 +653,7 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 	}
 	args := fmt.Sprintf("start --json --command %s %s --heartbeat %s --ttl %s --deadline %s --poll 1s",
 		remote.ShellQuote(t.Command), e.watchArgs(), agent.Heartbeat,
-		t.HeartbeatTTL.Duration(), e.state.Started.Add(t.RuntimeDeadline.Duration()).UTC().Format(time.RFC3339))
+		spec.ParseDuration(t.HeartbeatTTL), e.state.Started.Add(t.Runtime()).UTC().Format(time.RFC3339))
 	if err := e.record("intent", stepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
 		return err // no intent, no workload
 	}
@@ -677,15 +677,15 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 // those files (the agent's manifest matches the local one), and says how
 // much it copies.
 func (e *Engine) trainUpload(ctx context.Context, c *remote.Client, inst provider.InstanceID) error {
-	if len(e.Config.Upload) == 0 {
+	if len(e.frozen().Upload) == 0 {
 		return nil
 	}
-	local, err := agent.SumTree(e.RepoDir, e.Config.Upload)
+	local, err := agent.SumTree(e.RepoDir, e.frozen().Upload)
 	if err != nil {
 		return fmt.Errorf("upload: %w", err)
 	}
 	args := "manifest --json"
-	for _, u := range e.Config.Upload {
+	for _, u := range e.frozen().Upload {
 		args += " " + remote.ShellQuote(filepath.ToSlash(filepath.Clean(u)))
 	}
 	if b, err := e.agentJSON(ctx, c, nil, args); err == nil {
@@ -705,7 +705,7 @@ func (e *Engine) trainUpload(ctx context.Context, c *remote.Client, inst provide
 // commitPending has the agent commit complete checkpoints now, under the
 // same rules as its own passes, and takes the result.
 func (e *Engine) commitPending(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool) {
-	t := e.Config.Train
+	t := e.trainSpec()
 	args := fmt.Sprintf("watch --once --store %s --dir %s --keep %d --status %s --quiet %s",
 		remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agent.StatusFile, t.QuietPeriod.Duration())
 	if _, err := e.agentJSON(ctx, c, e.trainEnv(-1), args); err != nil {
@@ -719,7 +719,7 @@ func (e *Engine) commitPending(ctx context.Context, c *remote.Client, inst provi
 // finishTraining takes what the agent's final pass committed, uploads
 // outputs with checksums and collects the log, result and proof.
 func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, inst provider.InstanceID, code int, alog *attemptLog) error {
-	t := e.Config.Train
+	t := e.trainSpec()
 	os.MkdirAll(e.EvidenceDir, 0o755)
 	logPath := filepath.Join(e.EvidenceDir, "train.log")
 	if err := c.Download(agent.LogFile, logPath+".raw", 64<<20); err == nil {
@@ -761,22 +761,10 @@ func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, inst prov
 	return nil
 }
 
-// useFrozenTrain points the engine at a copy of the config whose store
-// prefixes are the frozen spec's (runs/<id>): the shared config is never
-// rewritten in place, so two engines can share one.
-func (e *Engine) useFrozenTrain() {
-	if e.manifest.Train == nil {
-		return
-	}
-	c := *e.Config
-	c.Train.CheckpointURI, c.Train.OutputURI = e.manifest.Train.CheckpointURI, e.manifest.Train.OutputURI
-	e.Config = &c
-}
-
 // fillTrainReport reads the committed checkpoints from the controller side
 // (the agent's word is not the evidence: the store is).
 func (e *Engine) fillTrainReport(ctx context.Context) {
-	if e.train == nil || e.Config.Train.CheckpointURI == "" {
+	if e.train == nil || e.trainSpec().CheckpointURI == "" {
 		return
 	}
 	st, err := storage.Open(e.train.CheckpointURI, storage.Options{Getenv: e.storageGetenv()})

@@ -114,7 +114,7 @@ func (e *Engine) verifyOnce(ctx context.Context, c *remote.Client, inst provider
 		kb, _ := strconv.ParseFloat(f[3], 64)
 		r.FreeDiskGB = kb / 1e6
 	}
-	minFree := e.Config.Verify.MinFreeDiskGB
+	minFree := e.frozen().MinFreeDiskGB
 	if minFree <= 0 {
 		minFree = 1
 	}

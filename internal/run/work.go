@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/vastrun/vastrun/internal/remote"
 )
@@ -31,11 +30,11 @@ type TestOutcome struct {
 // (read from vastrun's own environment), and run facts.
 func (e *Engine) testEnv() (map[string]string, error) {
 	env := map[string]string{}
-	for k, v := range e.Config.Env {
+	for k, v := range e.frozen().Env {
 		env[k] = v
 	}
 	var missing []string
-	for _, name := range e.Config.Secrets {
+	for _, name := range e.frozen().SecretNames {
 		v := e.Getenv(name)
 		if v == "" {
 			missing = append(missing, name)
@@ -55,11 +54,11 @@ func (e *Engine) testEnv() (map[string]string, error) {
 // upload copies the config's upload paths to the same relative paths; with
 // workdir set, the workdir and those paths travel as one archive instead.
 func (e *Engine) upload(c *remote.Client) error {
-	if e.Config.Workdir != "" {
+	if e.frozen().Workdir != "" {
 		return e.syncWorkdir(c)
 	}
 	var total int64
-	for _, u := range e.Config.Upload {
+	for _, u := range e.frozen().Upload {
 		local := filepath.Join(e.RepoDir, u)
 		if _, err := os.Stat(local); err != nil {
 			return fmt.Errorf("upload %s: %w", u, err)
@@ -67,7 +66,7 @@ func (e *Engine) upload(c *remote.Client) error {
 		total += treeSize(local)
 	}
 	pr := &uploadProgress{total: total, say: e.infof}
-	for _, u := range e.Config.Upload {
+	for _, u := range e.frozen().Upload {
 		local := filepath.Join(e.RepoDir, u)
 		if err := c.UploadProgress(local, filepath.ToSlash(filepath.Clean(u)), pr.at(u)); err != nil {
 			return err
@@ -151,7 +150,7 @@ func (e *Engine) work(ctx context.Context, c *remote.Client, script string, env 
 	out := e.Redactor.Writer(sinks)
 	defer out.Close()
 
-	jctx, cancel := context.WithTimeout(ctx, time.Duration(e.Config.Timeouts.Job))
+	jctx, cancel := context.WithTimeout(ctx, e.jobTimeout())
 	defer cancel()
 	if err := e.record("intent", stepWork, map[string]any{"command": script}); err != nil {
 		return &TestOutcome{Log: "test.log"}, &StepError{Step: stepWork, Err: err} // not run: no intent, no side effect
@@ -169,8 +168,8 @@ func (e *Engine) work(ctx context.Context, c *remote.Client, script string, env 
 		return res, ctx.Err()
 	case jctx.Err() != nil:
 		res.TimedOut, res.ExitCode = true, -1
-		jerr := e.record("failed", stepWork, map[string]any{"timeout": e.Config.Timeouts.Job.String()})
-		return res, errors.Join(&StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the test ran past the job timeout %s", e.Config.Timeouts.Job)}, jerr)
+		jerr := e.record("failed", stepWork, map[string]any{"timeout": e.jobTimeout().String()})
+		return res, errors.Join(&StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the test ran past the job timeout %s", e.jobTimeout())}, jerr)
 	default:
 		return res, &StepError{Step: stepWork, Err: err}
 	}

@@ -30,16 +30,16 @@ func (e *Engine) workdirOptions() workdir.Options {
 			exclude[i] = filepath.Join(e.RepoDir, x)
 		}
 	}
-	return workdir.Options{Extras: e.Config.Upload, Exclude: exclude, Limit: int64(e.Config.WorkdirMaxMB * (1 << 20))}
+	return workdir.Options{Extras: e.frozen().Upload, Exclude: exclude, Limit: int64(e.frozen().WorkdirMaxMB * (1 << 20))}
 }
 
 // checkWorkdir lists and hashes the workdir before anything is rented, so
 // a tree over its limit (or outside git) fails for free.
 func (e *Engine) checkWorkdir(ctx context.Context) error {
-	if e.Config.Workdir == "" {
+	if e.frozen().Workdir == "" {
 		return nil
 	}
-	_, err := workdir.Collect(ctx, e.RepoDir, e.Config.Workdir, e.workdirOptions())
+	_, err := workdir.Collect(ctx, e.RepoDir, e.frozen().Workdir, e.workdirOptions())
 	return err
 }
 
@@ -49,9 +49,9 @@ func (e *Engine) checkWorkdir(ctx context.Context) error {
 // (workdir.json).
 func (e *Engine) syncWorkdir(c *remote.Client) error {
 	// upload has no caller context; bound the sync by the ready timeout.
-	ctx, cancel := context.WithTimeout(context.Background(), e.Config.Timeouts.Ready.Duration())
+	ctx, cancel := context.WithTimeout(context.Background(), e.readyDeadline())
 	defer cancel()
-	m, err := workdir.Collect(ctx, e.RepoDir, e.Config.Workdir, e.workdirOptions())
+	m, err := workdir.Collect(ctx, e.RepoDir, e.frozen().Workdir, e.workdirOptions())
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (e *Engine) syncWorkdir(c *remote.Client) error {
 		return fmt.Errorf("write workdir manifest: %w", err)
 	}
 	e.infof("workdir %s: %d files, %s (%s compressed), SHA-256 checked on the instance; manifest in workdir.json",
-		e.Config.Workdir, len(m.Files), size(m.TotalBytes), size(m.CompressedBytes))
+		e.frozen().Workdir, len(m.Files), size(m.TotalBytes), size(m.CompressedBytes))
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/receipt"
 )
 
@@ -16,9 +15,10 @@ import (
 type Workflow interface {
 	// Name is the workflow's name in the journal, manifest and receipt.
 	Name() string
-	// Spec fills the workflow's own part of the manifest from the config,
-	// once, when the run is frozen; m's shared part is already filled.
-	Spec(c *config.Config, m *Manifest)
+	// Spec keeps the workflow's own sections of the spec spec.Build made
+	// from the configuration and drops the others (a ci run does not
+	// freeze a train: section it never reads), once, before the freeze.
+	Spec(m *Manifest)
 	// JobBound is how much of the job's time the worst case approved
 	// before renting must cover, read from the frozen manifest.
 	JobBound(m Manifest) time.Duration
@@ -34,7 +34,7 @@ type Workflow interface {
 type plainWorkflow struct{ name string }
 
 func (w plainWorkflow) Name() string                                        { return w.name }
-func (plainWorkflow) Spec(*config.Config, *Manifest)                        {}
+func (plainWorkflow) Spec(m *Manifest)                                      { m.Train, m.Canary = nil, nil }
 func (plainWorkflow) Finish(context.Context)                                {}
 func (plainWorkflow) JobBound(m Manifest) time.Duration                     { return frozenDuration(m.JobTimeout) }
 func (plainWorkflow) Outcome(_ error, base receipt.Outcome) receipt.Outcome { return base }
@@ -51,12 +51,13 @@ type trainWorkflow struct{ e *Engine }
 
 func (trainWorkflow) Name() string { return "train" }
 
-func (trainWorkflow) Spec(c *config.Config, m *Manifest) {
-	t := c.Train
-	m.Test = ""
-	m.Train = &TrainSpec{Command: t.Command, DatasetVersion: t.DatasetVersion, Seed: t.Seed, CheckpointDir: t.CheckpointDir,
-		Cadence: t.Cadence, CheckpointURI: runScoped(t.CheckpointURI, m.RunID), OutputDir: t.OutputDir, OutputURI: runScoped(t.OutputURI, m.RunID),
-		Keep: t.Keep, RuntimeDeadline: t.RuntimeDeadline.String(), HeartbeatTTL: t.HeartbeatTTL.String()}
+// Spec keeps the train section (spec.Build scoped its store URIs to the
+// run); training has no test command.
+func (trainWorkflow) Spec(m *Manifest) {
+	m.Test, m.Canary = "", nil
+	if m.Train == nil {
+		m.Train = &TrainSpec{}
+	}
 }
 
 // JobBound is 0: approval only needs to afford getting training started;
@@ -76,8 +77,13 @@ func (w trainWorkflow) Finish(ctx context.Context) { w.e.fillTrainReport(ctx) }
 // went through is classified by its comparison.
 type canaryWorkflow struct{ e *Engine }
 
-func (canaryWorkflow) Name() string                      { return "canary" }
-func (canaryWorkflow) Spec(*config.Config, *Manifest)    {}
+func (canaryWorkflow) Name() string { return "canary" }
+func (canaryWorkflow) Spec(m *Manifest) {
+	m.Train = nil
+	if m.Canary == nil {
+		m.Canary = &CanarySpec{}
+	}
+}
 func (canaryWorkflow) Finish(context.Context)            {}
 func (canaryWorkflow) JobBound(m Manifest) time.Duration { return frozenDuration(m.JobTimeout) }
 
@@ -101,3 +107,24 @@ func (e *Engine) workflow() Workflow {
 	}
 	return e.flow
 }
+
+// trainSpec is the frozen train section (zero for other workflows).
+func (e *Engine) trainSpec() TrainSpec {
+	if e.manifest.Train == nil {
+		return TrainSpec{}
+	}
+	return *e.manifest.Train
+}
+
+// canarySpec is the frozen canary contract (zero for other workflows).
+func (e *Engine) canarySpec() CanarySpec {
+	if e.manifest.Canary == nil {
+		return CanarySpec{}
+	}
+	return *e.manifest.Canary
+}
+
+// The frozen deadlines.
+func (e *Engine) readyDeadline() time.Duration { return frozenDuration(e.manifest.ReadyDeadline) }
+func (e *Engine) jobTimeout() time.Duration    { return frozenDuration(e.manifest.JobTimeout) }
+func (e *Engine) teardownLimit() time.Duration { return frozenDuration(e.manifest.TeardownLimit) }

@@ -18,7 +18,7 @@ import (
 
 // gate runs the config's CPU commands locally; any failure means no rental.
 func (e *Engine) gate(ctx context.Context) error {
-	if len(e.Config.Gate) == 0 {
+	if len(e.frozen().Gate) == 0 {
 		return nil
 	}
 	t0 := e.now()
@@ -34,7 +34,7 @@ func (e *Engine) gate(ctx context.Context) error {
 	}
 	out := e.Redactor.Writer(sink)
 	defer out.Close()
-	for _, command := range e.Config.Gate {
+	for _, command := range e.frozen().Gate {
 		e.infof("gate: %s", command)
 		fmt.Fprintf(out, "$ %s\n", command)
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
@@ -47,7 +47,7 @@ func (e *Engine) gate(ctx context.Context) error {
 			return &StepError{Step: stepGate, Outcome: OutcomeGated, Err: fmt.Errorf("%w: %q: %v", ErrGated, command, err)}
 		}
 	}
-	return e.record("done", stepGate, map[string]any{"commands": len(e.Config.Gate)})
+	return e.record("done", stepGate, map[string]any{"commands": len(e.frozen().Gate)})
 }
 
 // ErrSkipped means the change touches none of the config's paths.
@@ -55,7 +55,7 @@ var ErrSkipped = errors.New("the change touches none of the configured paths: GP
 
 // pathsTouched applies the config's paths: filter to the change.
 func (e *Engine) pathsTouched(ctx context.Context) error {
-	if len(e.Config.Paths) == 0 {
+	if len(e.frozen().Paths) == 0 {
 		return nil
 	}
 	base := e.Base
@@ -77,7 +77,7 @@ func (e *Engine) pathsTouched(ctx context.Context) error {
 		return nil
 	}
 	for _, f := range files {
-		for _, p := range e.Config.Paths {
+		for _, p := range e.frozen().Paths {
 			if MatchGlob(p, f) {
 				e.infof("paths: %s matches %s", f, p)
 				return nil
@@ -125,7 +125,7 @@ func (e *Engine) prepare(ctx context.Context) error {
 	}
 	// What the rental will need is checked every time, resumed or not: a
 	// resumed run needs its secrets and registry login as much as a new one.
-	if err := CheckImagePinned(e.Config.Image); err != nil {
+	if err := CheckImagePinned(e.frozen().Image); err != nil {
 		return &StepError{Step: stepFreeze, Err: err}
 	}
 	if _, err := e.testEnv(); err != nil {
@@ -258,10 +258,10 @@ func (e *Engine) testOn(ctx context.Context, client *remote.Client, inst provide
 	if err != nil {
 		return err
 	}
-	e.infof("running the test on instance %d: %s", inst.ID, e.Config.Test)
+	e.infof("running the test on instance %d: %s", inst.ID, e.frozen().Test)
 	e.mark("test_start")
 	t0 = e.now()
-	res, err := e.work(ctx, client, e.Config.Test, env)
+	res, err := e.work(ctx, client, e.frozen().Test, env)
 	e.mark("test_end")
 	e.timings.add("test", e.now().Sub(t0))
 	e.test = res

@@ -22,8 +22,19 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 )
 
+// Manifest schemas. v2 added every input a step reads after the freeze
+// (gate, paths, env values, workdir, verify, image login names, the
+// canary's contract, training's agent and monitoring settings); its JSON
+// is v1's plus those fields. A v1 manifest is still loaded; see [FillV1].
+const (
+	SchemaV1 = "vastrun.manifest/v1"
+	SchemaV2 = "vastrun.manifest/v2"
+)
+
 // Manifest is frozen before anything is rented: what will run, where,
 // under which limits. Its SHA-256 goes into the journal and the receipt.
+// Secrets appear by name only (SecretNames, ImageLogin); Env holds the
+// config's env: values, which are non-secret by contract (docs/config.md).
 type Manifest struct {
 	Schema        string        `json:"schema"`
 	RunID         string        `json:"run_id"`
@@ -45,6 +56,100 @@ type Manifest struct {
 	SecretNames   []string      `json:"secret_names,omitempty"`
 	Train         *TrainSpec    `json:"train,omitempty"`
 	CreatedAt     time.Time     `json:"created_at"`
+
+	// v2: the rest of what the steps read.
+	Gate          []string          `json:"gate,omitempty"`
+	Paths         []string          `json:"paths,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	Workdir       string            `json:"workdir,omitempty"`
+	WorkdirMaxMB  float64           `json:"workdir_max_mb,omitempty"`
+	MinFreeDiskGB float64           `json:"verify_min_free_disk_gb,omitempty"`
+	ImageLogin    *ImageLogin       `json:"image_login,omitempty"`
+	Canary        *CanarySpec       `json:"canary,omitempty"`
+}
+
+// Duration is a duration frozen as its text ("1m30s").
+type Duration time.Duration
+
+// Duration is d as a time.Duration.
+func (d Duration) Duration() time.Duration { return time.Duration(d) }
+
+// String is d as Go writes durations.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as text, so the manifest reads as the config does.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ImageLogin names the variables that hold a private registry's login
+// (names only: the values are read from vastrun's environment when used).
+type ImageLogin struct {
+	Registry string `json:"registry"`
+	UserEnv  string `json:"user_env"`
+	TokenEnv string `json:"token_env"`
+}
+
+// CanarySpec is the canary's contract as frozen: the local part runs after
+// the freeze, so a resumed canary proves the same contract.
+type CanarySpec struct {
+	Unit          string         `json:"unit,omitempty"`
+	Smoke         string         `json:"smoke"`
+	ExpectExit    int            `json:"expect_exit"`
+	ExpectFields  []string       `json:"expect_fields,omitempty"`
+	IgnoreFields  []string       `json:"ignore_fields,omitempty"`
+	CUDACheck     string         `json:"cuda_check,omitempty"`
+	Ports         []int          `json:"ports,omitempty"`
+	HealthURL     string         `json:"health_url,omitempty"`
+	EnvNames      []string       `json:"env_names,omitempty"`
+	HealthTimeout Duration       `json:"health_timeout"`
+	Request       CanaryRequest  `json:"request"`
+	Timeouts      CanaryTimeouts `json:"timeouts"`
+	Compare       CanaryCompare  `json:"compare"`
+	ImageSource   string         `json:"image_source,omitempty"`
+	Containerfile string         `json:"containerfile,omitempty"`
+}
+
+// IsServer reports whether the smoke is a server (health URL or ports).
+func (c CanarySpec) IsServer() bool { return c.HealthURL != "" || len(c.Ports) > 0 }
+
+// CanaryRequest is what is sent to a server smoke once it is ready. Its
+// ${NAME} templates are frozen unexpanded (values never enter the spec).
+type CanaryRequest struct {
+	Command      string            `json:"command,omitempty"`
+	Method       string            `json:"method,omitempty"`
+	URL          string            `json:"url,omitempty"`
+	Headers      map[string]string `json:"headers,omitempty"`
+	Body         string            `json:"body,omitempty"`
+	ExpectStatus int               `json:"expect_status,omitempty"`
+}
+
+// IsSet reports whether a request is configured.
+func (r CanaryRequest) IsSet() bool { return r.Command != "" || r.URL != "" }
+
+// CanaryTimeouts bound the canary's local steps.
+type CanaryTimeouts struct {
+	Unit  Duration `json:"unit"`
+	Smoke Duration `json:"smoke"`
+	Stop  Duration `json:"stop"`
+}
+
+// CanaryCompare is how CPU and GPU results are compared.
+type CanaryCompare struct {
+	Tolerance float64  `json:"tolerance"`
+	Ignore    []string `json:"ignore,omitempty"`
 }
 
 // TrainSpec is what a training run freezes before renting.
@@ -60,6 +165,25 @@ type TrainSpec struct {
 	Keep            int    `json:"keep"`
 	RuntimeDeadline string `json:"runtime_deadline"`
 	HeartbeatTTL    string `json:"heartbeat_ttl"`
+
+	// v2: the agent's and the monitoring loop's settings.
+	Poll            Duration `json:"poll,omitempty"`
+	MaxAttempts     int      `json:"max_attempts,omitempty"`
+	QuietPeriod     Duration `json:"quiet_period,omitempty"`
+	CheckpointFile  string   `json:"checkpoint_file,omitempty"`
+	CheckpointCheck string   `json:"checkpoint_check,omitempty"`
+	StepFrom        string   `json:"step_from,omitempty"`
+	OnOutbid        string   `json:"on_outbid,omitempty"`
+	OutbidWait      Duration `json:"outbid_wait,omitempty"`
+}
+
+// Runtime is the frozen runtime deadline (0 when none).
+func (t TrainSpec) Runtime() time.Duration { return ParseDuration(t.RuntimeDeadline) }
+
+// ParseDuration reads a duration the manifest froze as text (0 when absent).
+func ParseDuration(s string) time.Duration {
+	d, _ := time.ParseDuration(s)
+	return d
 }
 
 // Hash is the SHA-256 of the manifest's canonical JSON.

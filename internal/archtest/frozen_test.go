@@ -1,0 +1,80 @@
+package archtest
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// configReaders are the only engine methods that may read the live
+// configuration (Engine.Config). Everything else, every step after the
+// freeze and every step of a resumed run, reads the frozen spec
+// (e.frozen(), e.trainSpec(), e.canarySpec()), so a vastrun.yaml edited
+// after the freeze cannot change a run (issue 9, Deliver 2).
+var configReaders = map[string]string{
+	"Begin":        "the label's expiry is set before the run id, and so the spec, exists",
+	"draft":        "builds the spec from the configuration (spec.Build): the one read of the step inputs",
+	"evidenceBase": "expands evidence.uri for draft, which freezes the result",
+	"escalate":     "alert.webhook says where to shout about an unconfirmed destroy; it may hold a token, so it is never frozen",
+}
+
+// corePackages hold the lifecycle's steps.
+var corePackages = []string{"internal/run"}
+
+func TestStepsNeverReadTheLiveConfig(t *testing.T) {
+	for _, pkg := range corePackages {
+		dir := filepath.Join("..", "..", pkg)
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: no Go files (%v)", pkg, err)
+		}
+		seen := map[string]bool{}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Body == nil {
+					continue
+				}
+				recv := ""
+				if fn.Recv != nil && len(fn.Recv.List) == 1 && len(fn.Recv.List[0].Names) == 1 {
+					recv = fn.Recv.List[0].Names[0].Name
+				}
+				ast.Inspect(fn.Body, func(n ast.Node) bool {
+					sel, ok := n.(*ast.SelectorExpr)
+					if !ok || sel.Sel.Name != "Config" {
+						return true
+					}
+					if id, ok := sel.X.(*ast.Ident); ok && id.Name == recv {
+						seen[fn.Name.Name] = true
+						if _, ok := configReaders[fn.Name.Name]; !ok {
+							t.Errorf("%s: %s reads the live configuration (%s.Config): read the frozen spec instead (e.frozen()), or add it to configReaders with the reason", filepath.Base(path), fn.Name.Name, recv)
+						}
+					}
+					return true
+				})
+			}
+		}
+		// The allow list shrinks with the code: an entry nothing uses goes.
+		var stale []string
+		for name := range configReaders {
+			if !seen[name] {
+				stale = append(stale, name)
+			}
+		}
+		sort.Strings(stale)
+		if len(stale) > 0 && pkg == corePackages[0] {
+			t.Errorf("configReaders lists %v, which no longer read the configuration: remove them", stale)
+		}
+	}
+}
