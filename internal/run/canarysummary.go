@@ -41,6 +41,9 @@ func canarySummary(c *CanaryReport) string {
 	if c.LocalNote != "" {
 		fmt.Fprintf(&b, "| local note | %s |\n", mdCell(c.LocalNote))
 	}
+	for _, ce := range c.CaptureErrors {
+		fmt.Fprintf(&b, "| not captured | %s |\n", mdCell(ce))
+	}
 	if len(c.Delta) > 0 {
 		b.WriteString("\n**Fields that differ (local vs GPU):**\n\n| field | local | GPU |\n|---|---|---|\n")
 		for _, d := range c.Delta {

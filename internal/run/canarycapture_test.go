@@ -1,0 +1,70 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/redact"
+	"github.com/vastrun/vastrun/internal/remote"
+)
+
+// deadShell is an instance whose SSH connection fails every call.
+type deadShell struct{ err error }
+
+func (d deadShell) Output(context.Context, string) (string, error) { return "", d.err }
+func (d deadShell) Run(context.Context, remote.Command) error      { return d.err }
+
+// A GPU-side capture that fails in transport is evidence that is missing,
+// not an answer: the check says why, the receipt and the summary note it,
+// the failure's evidence file says so, and the GPU list is never read as
+// "no GPU" (which would turn a dropped connection into gpu_only_failure).
+func TestCanaryCaptureFailureIsReportedNotDecided(t *testing.T) {
+	secret := "s3cr3t-token-value"
+	e := &Engine{Redactor: redact.New(secret), canary: &CanaryReport{}, EvidenceDir: t.TempDir(),
+		manifest: Manifest{Canary: &CanarySpec{Smoke: "python smoke.py"}}}
+	dropped := deadShell{errors.New("ssh: connection lost while talking to " + secret)}
+
+	chk := e.cudaCheck(context.Background(), dropped, nil)
+	if chk.CaptureError == "" || !strings.Contains(chk.CaptureError, "connection lost") || strings.Contains(chk.CaptureError, secret) {
+		t.Fatalf("capture error: %q", chk.CaptureError)
+	}
+	if !chk.Passed || len(chk.GPUs) != 0 {
+		t.Fatalf("an unknown GPU list decided the check: %+v", chk)
+	}
+
+	e.collectFailureEvidence(context.Background(), dropped, provider.Instance{ID: 7})
+	if len(e.canary.CaptureErrors) != 2 || e.canary.FailureEvidence == "" {
+		t.Fatalf("receipt: %+v", e.canary)
+	}
+	b, err := os.ReadFile(filepath.Join(e.EvidenceDir, e.canary.FailureEvidence))
+	if err != nil || !strings.Contains(string(b), "capture failed: ") {
+		t.Fatalf("evidence file: %q %v", b, err)
+	}
+	md := canarySummary(e.canary)
+	if !strings.Contains(md, "| not captured | the GPU's identity (nvidia-smi): ssh: connection lost") {
+		t.Fatalf("summary:\n%s", md)
+	}
+
+	// A capture that answers is not reported.
+	ok := &CanaryReport{}
+	e.canary = ok
+	chk = e.cudaCheck(context.Background(), answer("==csv\nNVIDIA H100, 81559, 550.54\n==smi\n| CUDA Version: 12.4 |\n"), nil)
+	if chk.CaptureError != "" || len(ok.CaptureErrors) != 0 || !chk.Passed || chk.CUDA != 12.4 || chk.GPUs[0].MemoryMiB != 81559 {
+		t.Fatalf("a good capture: %+v %+v", chk, ok)
+	}
+	// An empty answer (no nvidia-smi) is the GPU's answer: it fails the check.
+	chk = e.cudaCheck(context.Background(), answer(""), nil)
+	if chk.Passed || chk.CaptureError != "" {
+		t.Fatalf("no GPU passed: %+v", chk)
+	}
+}
+
+type answer string
+
+func (a answer) Output(context.Context, string) (string, error) { return string(a), nil }
+func (a answer) Run(context.Context, remote.Command) error      { return nil }
