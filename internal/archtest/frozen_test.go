@@ -22,8 +22,37 @@ var configReaders = map[string]string{
 	"escalate":     "alert.webhook says where to shout about an unconfirmed destroy; it may hold a token, so it is never frozen",
 }
 
-// corePackages hold the lifecycle's steps.
-var corePackages = []string{"internal/run"}
+// corePackages hold the lifecycle's shared steps; workflowPackages the
+// workflows' own, which never touch Engine.Config at all (nor import
+// internal/config: layout pins that).
+var (
+	corePackages     = []string{"internal/run"}
+	workflowPackages = []string{"internal/workflow/ci", "internal/workflow/canary"}
+)
+
+func TestWorkflowsNeverTouchTheConfig(t *testing.T) {
+	for _, pkg := range workflowPackages {
+		files, _ := filepath.Glob(filepath.Join("..", "..", pkg, "*.go"))
+		if len(files) == 0 {
+			t.Fatalf("%s: no Go files", pkg)
+		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "Config" {
+					t.Errorf("%s/%s: reads .Config: a workflow reads the frozen spec (Engine.Frozen)", pkg, filepath.Base(path))
+				}
+				return true
+			})
+		}
+	}
+}
 
 func TestStepsNeverReadTheLiveConfig(t *testing.T) {
 	for _, pkg := range corePackages {

@@ -49,6 +49,10 @@ const (
 	attemptLimit = 10 * time.Second // one health GET or request
 )
 
+// Request is what is sent to a ready server (canary.request), so that
+// callers holding a frozen spec need not import the configuration.
+type Request = config.CanaryRequest
+
 // Server is one run of the server smoke contract.
 type Server struct {
 	Command   string

@@ -13,6 +13,7 @@ import (
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/image"
+	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
 )
 
 // NewCmdCanary builds `vastrun canary` and its init/validate subcommands.
@@ -85,7 +86,7 @@ canary.compare.tolerance and canary.compare.ignore (docs/config.md).`,
 			if err != nil {
 				return err
 			}
-			r, runErr := e.RunCanary(ctx, allowLocal)
+			r, runErr := canaryflow.Run(ctx, e, allowLocal)
 			return reportRun(f, r, withRunHints(f, o, runErr))
 		},
 	}

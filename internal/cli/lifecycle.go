@@ -20,6 +20,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/team"
+	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // WorkflowOptions are the flags shared by ci, up, exec and down.
@@ -270,7 +271,7 @@ func runCI(ctx context.Context, opts *CIOptions) error {
 	if e == nil || err != nil {
 		return err
 	}
-	r, runErr := e.RunCI(ctx)
+	r, runErr := ciflow.Run(ctx, e)
 	return reportRun(f, r, withRunHints(f, o, runErr))
 }
 
@@ -313,7 +314,7 @@ func runUp(ctx context.Context, opts *UpOptions) error {
 	if e == nil || err != nil {
 		return err
 	}
-	r, runErr := e.Up(ctx)
+	r, runErr := ciflow.Up(ctx, e)
 	if runErr != nil {
 		printReceipt(f, r)
 		return asCancelled(withRunHints(f, o, runErr))

@@ -18,6 +18,7 @@ import (
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
+	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // Many runs under one plan (gpu.matrix, vastrun sweep): each child is a
@@ -133,7 +134,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 			if workflow == "train" {
 				r, err = e.RunTrain(ctx)
 			} else {
-				r, err = e.RunCI(ctx)
+				r, err = ciflow.Run(ctx, e)
 			}
 			c := ChildResult{Name: specs[i].Name, GPU: specs[i].GPU, Params: specs[i].Params, Unconfirmed: []int64{}}
 			if r != nil && budget > 0 && len(r.Cleanup.Unconfirmed) == 0 {

@@ -23,6 +23,8 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/storage"
+	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
+	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // storageVars are the settings and credentials handed to the agent and the
@@ -191,13 +193,15 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 		e, err = trainEngine(ctx, f, o)
 	case "ci":
 		e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
-		resume = (*run.Engine).ResumeCI
+		resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) { return ciflow.Resume(ctx, e) }
 	case "canary":
 		if !cfg.IsCanary() {
 			return &UsageError{Err: fmt.Errorf("run %s is a canary run and %s has no canary.smoke", st.RunID, o.ConfigPath), Hint: "resume with the vastrun.yaml the canary was started with (-f FILE)"}
 		}
 		e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
-		resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) { return e.ResumeCanary(ctx, false) }
+		resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) {
+			return canaryflow.Resume(ctx, e, false)
+		}
 	default:
 		return &UsageError{Err: fmt.Errorf("run %s is a %q run; resume continues train, ci and canary runs", st.RunID, st.Workflow), Hint: "tear it down with: vastrun down --run " + st.RunID}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
+	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // realEngine runs on the wall clock against a simulator whose boot is short,
@@ -63,7 +64,7 @@ func BenchmarkBillableOverhead(b *testing.B) {
 	var before, after, fromRunning float64
 	for i := 0; i < b.N; i++ {
 		e, s := realEngine(b, "true", nil)
-		r, err := e.RunCI(context.Background())
+		r, err := ciflow.Run(context.Background(), e)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -103,7 +104,7 @@ func BenchmarkSIGINTToDestroy(b *testing.B) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		}()
-		e.RunCI(ctx)
+		ciflow.Run(ctx, e)
 		recs, _ := journal.Read(e.RunDir())
 		for _, rec := range recs {
 			if rec.Step == "destroy" && rec.Type == "intent" {
@@ -137,7 +138,7 @@ func BenchmarkAPICallsWhileWaiting(b *testing.B) {
 			Redactor: redact.New(), Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &strings.Builder{},
 			Config: cfg, RepoDir: root, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev")}
 		start := clk.Now()
-		e.RunCI(context.Background()) // SSH is disabled: it waits the load out, then fails to connect
+		ciflow.Run(context.Background(), e) // SSH is disabled: it waits the load out, then fails to connect
 		waited := clk.Now().Sub(start).Minutes()
 		perMin += float64(calls.Load()) / waited
 		srv.Close()

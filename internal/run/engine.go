@@ -137,20 +137,16 @@ type Engine struct {
 	state      *State
 	manifest   Manifest
 	timings    timings
-	test       *TestOutcome
 	verifyRep  *verifyReport
 	selected   []policy.Decision
 	cost       costReport
 	phaseTimes map[string]time.Time
 	train      *TrainReport
-	canary     *CanaryReport
 	// journalErr is the first failed journal write; unjournaled holds what
 	// happened but could not be written, applied to state in memory.
 	journalErr  error
 	unjournaled []journal.Record
-	// beforeRent runs at the end of prepare (the canary's local contract).
-	beforeRent func(ctx context.Context) error
-	evidenceUp *EvidenceUpload // the copy at evidence.uri (evidence.go)
+	evidenceUp  *EvidenceUpload // the copy at evidence.uri (evidence.go)
 	// flow is what the run's workflow adds to the shared steps.
 	flow      Workflow
 	lastEvent progress.Event

@@ -28,6 +28,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
+	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 const image = "ghcr.io/acme/gpu-test@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -165,7 +166,7 @@ func (h *harness) evidence(name string) string {
 
 func TestCIHappyPath(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	if err != nil {
 		t.Fatalf("ci: %v\n%s", err, h.ui)
 	}
@@ -228,7 +229,7 @@ func assertNoSecret(t *testing.T, secret string, dirs ...string) {
 
 func TestCITestFailsStillDestroyed(t *testing.T) {
 	h := newHarness(t, strings.Replace(baseConfig, "test: sh scripts/gpu-test.sh", "test: echo failing; exit 4", 1), true)
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	var tf *run.TestFailedError
 	if !errors.As(err, &tf) || tf.Code != 4 || r.Outcome != run.OutcomeFailed || !r.Cleanup.Confirmed {
 		t.Fatalf("err %v receipt %+v", err, r)
@@ -238,7 +239,7 @@ func TestCITestFailsStillDestroyed(t *testing.T) {
 
 func TestCIGateFailsNoRental(t *testing.T) {
 	h := newHarness(t, baseConfig+"gate: [\"true\", \"echo cpu tests failed; exit 1\"]\n", true)
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrGated) || r.Outcome != run.OutcomeGated || len(r.Attempts) != 0 {
 		t.Fatalf("err %v receipt %+v", err, r)
 	}
@@ -252,12 +253,12 @@ func TestCIGateFailsNoRental(t *testing.T) {
 
 func TestCINoOfferAndNotApproved(t *testing.T) {
 	h := newHarness(t, strings.Replace(baseConfig, "max_dph: 1.0", "max_dph: 0.01", 1), true)
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrNoOffer) || r.Outcome != run.OutcomeNoOffer || !strings.Contains(h.evidence("selection.json"), "is over the ceiling $0.0100/h") {
 		t.Fatalf("no offer: %v %+v", err, r)
 	}
 	h = newHarness(t, baseConfig, false)
-	r, err = h.engine.RunCI(context.Background())
+	r, err = ciflow.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrNeedsApproval) || r.Outcome != run.OutcomeNotApproved {
 		t.Fatalf("not approved: %v %+v", err, r)
 	}
@@ -268,7 +269,7 @@ func TestCINoOfferAndNotApproved(t *testing.T) {
 
 func TestCIBudgetRefusesBeforeRenting(t *testing.T) {
 	h := newHarness(t, strings.Replace(baseConfig, "max_spend: 2", "max_spend: 0.01", 1), true)
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	if r.Outcome != run.OutcomeBudget || err == nil || !strings.Contains(err.Error(), "budget.max_spend") {
 		t.Fatalf("%v %+v", err, r)
 	}
@@ -283,7 +284,7 @@ func TestCIAmbiguousCreatesAreAdoptedNotRepeated(t *testing.T) {
 			h := newHarness(t, baseConfig, true)
 			h.sim.Inject(sim.Fault{Kind: kind})
 			h.sim.Inject(sim.Fault{Kind: sim.FaultReadLag, Count: 2})
-			r, err := h.engine.RunCI(context.Background())
+			r, err := ciflow.Run(context.Background(), h.engine)
 			if err != nil || r.Outcome != run.OutcomePassed {
 				t.Fatalf("%v %+v\n%s", err, r, h.ui)
 			}
@@ -307,7 +308,7 @@ func TestCIImagePullFailureRetriesOnAnotherMachine(t *testing.T) {
 		}
 	}
 	h.sim.Inject(sim.Fault{Kind: sim.FaultImagePull, Machine: first})
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	if err != nil || r.Outcome != run.OutcomePassed || len(r.Attempts) != 2 {
 		t.Fatalf("%v %+v\n%s", err, r, h.ui)
 	}
@@ -320,7 +321,7 @@ func TestCIImagePullFailureRetriesOnAnotherMachine(t *testing.T) {
 func TestCIDestroyNoopThenWorks(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	h.sim.Inject(sim.Fault{Kind: sim.FaultDestroyNoop, Count: 3})
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	if err != nil || !r.Cleanup.Confirmed {
 		t.Fatalf("%v %+v", err, r)
 	}
@@ -330,7 +331,7 @@ func TestCIDestroyNoopThenWorks(t *testing.T) {
 func TestCIDestroyNeverWorksIsEscalated(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	h.sim.Inject(sim.Fault{Kind: sim.FaultDestroyNoop, Count: -1})
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	var ce *run.CleanupError
 	if !errors.As(err, &ce) || r.Cleanup.Confirmed || len(r.Cleanup.Unconfirmed) != 1 || !r.Cleanup.AlertSent {
 		t.Fatalf("%v %+v", err, r.Cleanup)
@@ -370,7 +371,7 @@ func TestCICancelWhileWaitingForReadiness(t *testing.T) {
 			cancel() // SIGINT arrives while vastrun waits for the instance
 		}
 	}
-	r, err := h.engine.RunCI(ctx)
+	r, err := ciflow.Run(ctx, h.engine)
 	h.clk.OnWait = nil
 	if !errors.Is(err, context.Canceled) || r.Outcome != run.OutcomeInterrupted || !r.Cleanup.Confirmed {
 		t.Fatalf("%v %+v", err, r)
@@ -391,7 +392,7 @@ func (panicUI) Infof(format string, args ...any) {
 func TestCIPanicStillTearsDown(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	h.engine.UI = panicUI{}
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	if err == nil || !strings.Contains(err.Error(), "panic") || r.Outcome != run.OutcomeError || !r.Cleanup.Confirmed {
 		t.Fatalf("%v %+v", err, r)
 	}
@@ -416,7 +417,7 @@ func TestCIPathsSkipWhenUntouched(t *testing.T) {
 	git("add", ".")
 	git("commit", "-qm", "docs")
 	h.engine.Base = "main"
-	r, err := h.engine.RunCI(context.Background())
+	r, err := ciflow.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrSkipped) || r.Outcome != run.OutcomeSkipped {
 		t.Fatalf("docs-only change: %v %+v", err, r)
 	}
@@ -430,7 +431,7 @@ func TestCIPathsSkipWhenUntouched(t *testing.T) {
 	git("commit", "-qm", "gpu")
 	h2 := *h.engine
 	h2.EvidenceDir = filepath.Join(h.engine.EvidenceDir, "second")
-	r, err = h2.RunCI(context.Background())
+	r, err = ciflow.Run(context.Background(), &h2)
 	if err != nil || r.Outcome != run.OutcomePassed || len(r.Commit) != 40 {
 		t.Fatalf("gpu change: %v %+v", err, r)
 	}
@@ -439,7 +440,7 @@ func TestCIPathsSkipWhenUntouched(t *testing.T) {
 
 func TestRunIsLockedAgainstASecondProcess(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
-	if _, err := h.engine.Up(context.Background()); err != nil {
+	if _, err := ciflow.Up(context.Background(), h.engine); err != nil {
 		t.Fatal(err)
 	}
 	first := *h.engine

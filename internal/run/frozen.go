@@ -23,6 +23,8 @@ type (
 	TrainSpec = spec.TrainSpec
 	// CanarySpec is the canary's section of it.
 	CanarySpec = spec.CanarySpec
+	// CanaryRequest is the canary's frozen request to a ready server.
+	CanaryRequest = spec.CanaryRequest
 	// ConfigChangedError names the fields a resumed run's config changed.
 	ConfigChangedError = spec.ConfigChangedError
 )

@@ -159,14 +159,9 @@ func (e *Engine) chargesFor(ctx context.Context) map[provider.InstanceID]float64
 	return byID
 }
 
-// receiptImage is the frozen image; a run that never froze (gated before
-// freeze, down) names the configured one.
-func (e *Engine) receiptImage() string {
-	if e.manifest.Image != "" {
-		return e.manifest.Image
-	}
-	return e.frozen().Image
-}
+// receiptImage is the frozen image (a run gated before its freeze names
+// its draft spec's).
+func (e *Engine) receiptImage() string { return e.frozen().Image }
 
 // chargedAttempts copies attempts, each with what Vast charged for it.
 func chargedAttempts(attempts []*Attempt, byID map[provider.InstanceID]float64) []*Attempt {
@@ -195,10 +190,11 @@ func (e *Engine) finish(ctx context.Context, outcome receipt.Outcome, runErr err
 	r := &Receipt{
 		Schema: ReceiptSchema, Workflow: e.Workflow, RunID: st.RunID, Label: st.Label, Outcome: outcome,
 		Simulated: e.Simulated, SimInstance: e.SimInstance, Commit: e.manifest.Commit, Image: e.receiptImage(), ManifestSHA256: st.ManifestHash,
-		Attempts: chargedAttempts(st.Attempts, charged), Test: e.test, Verify: e.verifyRep, Train: e.train, Canary: e.canary, Timings: e.timings, Cost: e.cost,
+		Attempts: chargedAttempts(st.Attempts, charged), Verify: e.verifyRep, Timings: e.timings, Cost: e.cost,
 		StartedAt: st.Started, FinishedAt: e.now().UTC(), EvidenceDir: e.EvidenceDir, EvidenceUpload: e.evidenceUp,
 		CI: ReceiptCI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},
 	}
+	e.workflow().Section(r)
 	r.Attempts = roundedAttempts(r.Attempts)
 	if runErr != nil {
 		r.Error = e.Redactor.String(runErr.Error())
@@ -216,7 +212,7 @@ func (e *Engine) finish(ctx context.Context, outcome receipt.Outcome, runErr err
 		}
 	}
 	r.Timings["other"] = round3(max(0, r.Timings["elapsed"]-phases))
-	if a := st.Current(); a != nil && e.test != nil && !a.RunningAt.IsZero() {
+	if a := st.Current(); a != nil && r.Test != nil && !a.RunningAt.IsZero() {
 		// What vastrun adds to the billable time around the test.
 		if ts, ok := e.phaseTimes["test_start"]; ok {
 			r.Timings["overhead_before_test"] = round3(ts.Sub(a.RunningAt).Seconds())

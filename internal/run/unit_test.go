@@ -91,18 +91,6 @@ func contains(s, sub string) bool {
 	return false
 }
 
-func TestDeltaFieldLevel(t *testing.T) {
-	local := map[string]any{"device": "cpu", "sum": 42.0, "metrics": map[string]any{"loss": 0.5, "time": 1.0}, "only_local": true}
-	gpu := map[string]any{"device": "cuda", "sum": 42.0, "metrics": map[string]any{"loss": 0.25, "time": 0.1}}
-	d := Delta(local, gpu, []string{"device", "metrics.time"})
-	if len(d) != 2 || d[0].Field != "metrics.loss" || d[0].Local != 0.5 || d[0].GPU != 0.25 || d[1].Field != "only_local" || d[1].GPU != nil {
-		t.Fatalf("%+v", d)
-	}
-	if d := Delta(local, local, nil); len(d) != 0 {
-		t.Fatalf("identical results differ: %+v", d)
-	}
-}
-
 // A receipt measured on a scaled clock reports wall-clock time, with the
 // simulated figures kept and labelled.
 func TestReceiptOnScaledClockIsWallClock(t *testing.T) {

@@ -22,11 +22,17 @@ type Workflow interface {
 	// JobBound is how much of the job's time the worst case approved
 	// before renting must cover, read from the frozen manifest.
 	JobBound(m Manifest) time.Duration
+	// Local is the workflow's own local step, after the freeze and before
+	// anything is rented, on new and resumed runs alike (nil: go on).
+	Local(ctx context.Context) error
 	// Outcome maps how the run ended to the workflow's outcome; base is
 	// the shared classification of err (see Outcome).
 	Outcome(err error, base receipt.Outcome) receipt.Outcome
-	// Finish fills the workflow's receipt section after teardown.
+	// Finish completes the workflow's report after teardown (before the
+	// evidence is uploaded).
 	Finish(ctx context.Context)
+	// Section puts the workflow's report into its section of the receipt.
+	Section(r *Receipt)
 }
 
 // plainWorkflow is a workflow with no section of its own: ci, up, and the
@@ -36,6 +42,8 @@ type plainWorkflow struct{ name string }
 func (w plainWorkflow) Name() string                                        { return w.name }
 func (plainWorkflow) Spec(m *Manifest)                                      { m.Train, m.Canary = nil, nil }
 func (plainWorkflow) Finish(context.Context)                                {}
+func (plainWorkflow) Local(context.Context) error                           { return nil }
+func (plainWorkflow) Section(*Receipt)                                      {}
 func (plainWorkflow) JobBound(m Manifest) time.Duration                     { return frozenDuration(m.JobTimeout) }
 func (plainWorkflow) Outcome(_ error, base receipt.Outcome) receipt.Outcome { return base }
 
@@ -72,27 +80,8 @@ func (trainWorkflow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
 }
 
 func (w trainWorkflow) Finish(ctx context.Context) { w.e.fillTrainReport(ctx) }
-
-// canaryWorkflow is the contract proved locally, then on a GPU: a run that
-// went through is classified by its comparison.
-type canaryWorkflow struct{ e *Engine }
-
-func (canaryWorkflow) Name() string { return "canary" }
-func (canaryWorkflow) Spec(m *Manifest) {
-	m.Train = nil
-	if m.Canary == nil {
-		m.Canary = &CanarySpec{}
-	}
-}
-func (canaryWorkflow) Finish(context.Context)            {}
-func (canaryWorkflow) JobBound(m Manifest) time.Duration { return frozenDuration(m.JobTimeout) }
-
-func (w canaryWorkflow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
-	if c := w.e.canary; c != nil && err == nil && c.Comparison != "" {
-		return receipt.Outcome(c.Comparison)
-	}
-	return base
-}
+func (trainWorkflow) Local(context.Context) error  { return nil }
+func (w trainWorkflow) Section(r *Receipt)         { r.Train = w.e.train }
 
 // frozen is the run's spec as frozen (or, after --accept-config-change, as
 // accepted): what is rented, at what price, under which budget, is read
@@ -114,14 +103,6 @@ func (e *Engine) trainSpec() TrainSpec {
 		return TrainSpec{}
 	}
 	return *e.manifest.Train
-}
-
-// canarySpec is the frozen canary contract (zero for other workflows).
-func (e *Engine) canarySpec() CanarySpec {
-	if e.manifest.Canary == nil {
-		return CanarySpec{}
-	}
-	return *e.manifest.Canary
 }
 
 // The frozen deadlines.

@@ -88,16 +88,23 @@ func (e *Engine) pathsTouched(ctx context.Context) error {
 	return &StepError{Step: stepPaths, Outcome: OutcomeSkipped, Err: ErrSkipped}
 }
 
+// ClassError is an error that names its own outcome class (a workflow's
+// verdict, e.g. a canary's comparison): Outcome takes the class as it is.
+type ClassError interface {
+	error
+	OutcomeClass() receipt.Outcome
+}
+
 // Outcome classifies a run's error.
 func Outcome(err error) receipt.Outcome {
 	var se *StepError
 	var tf *TestFailedError
-	var ce *CanaryError
+	var ce ClassError
 	switch {
 	case err == nil:
 		return OutcomePassed
 	case errors.As(err, &ce):
-		return receipt.Outcome(ce.Class)
+		return ce.OutcomeClass()
 	case errors.As(err, &tf):
 		return OutcomeFailed
 	case errors.Is(err, context.Canceled):
@@ -148,40 +155,21 @@ func (e *Engine) prepare(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if e.beforeRent != nil {
-		return e.beforeRent(ctx)
-	}
-	return nil
+	return e.workflow().Local(ctx)
 }
 
-// RunCI runs the whole acceptance step: prepare, rent exactly one instance,
-// verify it, run the test, and tear down on every path. It always returns
-// a receipt once the run has begun.
-func (e *Engine) RunCI(ctx context.Context) (*Receipt, error) {
-	return e.drive(ctx, "ci", false, func(client *remote.Client, inst provider.Instance) error {
-		return e.verifyAndTest(ctx, client, inst)
-	})
-}
+// Body is a workflow's own work on a verified instance it is connected
+// to; its error is the run's (Outcome classifies it).
+type Body func(ctx context.Context, c *remote.Client, inst provider.Instance) error
 
-// Up prepares and provisions, leaving a verified instance running for
-// later `exec` and `down` calls. A failure tears down what it rented.
-func (e *Engine) Up(ctx context.Context) (*Receipt, error) {
-	return e.drive(ctx, "up", true, func(client *remote.Client, inst provider.Instance) error {
-		if err := e.verify(ctx, client, inst); err != nil {
-			return err
-		}
-		if err := e.upload(client); err != nil {
-			return &StepError{Step: "upload", Instance: inst.ID, Err: err}
-		}
-		return nil
-	})
-}
-
-// drive runs a workflow: begin, prepare, provision, then body on the
-// instance. Teardown runs on every path (including a panic on this
-// goroutine) unless keep is set and the workflow succeeded.
-func (e *Engine) drive(ctx context.Context, workflow string, keep bool, body func(*remote.Client, provider.Instance) error) (receipt *Receipt, err error) {
-	if err := e.Begin(workflow); err != nil {
+// Drive runs a new run of workflow w: begin, prepare (gate, paths, freeze,
+// then w.Local), provision one verified instance (rent, ready, connect,
+// verify), then body on it. Teardown and the receipt follow on every path
+// (a panic on this goroutine included) unless keep is set and the run
+// succeeded. It returns a receipt once the run has begun.
+func (e *Engine) Drive(ctx context.Context, w Workflow, keep bool, body Body) (receipt *Receipt, err error) {
+	e.flow = w
+	if err := e.Begin(w.Name()); err != nil {
 		return nil, err
 	}
 	defer e.Close()
@@ -195,28 +183,19 @@ func (e *Engine) drive(ctx context.Context, workflow string, keep bool, body fun
 	if err != nil {
 		return nil, err
 	}
-	return nil, body(client, inst)
+	return nil, body(ctx, client, inst)
 }
 
 func (e *Engine) rentAttempted() bool { return e.state != nil && len(e.state.Attempts) > 0 }
 
-// ResumeCI continues a ci run whose controller died (opened with Open).
-// Its frozen manifest must match the configuration (see adoptFrozen). A
-// live instance of the run is re-attached to, never rented again; one that
-// is gone or not running is destroyed and replaced. The test runs again
-// (how its interrupted run ended is unknown), then teardown and receipt.
-func (e *Engine) ResumeCI(ctx context.Context) (*Receipt, error) {
-	return e.resume(ctx, plainWorkflow{name: "ci"}, func(client *remote.Client, inst provider.Instance) error {
-		return e.testOn(ctx, client, inst, e.now())
-	})
-}
-
-// resume is the shared continuation of a run opened with Open: adopt its
-// frozen manifest, walk the same steps as a new run (those whose condition
-// is True are skipped), re-attach to its live instance or replace it, then
-// the workflow's body; teardown and receipt on every path.
-func (e *Engine) resume(ctx context.Context, flow Workflow, body func(*remote.Client, provider.Instance) error) (receipt *Receipt, err error) {
-	e.Workflow, e.flow = flow.Name(), flow
+// Resume continues, as workflow w, a run opened with Open whose controller
+// died: it adopts the run's frozen manifest (refusing a changed
+// configuration unless AcceptConfigChange), walks the same steps as a new
+// run (those whose condition is True are skipped), re-attaches to the
+// run's live instance or replaces one that is gone, then runs body;
+// teardown and the receipt follow on every path.
+func (e *Engine) Resume(ctx context.Context, w Workflow, body Body) (receipt *Receipt, err error) {
+	e.Workflow, e.flow = w.Name(), w
 	if err := e.adoptFrozen(ctx); err != nil {
 		e.Close()
 		return nil, err
@@ -237,42 +216,7 @@ func (e *Engine) resume(ctx context.Context, flow Workflow, body func(*remote.Cl
 	if client, inst, err = e.attach(ctx, exclude); err != nil {
 		return nil, err
 	}
-	return nil, body(client, inst)
-}
-
-func (e *Engine) verifyAndTest(ctx context.Context, client *remote.Client, inst provider.Instance) error {
-	t0 := e.now()
-	if err := e.verify(ctx, client, inst); err != nil {
-		return err
-	}
-	return e.testOn(ctx, client, inst, t0)
-}
-
-// testOn uploads and runs the test on a verified instance.
-func (e *Engine) testOn(ctx context.Context, client *remote.Client, inst provider.Instance, t0 time.Time) error {
-	if err := e.upload(client); err != nil {
-		return &StepError{Step: "upload", Instance: inst.ID, Err: err}
-	}
-	e.timings.add("verify", e.now().Sub(t0))
-	env, err := e.testEnv()
-	if err != nil {
-		return err
-	}
-	e.infof("running the test on instance %d: %s", inst.ID, e.frozen().Test)
-	e.mark("test_start")
-	t0 = e.now()
-	res, err := e.work(ctx, client, e.frozen().Test, env)
-	e.mark("test_end")
-	e.timings.add("test", e.now().Sub(t0))
-	e.test = res
-	if err != nil {
-		return err
-	}
-	if res.ExitCode != 0 {
-		return &TestFailedError{Code: res.ExitCode}
-	}
-	e.infof("the test passed")
-	return nil
+	return nil, body(ctx, client, inst)
 }
 
 // settle is the shared end of every workflow: report a panic as an error,

@@ -42,6 +42,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
+	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 var (
@@ -305,7 +306,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 	var receipt *run.Receipt
 	var runErr error
 	go func() {
-		receipt, runErr = e.RunCI(context.Background())
+		receipt, runErr = ciflow.Run(context.Background(), e)
 		close(done)
 	}()
 	crashed := false

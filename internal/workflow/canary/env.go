@@ -1,4 +1,4 @@
-package run
+package canary
 
 import (
 	"os"
@@ -10,8 +10,8 @@ import (
 // (env:, declared secrets, VASTRUN_*), plus PATH and HOME so that tools
 // are found, plus extra. Nothing else from this shell reaches the local
 // run, so a variable set only here cannot make the two sides differ.
-func (e *Engine) localEnv(extra map[string]string) (map[string]string, error) {
-	env, err := e.testEnv()
+func (e *flow) localEnv(extra map[string]string) (map[string]string, error) {
+	env, err := e.TestEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -31,9 +31,9 @@ func (e *Engine) localEnv(extra map[string]string) (map[string]string, error) {
 // containerEnvFlags passes the same names into a local container; docker
 // and podman take each value from their own environment, which is
 // localEnv's.
-func (e *Engine) containerEnvFlags() string {
+func (e *flow) containerEnvFlags() string {
 	var b strings.Builder
-	env, _ := e.testEnv()
+	env, _ := e.TestEnv()
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)
@@ -49,7 +49,7 @@ func (e *Engine) containerEnvFlags() string {
 // (their configuration, runtime directory, registry auth), for the local
 // image build and run. The smoke inside the container still sees only
 // the names containerEnvFlags passes.
-func (e *Engine) engineEnv(extra map[string]string) map[string]string {
+func (e *flow) engineEnv(extra map[string]string) map[string]string {
 	out := map[string]string{}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")

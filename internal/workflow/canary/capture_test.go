@@ -1,4 +1,4 @@
-package run
+package canary
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/run"
 )
 
 // deadShell is an instance whose SSH connection fails every call.
@@ -25,8 +26,7 @@ func (d deadShell) Run(context.Context, remote.Command) error      { return d.er
 // "no GPU" (which would turn a dropped connection into gpu_only_failure).
 func TestCanaryCaptureFailureIsReportedNotDecided(t *testing.T) {
 	secret := "s3cr3t-token-value"
-	e := &Engine{Redactor: redact.New(secret), canary: &CanaryReport{}, EvidenceDir: t.TempDir(),
-		manifest: Manifest{Canary: &CanarySpec{Smoke: "python smoke.py"}}}
+	e := newFlow(&run.Engine{Redactor: redact.New(secret), EvidenceDir: t.TempDir()}, false)
 	dropped := deadShell{errors.New("ssh: connection lost while talking to " + secret)}
 
 	chk := e.cudaCheck(context.Background(), dropped, nil)
@@ -38,21 +38,21 @@ func TestCanaryCaptureFailureIsReportedNotDecided(t *testing.T) {
 	}
 
 	e.collectFailureEvidence(context.Background(), dropped, provider.Instance{ID: 7})
-	if len(e.canary.CaptureErrors) != 2 || e.canary.FailureEvidence == "" {
-		t.Fatalf("receipt: %+v", e.canary)
+	if len(e.report.CaptureErrors) != 2 || e.report.FailureEvidence == "" {
+		t.Fatalf("receipt: %+v", e.report)
 	}
-	b, err := os.ReadFile(filepath.Join(e.EvidenceDir, e.canary.FailureEvidence))
+	b, err := os.ReadFile(filepath.Join(e.EvidenceDir, e.report.FailureEvidence))
 	if err != nil || !strings.Contains(string(b), "capture failed: ") {
 		t.Fatalf("evidence file: %q %v", b, err)
 	}
-	md := canarySummary(e.canary)
+	md := run.Summary(&run.Receipt{Workflow: Name, Canary: e.report})
 	if !strings.Contains(md, "| not captured | the GPU's identity (nvidia-smi): ssh: connection lost") {
 		t.Fatalf("summary:\n%s", md)
 	}
 
 	// A capture that answers is not reported.
-	ok := &CanaryReport{}
-	e.canary = ok
+	ok := &run.CanaryReport{}
+	e.report = ok
 	chk = e.cudaCheck(context.Background(), answer("==csv\nNVIDIA H100, 81559, 550.54\n==smi\n| CUDA Version: 12.4 |\n"), nil)
 	if chk.CaptureError != "" || len(ok.CaptureErrors) != 0 || !chk.Passed || chk.CUDA != 12.4 || chk.GPUs[0].MemoryMiB != 81559 {
 		t.Fatalf("a good capture: %+v %+v", chk, ok)
@@ -68,3 +68,15 @@ type answer string
 
 func (a answer) Output(context.Context, string) (string, error) { return string(a), nil }
 func (a answer) Run(context.Context, remote.Command) error      { return nil }
+
+func TestDeltaFieldLevel(t *testing.T) {
+	local := map[string]any{"device": "cpu", "sum": 42.0, "metrics": map[string]any{"loss": 0.5, "time": 1.0}, "only_local": true}
+	gpu := map[string]any{"device": "cuda", "sum": 42.0, "metrics": map[string]any{"loss": 0.25, "time": 0.1}}
+	d := Delta(local, gpu, []string{"device", "metrics.time"})
+	if len(d) != 2 || d[0].Field != "metrics.loss" || d[0].Local != 0.5 || d[0].GPU != 0.25 || d[1].Field != "only_local" || d[1].GPU != nil {
+		t.Fatalf("%+v", d)
+	}
+	if d := Delta(local, local, nil); len(d) != 0 {
+		t.Fatalf("identical results differ: %+v", d)
+	}
+}

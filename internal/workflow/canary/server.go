@@ -1,4 +1,4 @@
-package run
+package canary
 
 import (
 	"context"
@@ -12,10 +12,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/canary"
-	"github.com/vastrun/vastrun/internal/config"
+	smoke "github.com/vastrun/vastrun/internal/canary"
 	"github.com/vastrun/vastrun/internal/remote"
-	"github.com/vastrun/vastrun/internal/spec"
+	"github.com/vastrun/vastrun/internal/run"
 )
 
 // remoteHost runs the server smoke contract on the instance itself: the
@@ -40,7 +39,7 @@ func (h remoteHost) Run(ctx context.Context, script string, env map[string]strin
 // server's.
 const serverPidFile = ".vastrun/canary-server.pid"
 
-func (h remoteHost) Start(ctx context.Context, script string, env map[string]string, log io.Writer) (canary.Process, error) {
+func (h remoteHost) Start(ctx context.Context, script string, env map[string]string, log io.Writer) (smoke.Process, error) {
 	full := "mkdir -p .vastrun && echo $$ > " + serverPidFile + " && exec /bin/sh -c " + remote.ShellQuote(script)
 	p := &remoteProc{c: h.c, done: make(chan struct{}), code: -1}
 	sctx, cancel := context.WithCancel(ctx)
@@ -90,12 +89,12 @@ func (p *remoteProc) signal(ctx context.Context, sig string) error {
 }
 
 // serverSpec is the server smoke contract of the config, for one side.
-func (e *Engine) serverSpec(env map[string]string, log, probeLog io.Writer) canary.Server {
+func (e *flow) serverSpec(env map[string]string, log, probeLog io.Writer) smoke.Server {
 	cc := e.canarySpec()
-	return canary.Server{
+	return smoke.Server{
 		Command:   cc.Smoke,
 		Env:       env,
-		HealthURL: canary.HealthURL(cc.HealthURL, cc.Ports),
+		HealthURL: smoke.HealthURL(cc.HealthURL, cc.Ports),
 		Ports:     cc.Ports,
 		Request:   requestOf(cc.Request),
 		Ready:     cc.HealthTimeout.Duration(),
@@ -107,7 +106,7 @@ func (e *Engine) serverSpec(env map[string]string, log, probeLog io.Writer) cana
 }
 
 // evidenceLog opens a redacted evidence log, also streamed to the terminal.
-func (e *Engine) evidenceLog(name string) (io.Writer, func(), error) {
+func (e *flow) evidenceLog(name string) (io.Writer, func(), error) {
 	f, err := os.Create(filepath.Join(e.EvidenceDir, name))
 	if err != nil {
 		return nil, nil, err
@@ -121,8 +120,8 @@ func (e *Engine) evidenceLog(name string) (io.Writer, func(), error) {
 }
 
 // serverOutcome turns a server smoke report into the smoke outcome.
-func (e *Engine) serverOutcome(where string, rep *canary.ServerReport, result map[string]any, log string) SmokeOutcome {
-	out := SmokeOutcome{Where: where, Result: result, Log: log, Server: rep}
+func (e *flow) serverOutcome(where string, rep *smoke.ServerReport, result map[string]any, log string) run.SmokeOutcome {
+	out := run.SmokeOutcome{Where: where, Result: result, Log: log, Server: rep}
 	if rep.Request != nil {
 		out.ExitCode = rep.Request.ExitCode
 	}
@@ -152,7 +151,7 @@ var errStepTimeout = errors.New("the local step ran past its timeout")
 // test's clock decides when a local step is too long. A local step runs in
 // real time even when the simulator's clock is scaled (--sim), so there
 // the bound is stretched by the scale: canary.timeouts mean wall seconds.
-func (e *Engine) withClockTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+func (e *flow) withClockTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if sc, ok := e.Clock.(*clock.Scaled); ok && sc.Factor > 1 {
 		d = time.Duration(float64(d) * sc.Factor)
 	}
@@ -170,11 +169,11 @@ func (e *Engine) withClockTimeout(ctx context.Context, d time.Duration) (context
 func timedOut(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errStepTimeout) }
 
 // localServerSmoke runs the server smoke contract on this machine.
-func (e *Engine) localServerSmoke(ctx context.Context, extra map[string]string, resultPath string, allowFailure bool) error {
+func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, resultPath string, allowFailure bool) error {
 	cc := e.canarySpec()
 	env, err := e.localEnv(extra)
 	if err != nil {
-		return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", ErrLocalFailed, err)}
+		return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", run.ErrLocalFailed, err)}
 	}
 	log, closeLog, err := e.evidenceLog("local-smoke.log")
 	if err != nil {
@@ -187,10 +186,10 @@ func (e *Engine) localServerSmoke(ctx context.Context, extra map[string]string, 
 	}
 	defer closeProbe()
 	limit := localTimeout(cc.Timeouts.Smoke.Duration())
-	e.canary.LocalNote = "the server smoke ran directly on this host in CPU mode"
-	e.infof("local server smoke (host-cpu): %s", cc.Smoke)
+	e.report.LocalNote = "the server smoke ran directly on this host in CPU mode"
+	e.Infof("local server smoke (host-cpu): %s", cc.Smoke)
 	sctx, cancel := e.withClockTimeout(ctx, limit)
-	rep, result := canary.RunServer(sctx, canary.Local{Dir: e.RepoDir}, e.serverSpec(env, log, probe), cc.ExpectExit)
+	rep, result := smoke.RunServer(sctx, smoke.Local{Dir: e.RepoDir}, e.serverSpec(env, log, probe), cc.ExpectExit)
 	late := timedOut(sctx)
 	cancel()
 	if ctx.Err() != nil {
@@ -206,8 +205,8 @@ func (e *Engine) localServerSmoke(ctx context.Context, extra map[string]string, 
 		out.Passed, out.TimedOut = false, true
 		rep.Error = fmt.Sprintf("the smoke ran past canary.timeouts.smoke %s and was stopped", limit)
 	}
-	e.canary.Local = out
-	e.infof("local server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
+	e.report.Local = out
+	e.Infof("local server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
 	if !out.Passed && !allowFailure {
 		why := rep.Error
 		if why == "" && len(out.MissingFields) > 0 {
@@ -216,60 +215,60 @@ func (e *Engine) localServerSmoke(ctx context.Context, extra map[string]string, 
 		if why == "" && rep.Request != nil {
 			why = fmt.Sprintf("request failed: exit %d, status %d %s", rep.Request.ExitCode, rep.Request.Status, rep.Request.Error)
 		}
-		return &StepError{Step: "canary local", Outcome: OutcomeLocalFailed, Err: fmt.Errorf("%w: server smoke: %s", ErrLocalFailed, why)}
+		return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: server smoke: %s", run.ErrLocalFailed, why)}
 	}
 	return nil
 }
 
 // gpuServerSmoke runs the same contract on the instance itself, under
 // timeouts.job.
-func (e *Engine) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[string]string) (SmokeOutcome, error) {
+func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[string]string) (run.SmokeOutcome, error) {
 	log, closeLog, err := e.evidenceLog("test.log")
 	if err != nil {
-		return SmokeOutcome{}, err
+		return run.SmokeOutcome{}, err
 	}
 	defer closeLog()
 	probe, closeProbe, err := e.evidenceLog("gpu-request.log")
 	if err != nil {
-		return SmokeOutcome{}, err
+		return run.SmokeOutcome{}, err
 	}
 	defer closeProbe()
-	if err := e.record("intent", stepWork, map[string]any{"command": e.canarySpec().Smoke, "server": true}); err != nil {
-		return SmokeOutcome{}, &StepError{Step: stepWork, Err: err}
+	if err := e.Record("intent", run.StepWork, map[string]any{"command": e.canarySpec().Smoke, "server": true}); err != nil {
+		return run.SmokeOutcome{}, &run.StepError{Step: run.StepWork, Err: err}
 	}
 	// $VASTRUN_RESULT is absolute on the instance, as for a plain smoke.
-	prefix := `VASTRUN_RESULT="$PWD/` + ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; `
+	prefix := `VASTRUN_RESULT="$PWD/` + run.ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; `
 	spec := e.serverSpec(env, log, probe)
 	spec.Command = prefix + `rm -f "$VASTRUN_RESULT"; ` + spec.Command
 	if spec.Request.Command != "" {
 		spec.Request.Command = prefix + spec.Request.Command
 	}
 	jctx, cancel := e.withClockTimeout(ctx, e.jobTimeout())
-	rep, result := canary.RunServer(jctx, remoteHost{c}, spec, e.canarySpec().ExpectExit)
+	rep, result := smoke.RunServer(jctx, remoteHost{c}, spec, e.canarySpec().ExpectExit)
 	late := timedOut(jctx)
 	cancel()
 	if ctx.Err() != nil {
-		return SmokeOutcome{}, ctx.Err()
+		return run.SmokeOutcome{}, ctx.Err()
 	}
 	if late {
-		jerr := e.record("failed", stepWork, map[string]any{"timeout": e.jobTimeout().String()})
-		return SmokeOutcome{}, errors.Join(&StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.jobTimeout())}, jerr)
+		jerr := e.Record("failed", run.StepWork, map[string]any{"timeout": e.jobTimeout().String()})
+		return run.SmokeOutcome{}, errors.Join(&run.StepError{Step: run.StepWork, Outcome: run.OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.jobTimeout())}, jerr)
 	}
 	if result == nil && (!e.canarySpec().Request.IsSet() || e.canarySpec().Request.Command != "") {
-		res := &TestOutcome{}
-		e.fetchResult(c, res)
+		res := &run.TestOutcome{}
+		e.FetchResult(c, res)
 		result = res.Result
 	}
-	if err := e.record("done", stepWork, map[string]any{"ready": rep.Ready, "passed": rep.Passed}); err != nil {
-		return SmokeOutcome{}, &StepError{Step: stepWork, Err: err}
+	if err := e.Record("done", run.StepWork, map[string]any{"ready": rep.Ready, "passed": rep.Passed}); err != nil {
+		return run.SmokeOutcome{}, &run.StepError{Step: run.StepWork, Err: err}
 	}
 	out := e.serverOutcome("gpu", rep, result, "test.log")
-	e.canary.Health = &HealthCheck{URL: rep.HealthURL, Status: rep.HealthStatus, Attempts: rep.Attempts, Passed: rep.Ready, Error: rep.Error}
-	e.infof("GPU server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
+	e.report.Health = &run.HealthCheck{URL: rep.HealthURL, Status: rep.HealthStatus, Attempts: rep.Attempts, Passed: rep.Ready, Error: rep.Error}
+	e.Infof("GPU server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
 	return out, nil
 }
 
 // requestOf is the frozen request in the canary package's terms.
-func requestOf(r spec.CanaryRequest) config.CanaryRequest {
-	return config.CanaryRequest{Command: r.Command, Method: r.Method, URL: r.URL, Headers: r.Headers, Body: r.Body, ExpectStatus: r.ExpectStatus}
+func requestOf(r run.CanaryRequest) smoke.Request {
+	return smoke.Request{Command: r.Command, Method: r.Method, URL: r.URL, Headers: r.Headers, Body: r.Body, ExpectStatus: r.ExpectStatus}
 }

@@ -1,4 +1,4 @@
-package run
+package canary
 
 import (
 	"context"
@@ -26,7 +26,7 @@ var ErrContainer = errors.New("the local smoke's container could not be built or
 
 // localContainer finds the engine and the build file. A nil engine means
 // the host path, with note saying why.
-func (e *Engine) localContainer(ctx context.Context) (eng *container.Engine, file, note string, err error) {
+func (e *flow) localContainer(ctx context.Context) (eng *container.Engine, file, note string, err error) {
 	want := e.Getenv("VASTRUN_CONTAINER_ENGINE")
 	if want == "none" {
 		return nil, "", "no container engine used (VASTRUN_CONTAINER_ENGINE=none): the smoke command ran directly on this host in CPU mode", nil
@@ -56,16 +56,16 @@ func (e *Engine) localContainer(ctx context.Context) (eng *container.Engine, fil
 // containerSmoke builds file and runs the smoke in it. The result file is
 // written through a mount of its directory; env (and the config's env)
 // reaches the container by name, its values never in argv.
-func (e *Engine) containerSmoke(ctx context.Context, eng *container.Engine, file, resultPath string, env map[string]string) (int, error) {
-	tag := "localhost/vastrun-canary:" + strings.ToLower(e.state.RunID)
-	e.infof("building the image locally with %s from %s", eng.Name, file)
+func (e *flow) containerSmoke(ctx context.Context, eng *container.Engine, file, resultPath string, env map[string]string) (int, error) {
+	tag := "localhost/vastrun-canary:" + strings.ToLower(e.State().RunID)
+	e.Infof("building the image locally with %s from %s", eng.Name, file)
 	if err := e.logTo(ctx, "build.log", func(w io.Writer) error { return eng.Build(ctx, e.RepoDir, file, tag, w) }); err != nil {
 		return -1, fmt.Errorf("%w: %s build: %w (see build.log)", ErrContainer, eng.Name, err)
 	}
-	e.infof("local smoke (%s, CPU mode): %s", eng.Name, e.canarySpec().Smoke)
+	e.Infof("local smoke (%s, CPU mode): %s", eng.Name, e.canarySpec().Smoke)
 	// The same contract locally and on the GPU: env:, declared secrets and
 	// the VASTRUN_* names (testEnv), nothing else from this shell.
-	cenv, err := e.testEnv()
+	cenv, err := e.TestEnv()
 	if err != nil {
 		return -1, err
 	}
@@ -89,7 +89,7 @@ func (e *Engine) containerSmoke(ctx context.Context, eng *container.Engine, file
 
 // logTo runs fn with a redacting writer on the evidence file name (and the
 // live stream).
-func (e *Engine) logTo(ctx context.Context, name string, fn func(io.Writer) error) error {
+func (e *flow) logTo(ctx context.Context, name string, fn func(io.Writer) error) error {
 	f, err := os.Create(filepath.Join(e.EvidenceDir, name))
 	if err != nil {
 		return err

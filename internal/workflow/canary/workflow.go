@@ -1,0 +1,108 @@
+// Package canary is the canary workflow: the smoke contract is proved
+// locally first (its unit tests, then the smoke on this machine or in a
+// local container), then on the smallest GPU rental, and the two results
+// are compared. Its receipt section is run.CanaryReport (receipt
+// "canary"); its outcome is the comparison's class (match,
+// gpu_only_failure, local_only_failure, both_failed, output_delta) once
+// the run went through, else the shared classification.
+//
+// The workflow reads the canary's contract from the run's frozen spec
+// (run.Manifest.Canary), never from the configuration.
+package canary
+
+import (
+	"context"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/run"
+)
+
+// Name is the workflow's name in the journal, manifest and receipt.
+const Name = "canary"
+
+// flow is one canary run: the core's API (embedded) plus the canary's own
+// report. It is the run's run.Workflow.
+type flow struct {
+	*run.Engine
+	report            *run.CanaryReport
+	allowLocalFailure bool
+}
+
+func newFlow(e *run.Engine, allowLocalFailure bool) *flow {
+	return &flow{Engine: e, report: &run.CanaryReport{}, allowLocalFailure: allowLocalFailure}
+}
+
+func (e *flow) Name() string { return Name }
+
+// Spec keeps the canary's contract; a canary has no train section.
+func (e *flow) Spec(m *run.Manifest) {
+	m.Train = nil
+	if m.Canary == nil {
+		m.Canary = &run.CanarySpec{}
+	}
+}
+
+// JobBound is the whole job timeout: the GPU smoke may use all of it.
+func (e *flow) JobBound(m run.Manifest) time.Duration { return run.FrozenDuration(m.JobTimeout) }
+
+// Local is the local contract, after the freeze and before renting.
+func (e *flow) Local(ctx context.Context) error { return e.localContract(ctx, e.allowLocalFailure) }
+
+// Outcome is the comparison's class for a run that went through.
+func (e *flow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
+	if c := e.report; err == nil && c.Comparison != "" {
+		return receipt.Outcome(c.Comparison)
+	}
+	return base
+}
+
+func (e *flow) Finish(context.Context) {}
+
+func (e *flow) Section(r *run.Receipt) { r.Canary = e.report }
+
+// canarySpec is the frozen contract.
+func (e *flow) canarySpec() run.CanarySpec {
+	if c := e.Frozen().Canary; c != nil {
+		return *c
+	}
+	return run.CanarySpec{}
+}
+
+func (e *flow) jobTimeout() time.Duration { return run.FrozenDuration(e.Frozen().JobTimeout) }
+
+// Run proves the contract locally, then on the smallest GPU rental (e's
+// wiring filled). With allowLocalFailure a failing local side still rents,
+// so the receipt can say whether the GPU side fails too.
+func Run(ctx context.Context, e *run.Engine, allowLocalFailure bool) (*run.Receipt, error) {
+	f := newFlow(e, allowLocalFailure)
+	return e.Drive(ctx, f, false, f.gpuCanary)
+}
+
+// Resume continues a canary run whose controller died (e opened with
+// Open), as ci.Resume does: the frozen manifest must match, a live
+// instance is re-attached to and never rented again. The local contract
+// runs again first — its result is what the GPU side is compared with, it
+// is not journaled, and it costs nothing — then the GPU smoke, the CUDA
+// check and the comparison.
+func Resume(ctx context.Context, e *run.Engine, allowLocalFailure bool) (*run.Receipt, error) {
+	f := newFlow(e, allowLocalFailure)
+	return e.Resume(ctx, f, f.gpuCanary)
+}
+
+// Error reports a canary whose GPU outcome disagrees with the local one;
+// its class is the comparison's (run.ClassError).
+type Error struct{ Class string }
+
+func (e *Error) Error() string { return "canary: " + e.Class }
+
+// OutcomeClass is the comparison's class.
+func (e *Error) OutcomeClass() receipt.Outcome { return receipt.Outcome(e.Class) }
+
+var (
+	_ run.Workflow   = (*flow)(nil)
+	_ run.ClassError = (*Error)(nil)
+)
+
+// gpuCanary's signature is a run.Body.
+var _ run.Body = (*flow)(nil).gpuCanary
