@@ -27,7 +27,7 @@ var configReaders = map[string]string{
 // internal/config: layout pins that).
 var (
 	corePackages     = []string{"internal/run"}
-	workflowPackages = []string{"internal/workflow/ci", "internal/workflow/canary"}
+	workflowPackages = []string{"internal/workflow/ci", "internal/workflow/canary", "internal/workflow/train"}
 )
 
 func TestWorkflowsNeverTouchTheConfig(t *testing.T) {
@@ -104,6 +104,37 @@ func TestStepsNeverReadTheLiveConfig(t *testing.T) {
 		sort.Strings(stale)
 		if len(stale) > 0 && pkg == corePackages[0] {
 			t.Errorf("configReaders lists %v, which no longer read the configuration: remove them", stale)
+		}
+	}
+}
+
+// The core names no workflow: no workflow's name appears in its code
+// (struct tags aside), so nothing in it can branch on one; what differs
+// between workflows is a method of run.Workflow.
+func TestTheCoreNamesNoWorkflow(t *testing.T) {
+	names := map[string]bool{`"ci"`: true, `"up"`: true, `"canary"`: true, `"train"`: true}
+	for _, pkg := range corePackages {
+		files, _ := filepath.Glob(filepath.Join("..", "..", pkg, "*.go"))
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				fn, ok := d.(*ast.FuncDecl)
+				if !ok || fn.Body == nil {
+					continue
+				}
+				ast.Inspect(fn.Body, func(n ast.Node) bool {
+					if lit, ok := n.(*ast.BasicLit); ok && names[lit.Value] {
+						t.Errorf("%s: %s names the workflow %s: make the difference a method of run.Workflow", filepath.Base(path), fn.Name.Name, lit.Value)
+					}
+					return true
+				})
+			}
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
 	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
 )
 
 // Many runs under one plan (gpu.matrix, vastrun sweep): each child is a
@@ -132,7 +133,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 			var r *run.Receipt
 			var err error
 			if workflow == "train" {
-				r, err = e.RunTrain(ctx)
+				r, err = trainflow.Run(ctx, e)
 			} else {
 				r, err = ciflow.Run(ctx, e)
 			}

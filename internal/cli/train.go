@@ -25,6 +25,7 @@ import (
 	"github.com/vastrun/vastrun/internal/storage"
 	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
 	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
 )
 
 // storageVars are the settings and credentials handed to the agent and the
@@ -125,7 +126,7 @@ func runTrain(ctx context.Context, opts *TrainOptions) error {
 	if _, err := checkBeforeRenting(ctx, f, e.Config, "train"); err != nil {
 		return err
 	}
-	r, runErr := e.RunTrain(ctx)
+	r, runErr := trainflow.Run(ctx, e)
 	return reportRun(f, r, withRunHints(f, o, runErr))
 }
 
@@ -187,7 +188,7 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 		return err
 	}
 	var e *run.Engine
-	resume := (*run.Engine).ResumeTrain
+	resume := func(e *run.Engine, ctx context.Context) (*run.Receipt, error) { return trainflow.Resume(ctx, e) }
 	switch st.Workflow {
 	case "train":
 		e, err = trainEngine(ctx, f, o)

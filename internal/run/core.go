@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
@@ -70,9 +71,74 @@ func (e *Engine) AddTiming(phase string, d time.Duration) { e.timings.add(phase,
 // FrozenDuration reads a duration the manifest froze as text (0 when absent).
 func FrozenDuration(s string) time.Duration { return frozenDuration(s) }
 
-// StepWork is the step a workflow's own work on the instance journals
-// under (intent before it starts, done or failed after).
-const StepWork = stepWork
+// Journal steps a workflow writes (with the payload types State.Apply
+// reads back: InstanceData, InterruptedData, ResumedData, BidData).
+const (
+	// StepWork: a workflow's own work on the instance (intent before it
+	// starts, done or failed after).
+	StepWork = stepWork
+	// StepFailover: an instance is given up (InstanceData with the
+	// reason); the destroy and a replacement follow.
+	StepFailover = stepFailover
+	// StepInterrupted, StepResumed, StepBid: an interruptible rental was
+	// outbid, ran again, or had its bid placed or raised.
+	StepInterrupted = stepInterrupted
+	StepResumed     = stepResumed
+	StepBid         = stepBid
+)
+
+// Manage runs w's lifecycle around work, for a workflow that provisions
+// its own instances (Attach) as it goes: a new run (Begin) or, with
+// resume, a run opened with Open (its frozen spec adopted as Resume
+// does), then prepare, then work; teardown and the receipt follow on
+// every path, a panic included. work closes the connections it opens.
+func (e *Engine) Manage(ctx context.Context, w Workflow, resume bool, work func(ctx context.Context) error) (receipt *Receipt, err error) {
+	if resume {
+		e.Workflow, e.flow = w.Name(), w
+		if err := e.adoptFrozen(ctx); err != nil {
+			e.Close()
+			return nil, err
+		}
+	} else {
+		e.flow = w
+		if err := e.Begin(w.Name()); err != nil {
+			return nil, err
+		}
+	}
+	defer e.Close()
+	defer func() { receipt, err = e.settle(ctx, recover(), nil, false, err) }()
+	if err := e.prepare(ctx); err != nil {
+		return nil, err
+	}
+	return nil, work(ctx)
+}
+
+// Attach connects to the run's live instance (re-attaching after a
+// controller restart), or replaces one that is gone or unreachable, or
+// rents a new one (machines in exclude never): it never rents while the
+// journal's current instance may still be alive. The instance is verified.
+func (e *Engine) Attach(ctx context.Context, exclude []int64) (*remote.Client, provider.Instance, error) {
+	return e.attach(ctx, exclude)
+}
+
+// DestroyConfirm destroys instance id and confirms it (by id and by a
+// label listing), journaling intent first; deadline 0 is the frozen
+// teardown limit.
+func (e *Engine) DestroyConfirm(ctx context.Context, id provider.InstanceID, deadline time.Time) error {
+	return e.destroyConfirm(ctx, id, deadline)
+}
+
+// SpentSoFar estimates the spend of all attempts up to now.
+func (e *Engine) SpentSoFar() float64 { return e.spentSoFar() }
+
+// Jittered spreads d by ±20% (the engine's jitter source).
+func (e *Engine) Jittered(d time.Duration) time.Duration { return e.jittered(d) }
+
+// TeardownLimit is the frozen teardown deadline.
+func (e *Engine) TeardownLimit() time.Duration { return e.teardownLimit() }
+
+// ObserveSteps tells live progress how far the workload is (step/total).
+func (e *Engine) ObserveSteps(step, total int64) { e.observeSteps(step, total) }
 
 // SplitSections splits the output of a remote script that prints
 // "==name" headers into its sections (for answers of the image's own
@@ -90,3 +156,18 @@ func CUDAVersion(smi string) float64 {
 
 // LastLines is the last n lines of s.
 func LastLines(s string, n int) string { return lastLines(s, n) }
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// InterruptionReason says in the journal's words why a rented instance
+// that should be running is not (terminal state, status message, and its
+// actual_status).
+func InterruptionReason(cur provider.Instance) string {
+	return orDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)
+}

@@ -1,6 +1,17 @@
-// Package run is vastrun's lifecycle engine: a run is an ordered list of
-// idempotent steps (gate, freeze, select, approve, rent, ready, verify,
-// work, collect, teardown, receipt) over a journal.
+// Package run is vastrun's lifecycle core: a run is an ordered list of
+// idempotent steps (gate, paths, freeze, select, approve, rent, ready,
+// connect, verify, then the workflow's own, then teardown and receipt)
+// over a journal, reading the run's frozen spec (internal/spec), never the
+// configuration after the draft is built.
+//
+// The core names no workflow. A workflow (internal/workflow/ci, canary,
+// train) implements [Workflow] — its spec sections, job bound, local step,
+// outcome mapping and receipt section — and drives a run through
+// [Engine.Drive] and [Engine.Resume] (one verified instance, then its
+// Body) or [Engine.Manage] (a workflow that attaches and replaces
+// instances itself), doing its own work through the small API in core.go.
+// The receipt is one versioned document, so its section types
+// (TrainReport, CanaryReport) are declared here; each workflow fills its own.
 //
 // Contracts:
 //   - Intent goes to the journal (fsync'd) before every marketplace side

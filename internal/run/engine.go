@@ -141,7 +141,6 @@ type Engine struct {
 	selected   []policy.Decision
 	cost       costReport
 	phaseTimes map[string]time.Time
-	train      *TrainReport
 	// journalErr is the first failed journal write; unjournaled holds what
 	// happened but could not be written, applied to state in memory.
 	journalErr  error

@@ -24,13 +24,13 @@ func (e *Engine) observeRecord(typ, step string, data any) {
 		ev.Phase, ev.DPH, ev.Instance = progress.PhaseRent, 0, 0
 	case (step == stepRent || step == stepAdopt) && typ == "done":
 		ev.Phase, ev.Deadline = progress.PhaseReady, e.now().Add(e.readyDeadline())
-		if d, ok := data.(instanceData); ok {
+		if d, ok := data.(InstanceData); ok {
 			ev.Instance = int64(d.Instance)
 		}
 	case step == stepReady && typ == "done":
 		ev.Phase = progress.PhaseVerify
 	case step == stepWork && typ == "intent":
-		if e.Workflow == "train" {
+		if e.manifest.Train != nil { // training: its own deadline
 			ev.Phase = progress.PhaseTrain
 			if d := e.trainSpec().Runtime(); d > 0 {
 				ev.Deadline = e.now().Add(d)
@@ -47,7 +47,7 @@ func (e *Engine) observeRecord(typ, step string, data any) {
 		ev.Checkpoints++
 	case step == stepDestroy && typ == "intent":
 		ev.Phase, ev.Deadline = progress.PhaseTeardown, e.now().Add(e.teardownLimit())
-		if d, ok := data.(instanceData); ok {
+		if d, ok := data.(InstanceData); ok {
 			ev.Instance = int64(d.Instance)
 		}
 	case step == stepOutcome:

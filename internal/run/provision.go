@@ -73,7 +73,7 @@ func (e *Engine) rent(ctx context.Context, o provider.Offer) (provider.InstanceI
 		}
 		return e.reconcile(ctx, oe.InstanceID)
 	default:
-		if jerr := e.record("failed", stepRent, instanceData{Reason: err.Error()}); jerr != nil {
+		if jerr := e.record("failed", stepRent, InstanceData{Reason: err.Error()}); jerr != nil {
 			return 0, errors.Join(err, jerr)
 		}
 		return 0, err
@@ -120,7 +120,7 @@ func (e *Engine) rented(id provider.InstanceID, how string) error {
 	if how == "adopted" {
 		step = stepAdopt
 	}
-	if err := e.record("done", step, instanceData{Instance: id, Reason: how}); err != nil {
+	if err := e.record("done", step, InstanceData{Instance: id, Reason: how}); err != nil {
 		return err
 	}
 	if err := e.CI.Persist(ciKeys(e.state.RunID, map[string]string{"instance_id": id.String()})); err != nil {
@@ -149,7 +149,7 @@ func (e *Engine) reconcile(ctx context.Context, hint provider.InstanceID) (provi
 			for _, in := range list {
 				// An instance the journal already knows (an earlier attempt,
 				// an extra) is never what this create rented.
-				if e.state.attemptFor(in.ID) == nil && !containsID(e.state.Extras, in.ID) {
+				if e.state.AttemptFor(in.ID) == nil && !containsID(e.state.Extras, in.ID) {
 					ids = append(ids, in.ID)
 				}
 			}
@@ -169,7 +169,7 @@ func (e *Engine) reconcile(ctx context.Context, hint provider.InstanceID) (provi
 			for _, id := range ids {
 				if id != keep {
 					e.infof("instance %d is a duplicate for label %s: destroying it", id, e.state.Label)
-					if adoptErr = e.record("event", stepAdopt, instanceData{Instance: id, Reason: "duplicate"}); adoptErr != nil {
+					if adoptErr = e.record("event", stepAdopt, InstanceData{Instance: id, Reason: "duplicate"}); adoptErr != nil {
 						return true, nil
 					}
 				}
@@ -183,7 +183,7 @@ func (e *Engine) reconcile(ctx context.Context, hint provider.InstanceID) (provi
 	case ctx.Err() != nil:
 		return 0, ctx.Err()
 	case errors.As(err, &de) && de.Last == nil:
-		if rerr := e.record("failed", stepRent, instanceData{Reason: "ambiguous create: nothing carries the label after the grace period"}); rerr != nil {
+		if rerr := e.record("failed", stepRent, InstanceData{Reason: "ambiguous create: nothing carries the label after the grace period"}); rerr != nil {
 			return 0, rerr
 		}
 		return 0, errNotRented
@@ -220,10 +220,10 @@ func (e *Engine) dedupe(ctx context.Context, keep provider.InstanceID) error {
 	}
 	var jerr error
 	for _, in := range list {
-		if in.ID != keep && e.state.attemptFor(in.ID) == nil {
+		if in.ID != keep && e.state.AttemptFor(in.ID) == nil {
 			// Destroying is the safe side: it goes ahead even when the
 			// journal cannot say so, and the step fails after it.
-			jerr = errors.Join(jerr, e.record("event", stepAdopt, instanceData{Instance: in.ID, Reason: "duplicate"}))
+			jerr = errors.Join(jerr, e.record("event", stepAdopt, InstanceData{Instance: in.ID, Reason: "duplicate"}))
 			e.infof("instance %d also carries label %s: destroying the duplicate", in.ID, e.state.Label)
 			e.destroyConfirm(ctx, in.ID, time.Time{})
 		}
@@ -317,7 +317,7 @@ func (e *Engine) waitReady(ctx context.Context, id provider.InstanceID, deadline
 		})
 	switch {
 	case err == nil:
-		return inst, e.record("done", stepReady, instanceData{Instance: id})
+		return inst, e.record("done", stepReady, InstanceData{Instance: id})
 	case stepErr != nil:
 		return inst, stepErr
 	case errors.Is(err, poll.ErrDeadline):
@@ -393,7 +393,7 @@ func (e *Engine) provision(ctx context.Context, exclude []int64) (*remote.Client
 			return nil, inst, err
 		}
 		// Terminal or too slow: destroy it (confirmed) and try once elsewhere.
-		if jerr := e.record("event", stepFailover, instanceData{Instance: id, Reason: se.Err.Error()}); jerr != nil {
+		if jerr := e.record("event", stepFailover, InstanceData{Instance: id, Reason: se.Err.Error()}); jerr != nil {
 			return nil, inst, errors.Join(err, jerr) // teardown destroys it
 		}
 		e.infof("instance %d failed: %v; destroying it", id, se.Err)
@@ -458,4 +458,59 @@ func endpoints(in provider.Instance) []remote.Endpoint {
 		out = append(out, remote.Endpoint{Host: ep.Host, Port: ep.Port})
 	}
 	return out
+}
+
+// attach connects to the run's live instance, or rents a new one. It never
+// rents while the journal's current instance may still be alive.
+func (e *Engine) attach(ctx context.Context, exclude []int64) (*remote.Client, provider.Instance, error) {
+	// A controller that died mid-create left a rent intent without an id:
+	// what it rented (if anything) is found by label, never rented again.
+	if a := e.state.Current(); a != nil && a.InstanceID == 0 && a.Failure == "" {
+		e.infof("the last create's outcome is unknown; reconciling by label %s", e.state.Label)
+		if _, err := e.reconcile(ctx, 0); err != nil && !errors.Is(err, errNotRented) {
+			return nil, provider.Instance{}, err
+		}
+	}
+	if a := e.state.Current(); a != nil && a.InstanceID != 0 && !a.Confirmed && a.Failure == "" {
+		inst, err := e.Market.ShowInstance(ctx, a.InstanceID)
+		switch {
+		case err == nil && inst.Running():
+			e.infof("re-attaching to instance %d", inst.ID)
+			client, cerr := e.connect(ctx, inst.ID, inst, e.now().Add(e.readyDeadline()))
+			if cerr == nil || ctx.Err() != nil {
+				return client, inst, cerr
+			}
+			// Unreachable (or stopped while we dialled): the same as a
+			// rental that never answered, so it is replaced, not the run
+			// failed.
+			if err := e.record("event", stepFailover, InstanceData{Instance: a.InstanceID, Reason: "unreachable when the controller resumed: " + cerr.Error()}); err != nil {
+				return nil, inst, err
+			}
+			e.infof("instance %d cannot be reached (%v): destroying it and renting a replacement", a.InstanceID, cerr)
+			if err := e.destroyConfirm(context.WithoutCancel(ctx), a.InstanceID, time.Time{}); err != nil {
+				return nil, inst, err
+			}
+			exclude = append(exclude, a.MachineID)
+		case err == nil || errors.Is(err, provider.ErrNotFound):
+			// Gone or not running: destroy whatever is left, then replace.
+			if err := e.record("event", stepFailover, InstanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"}); err != nil {
+				return nil, inst, err
+			}
+			if err := e.destroyConfirm(context.WithoutCancel(ctx), a.InstanceID, time.Time{}); err != nil {
+				return nil, inst, err
+			}
+			exclude = append(exclude, a.MachineID)
+		default:
+			return nil, inst, fmt.Errorf("check instance %d before resuming: %w", a.InstanceID, err)
+		}
+	}
+	client, inst, err := e.provision(ctx, exclude)
+	if err != nil {
+		return nil, inst, err
+	}
+	if err := e.verify(ctx, client, inst); err != nil {
+		client.Close()
+		return nil, inst, err
+	}
+	return client, inst, nil
 }

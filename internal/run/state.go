@@ -137,7 +137,7 @@ func (s *State) Current() *Attempt {
 	return s.Attempts[len(s.Attempts)-1]
 }
 
-func (s *State) attemptFor(id provider.InstanceID) *Attempt {
+func (s *State) AttemptFor(id provider.InstanceID) *Attempt {
 	for _, a := range s.Attempts {
 		if a.InstanceID == id {
 			return a
@@ -186,7 +186,7 @@ type rentIntent struct {
 	Attempt
 }
 
-type instanceData struct {
+type InstanceData struct {
 	Instance provider.InstanceID `json:"instance_id"`
 	Reason   string              `json:"reason,omitempty"`
 	Via      []string            `json:"via,omitempty"`
@@ -245,33 +245,33 @@ func (s *State) Apply(r journal.Record) error {
 		a.OfferID, a.IntentAt = d.Offer, r.Time
 		s.Attempts = append(s.Attempts, &a)
 	case r.Step == stepRent && r.Type == "done", r.Step == stepAdopt && r.Type == "done":
-		var d instanceData
+		var d InstanceData
 		r.Decode(&d)
 		if a := s.Current(); a != nil && a.InstanceID == 0 {
 			a.InstanceID, a.RentedAt = d.Instance, r.Time
 		}
 	case r.Step == stepRent && r.Type == "failed":
-		var d instanceData
+		var d InstanceData
 		r.Decode(&d)
 		if a := s.Current(); a != nil && a.InstanceID == 0 {
 			a.Failure = d.Reason
 		}
 	case r.Step == stepAdopt && r.Type == "event": // an extra found by label
-		var d instanceData
+		var d InstanceData
 		r.Decode(&d)
-		if s.attemptFor(d.Instance) == nil {
+		if s.AttemptFor(d.Instance) == nil {
 			s.Extras = append(s.Extras, d.Instance)
 		}
 	case r.Step == stepReady && r.Type == "done":
-		var d instanceData
+		var d InstanceData
 		r.Decode(&d)
-		if a := s.attemptFor(d.Instance); a != nil {
+		if a := s.AttemptFor(d.Instance); a != nil {
 			a.RunningAt = r.Time
 		}
 	case r.Step == stepFailover:
-		var d instanceData
+		var d InstanceData
 		r.Decode(&d)
-		if a := s.attemptFor(d.Instance); a != nil {
+		if a := s.AttemptFor(d.Instance); a != nil {
 			a.Failure = d.Reason
 		}
 		// The rental is being replaced: its per-instance steps start over.
@@ -279,21 +279,21 @@ func (s *State) Apply(r journal.Record) error {
 			delete(s.Conditions, step)
 		}
 	case r.Step == stepDestroy && r.Type == "intent":
-		var d instanceData
+		var d InstanceData
 		r.Decode(&d)
-		if a := s.attemptFor(d.Instance); a != nil && a.DestroySentAt.IsZero() {
+		if a := s.AttemptFor(d.Instance); a != nil && a.DestroySentAt.IsZero() {
 			a.DestroySentAt = r.Time
 		}
 	case r.Step == stepDestroy && r.Type == "done":
-		var d instanceData
+		var d InstanceData
 		r.Decode(&d)
-		if a := s.attemptFor(d.Instance); a != nil {
+		if a := s.AttemptFor(d.Instance); a != nil {
 			a.Destroyed = true
 		}
 	case r.Step == stepConfirm && r.Type == "done":
-		var d instanceData
+		var d InstanceData
 		r.Decode(&d)
-		a := s.attemptFor(d.Instance)
+		a := s.AttemptFor(d.Instance)
 		if a == nil { // an extra: track its confirmation as a pseudo-attempt
 			a = &Attempt{InstanceID: d.Instance, Failure: "extra instance carrying the run label"}
 			s.Attempts = append(s.Attempts, a)

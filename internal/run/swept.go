@@ -9,16 +9,16 @@ import "github.com/vastrun/vastrun/internal/provider"
 // lost) is adopted as that rental first.
 func (e *Engine) RecordSwept(ids []provider.InstanceID) error {
 	for _, id := range ids {
-		if e.state.attemptFor(id) == nil && !containsID(e.state.Extras, id) {
+		if e.state.AttemptFor(id) == nil && !containsID(e.state.Extras, id) {
 			if a := e.state.Current(); a != nil && a.InstanceID == 0 && a.Failure == "" {
-				if err := e.record("done", stepAdopt, instanceData{Instance: id, Reason: "found by label (down --label)"}); err != nil {
+				if err := e.record("done", stepAdopt, InstanceData{Instance: id, Reason: "found by label (down --label)"}); err != nil {
 					return err
 				}
-			} else if err := e.record("event", stepAdopt, instanceData{Instance: id, Reason: "found by label (down --label)"}); err != nil {
+			} else if err := e.record("event", stepAdopt, InstanceData{Instance: id, Reason: "found by label (down --label)"}); err != nil {
 				return err
 			}
 		}
-		if err := e.record("done", stepConfirm, instanceData{Instance: id, Via: []string{"show", "label_listing"}}); err != nil {
+		if err := e.record("done", stepConfirm, InstanceData{Instance: id, Via: []string{"show", "label_listing"}}); err != nil {
 			return err
 		}
 	}

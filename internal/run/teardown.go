@@ -142,8 +142,8 @@ func (e *Engine) confirmer() Confirmer {
 		Market: e.Market, Clock: e.Clock,
 		// Destroying is the safe side effect: it goes ahead even when its
 		// intent cannot be journaled (the run then fails on ErrJournal).
-		OnIntent: func(id provider.InstanceID) { e.record("intent", stepDestroy, instanceData{Instance: id}) },
-		OnDone:   func(id provider.InstanceID) { e.record("done", stepDestroy, instanceData{Instance: id}) },
+		OnIntent: func(id provider.InstanceID) { e.record("intent", stepDestroy, InstanceData{Instance: id}) },
+		OnDone:   func(id provider.InstanceID) { e.record("done", stepDestroy, InstanceData{Instance: id}) },
 	}
 }
 
@@ -159,7 +159,7 @@ func (e *Engine) destroyConfirm(ctx context.Context, id provider.InstanceID, dea
 	}
 	// A confirmation the journal cannot hold is still a confirmation: it is
 	// kept in memory for the receipt, and the run fails on the journal error.
-	e.record("done", stepConfirm, instanceData{Instance: id, Via: via})
+	e.record("done", stepConfirm, InstanceData{Instance: id, Via: via})
 	e.infof("instance %d destroyed (confirmed by %v)", id, via)
 	return nil
 }
@@ -192,8 +192,8 @@ func (e *Engine) Teardown(ctx context.Context) error {
 		sweepErr = err
 	}
 	for _, id := range found {
-		if e.state.attemptFor(id) == nil && !containsID(e.state.Extras, id) {
-			e.record("event", stepAdopt, instanceData{Instance: id, Reason: "found by label at teardown"})
+		if e.state.AttemptFor(id) == nil && !containsID(e.state.Extras, id) {
+			e.record("event", stepAdopt, InstanceData{Instance: id, Reason: "found by label at teardown"})
 		}
 	}
 	var errs []error
@@ -209,7 +209,7 @@ func (e *Engine) Teardown(ctx context.Context) error {
 		c := e.confirmer()
 		ids, err := c.SweepLabel(tctx, e.state.Label, deadline, SweepSettle)
 		for _, id := range ids {
-			e.record("done", stepConfirm, instanceData{Instance: id, Via: []string{"show", "label_listing"}})
+			e.record("done", stepConfirm, InstanceData{Instance: id, Via: []string{"show", "label_listing"}})
 		}
 		if err != nil {
 			errs = append(errs, err)

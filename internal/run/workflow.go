@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/receipt"
@@ -52,36 +51,6 @@ func frozenDuration(s string) time.Duration {
 	d, _ := time.ParseDuration(s)
 	return d
 }
-
-// trainWorkflow is checkpointed training: its spec section, an open-ended
-// job that the budget kill switch bounds while it runs, and its report.
-type trainWorkflow struct{ e *Engine }
-
-func (trainWorkflow) Name() string { return "train" }
-
-// Spec keeps the train section (spec.Build scoped its store URIs to the
-// run); training has no test command.
-func (trainWorkflow) Spec(m *Manifest) {
-	m.Test, m.Canary = "", nil
-	if m.Train == nil {
-		m.Train = &TrainSpec{}
-	}
-}
-
-// JobBound is 0: approval only needs to afford getting training started;
-// the controller's budget check and the agent's deadline bound the rest.
-func (trainWorkflow) JobBound(Manifest) time.Duration { return 0 }
-
-func (trainWorkflow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
-	if errors.Is(err, ErrTrainFailed) {
-		return OutcomeFailed
-	}
-	return base
-}
-
-func (w trainWorkflow) Finish(ctx context.Context) { w.e.fillTrainReport(ctx) }
-func (trainWorkflow) Local(context.Context) error  { return nil }
-func (w trainWorkflow) Section(r *Receipt)         { r.Train = w.e.train }
 
 // frozen is the run's spec as frozen (or, after --accept-config-change, as
 // accepted): what is rented, at what price, under which budget, is read

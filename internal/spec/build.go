@@ -7,6 +7,13 @@ import (
 	"github.com/vastrun/vastrun/internal/config"
 )
 
+// What train.on_outbid may say (the frozen TrainSpec.OnOutbid).
+const (
+	OnOutbidReplace = config.OnOutbidReplace
+	OnOutbidRebid   = config.OnOutbidRebid
+	OnOutbidWait    = config.OnOutbidWait
+)
+
 // Facts are what a manifest records about the run itself rather than its
 // configuration: they are never a difference on resume (see [Diff]).
 type Facts struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
+	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
 )
 
 // benchMarket is the seeded market of the bids benchmark: the simulator's
@@ -85,7 +86,7 @@ func benchTrain(b *testing.B, bin, repo, example string, interruptible bool) *ru
 		RepoDir: repo, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev"), Simulated: true,
 		APIURL: srv.URL, AgentBinary: bin, StorageEnv: map[string]string{}, SSHKeepAlive: sshKeepAlive,
 	}
-	r, err := e.RunTrain(context.Background())
+	r, err := trainflow.Run(context.Background(), e)
 	if r == nil {
 		b.Fatalf("no receipt: %v", err)
 	}

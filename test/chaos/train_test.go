@@ -25,6 +25,7 @@ import (
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/storage"
+	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
 )
 
 var (
@@ -208,7 +209,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	done := make(chan struct{})
 	var receipt *run.Receipt
 	var runErr error
-	go func() { receipt, runErr = e.RunTrain(context.Background()); close(done) }()
+	go func() { receipt, runErr = trainflow.Run(context.Background(), e); close(done) }()
 	select {
 	case <-done:
 	case <-market.crashed:
@@ -228,7 +229,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 			bad("resume: %v", err)
 			break
 		}
-		receipt, runErr = e2.ResumeTrain(context.Background())
+		receipt, runErr = trainflow.Resume(context.Background(), e2)
 	case <-time.After(3 * time.Minute):
 		bad("training did not finish in 3 minutes of wall time")
 	}

@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"context"
@@ -11,16 +11,12 @@ import (
 	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/run"
 )
-
-// MetricsFile is the evidence file of the workload's metrics: every JSON
-// object it appended to $VASTRUN_METRICS, one a line, each with the
-// attempt it came from ("attempt", 1-based) added.
-const MetricsFile = "metrics.jsonl"
 
 // askAgentLogs is one status request that also brings back the log and
 // the metrics from where this attempt's collection stands.
-func (e *Engine) askAgentLogs(ctx context.Context, c *remote.Client, inst provider.InstanceID, l *attemptLog) (agent.Report, error) {
+func (e *flow) askAgentLogs(ctx context.Context, c *remote.Client, inst provider.InstanceID, l *attemptLog) (agent.Report, error) {
 	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --touch-heartbeat --log-offset %d --log-max %d --metrics-offset %d", l.offset, logChunk, l.metrics))
 	if err != nil {
 		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
@@ -36,7 +32,7 @@ func (e *Engine) askAgentLogs(ctx context.Context, c *remote.Client, inst provid
 // tagged with the attempt) and tells the Observer the workload's step and
 // total. A line that is not a JSON object is skipped: metrics are data,
 // and free text belongs in the log.
-func (e *Engine) addMetrics(l *attemptLog, ch *agent.LogChunk) {
+func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 	if ch == nil || ch.Offset != l.metrics || len(ch.Data) == 0 {
 		return
 	}
@@ -47,7 +43,7 @@ func (e *Engine) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 	}
 	data = data[:i+1]
 	l.metrics += int64(len(data))
-	attempt := max(len(e.state.Attempts), 1)
+	attempt := max(len(e.State().Attempts), 1)
 	var out strings.Builder
 	var step, total int64
 	for _, line := range strings.Split(strings.TrimSuffix(data, "\n"), "\n") {
@@ -72,11 +68,11 @@ func (e *Engine) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 		return
 	}
 	os.MkdirAll(e.EvidenceDir, 0o755)
-	if f, err := os.OpenFile(filepath.Join(e.EvidenceDir, MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+	if f, err := os.OpenFile(filepath.Join(e.EvidenceDir, run.MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 		f.Write(e.Redactor.Bytes([]byte(out.String())))
 		f.Close()
 	}
 	if step > 0 {
-		e.observeSteps(step, total)
+		e.ObserveSteps(step, total)
 	}
 }

@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/vastrun/vastrun/internal/checkpoint"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/spec"
 	"github.com/vastrun/vastrun/internal/storage"
 )
@@ -41,32 +42,6 @@ const (
 	logChunk     = 256 << 10 // the most of the workload's log one poll brings back
 )
 
-// TrainReport is the training part of the receipt.
-type TrainReport struct {
-	CheckpointURI  string         `json:"checkpoint_uri"`
-	LastCheckpoint *CheckpointRef `json:"last_checkpoint,omitempty"`
-	Resumes        []ResumeProof  `json:"resumes"`
-	OutputsURI     string         `json:"outputs_uri,omitempty"`
-	OutputsSHA256  string         `json:"outputs_manifest_sha256,omitempty"`
-	Result         map[string]any `json:"result,omitempty"`
-	ExitCode       *int           `json:"exit_code,omitempty"`
-}
-
-// CheckpointRef names a committed checkpoint.
-type CheckpointRef struct {
-	Step           int64  `json:"step"`
-	ManifestSHA256 string `json:"manifest_sha256"`
-}
-
-// ResumeProof records one restore and what the workload said it resumed from.
-type ResumeProof struct {
-	Instance     provider.InstanceID `json:"instance_id"`
-	RestoredStep int64               `json:"restored_step"`
-	Skipped      []checkpoint.Skip   `json:"skipped_corrupt,omitempty"`
-	ReportedStep *int64              `json:"reported_step"`
-	Proven       bool                `json:"proven"`
-}
-
 // trainEnd is how one attempt's monitoring ended.
 type trainEnd struct {
 	interrupted string // non-empty: the instance failed under the workload
@@ -80,44 +55,34 @@ type trainEnd struct {
 	cur   provider.Instance
 }
 
-// ErrTrainFailed means the workload exited non-zero.
-var ErrTrainFailed = errors.New("the training workload failed")
-
-// RunTrain runs a checkpointed training run to completion, replacing
-// interrupted instances and resuming from the last committed checkpoint.
-func (e *Engine) RunTrain(ctx context.Context) (*Receipt, error) {
-	e.flow = trainWorkflow{e}
-	if err := e.Begin("train"); err != nil {
-		return nil, err
-	}
-	return e.trainDriver(ctx)
+// Run runs a checkpointed training run to completion on e (its wiring
+// filled), replacing interrupted instances and resuming from the last
+// committed checkpoint.
+func Run(ctx context.Context, e *run.Engine) (*run.Receipt, error) {
+	f := newFlow(e)
+	return e.Manage(ctx, f, false, f.drive)
 }
 
-// ResumeTrain continues a run whose controller died, from its journal
-// (opened with Open), re-attaching to a live instance instead of renting.
+// Resume continues a run whose controller died, from its journal (e
+// opened with Open), re-attaching to a live instance instead of renting.
 // A configuration that differs from the run's frozen manifest is refused
-// before anything is touched (see AcceptConfigChange).
-func (e *Engine) ResumeTrain(ctx context.Context) (*Receipt, error) {
-	e.Workflow, e.flow = "train", trainWorkflow{e}
-	if err := e.adoptFrozen(ctx); err != nil {
-		e.Close()
-		return nil, err
-	}
-	return e.trainDriver(ctx)
+// before anything is touched (see run.Engine.AcceptConfigChange).
+func Resume(ctx context.Context, e *run.Engine) (*run.Receipt, error) {
+	f := newFlow(e)
+	return e.Manage(ctx, f, true, f.drive)
 }
 
-func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) {
-	defer e.Close()
+// drive is training's work, after prepare: attach (or rent), train and
+// monitor, and on an interruption replace the instance, until the
+// workload ends or a limit stops it.
+func (e *flow) drive(ctx context.Context) (err error) {
 	var client *remote.Client
-	defer func() { receipt, err = e.settle(ctx, recover(), client, false, err) }()
-	// Each run has its own prefix: a new run never resumes another's
-	// checkpoints, and `resume` finds its own again by run id.
-	e.train = &TrainReport{CheckpointURI: e.trainSpec().CheckpointURI, Resumes: []ResumeProof{}}
-	// A resumed run walks the same steps: those whose condition is True
-	// are not repeated (see prepare).
-	if err := e.prepare(ctx); err != nil {
-		return nil, err
-	}
+	defer func() {
+		if client != nil {
+			client.Close()
+		}
+	}()
+	e.ensureReport()
 	for k, v := range e.StorageEnv {
 		if strings.Contains(k, "SECRET") || strings.Contains(k, "TOKEN") || strings.Contains(k, "KEY_ID") {
 			e.Redactor.Add(v)
@@ -126,10 +91,10 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 	// The secrets are masked from the start, also when this controller
 	// re-attaches and never builds the workload's environment itself.
 	e.trainEnv(-1)
-	started := e.state.Started
+	started := e.State().Started
 	deadline := started.Add(e.trainSpec().Runtime())
 	var exclude []int64
-	for _, a := range e.state.Attempts {
+	for _, a := range e.State().Attempts {
 		if a.Failure != "" {
 			exclude = append(exclude, a.MachineID)
 		}
@@ -139,14 +104,14 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 	for attempts := 0; ; attempts++ {
 		var inst provider.Instance
 		var err error
-		client, inst, err = e.attach(ctx, exclude)
+		client, inst, err = e.Attach(ctx, exclude)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if afterStop {
 			afterStop = false
 			if err := e.retireLost(ctx, client, inst.ID); err != nil {
-				e.infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
+				e.Infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
 			}
 		}
 		end, err := e.trainOn(ctx, client, inst, deadline)
@@ -162,24 +127,24 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 		if err != nil && remote.Lost(err) && ctx.Err() == nil && reconnects < 3 {
 			reconnects++
 			attempts--
-			e.infof("SSH to instance %d lost (%v); checking the instance again", inst.ID, err)
+			e.Infof("SSH to instance %d lost (%v); checking the instance again", inst.ID, err)
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if end.exitCode != nil {
-			e.train.ExitCode = end.exitCode
+			e.report.ExitCode = end.exitCode
 			if *end.exitCode != 0 {
-				return nil, fmt.Errorf("%w (exit status %d; see train.log)", ErrTrainFailed, *end.exitCode)
+				return fmt.Errorf("%w (exit status %d; see train.log)", ErrTrainFailed, *end.exitCode)
 			}
-			e.infof("training finished")
-			return nil, nil
+			e.Infof("training finished")
+			return nil
 		}
 		if end.outbid {
 			resumed, err := e.onOutbid(ctx, inst, deadline)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if resumed { // the same rental again: no replacement
 				attempts--
@@ -188,93 +153,38 @@ func (e *Engine) trainDriver(ctx context.Context) (receipt *Receipt, err error) 
 			}
 		}
 		// Interrupted: destroy it (confirmed), exclude its machine, replace.
-		t0 := e.now()
-		if err := e.record("event", stepFailover, instanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
-			return nil, err // teardown destroys it
+		t0 := e.Now()
+		if err := e.Record("event", run.StepFailover, run.InstanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
+			return err // teardown destroys it
 		}
-		e.infof("instance %d interrupted (%s): destroying it and renting a replacement", inst.ID, end.interrupted)
-		if err := e.destroyConfirm(context.WithoutCancel(ctx), inst.ID, time.Time{}); err != nil {
-			return nil, err
+		e.Infof("instance %d interrupted (%s): destroying it and renting a replacement", inst.ID, end.interrupted)
+		if err := e.DestroyConfirm(context.WithoutCancel(ctx), inst.ID, time.Time{}); err != nil {
+			return err
 		}
-		e.timings.add("interruption_to_replacement_requested", e.now().Sub(t0))
+		e.AddTiming("interruption_to_replacement_requested", e.Now().Sub(t0))
 		exclude = append(exclude, inst.MachineID)
 		if attempts+1 >= e.trainSpec().MaxAttempts {
-			return nil, &StepError{Step: "train", Outcome: OutcomeReadyFailed, Err: fmt.Errorf("interrupted %d times; giving up (train.max_attempts)", attempts+1)}
+			return &run.StepError{Step: "train", Outcome: run.OutcomeReadyFailed, Err: fmt.Errorf("interrupted %d times; giving up (train.max_attempts)", attempts+1)}
 		}
 	}
 }
 
-// attach connects to the run's live instance, or rents a new one. It never
-// rents while the journal's current instance may still be alive.
-func (e *Engine) attach(ctx context.Context, exclude []int64) (*remote.Client, provider.Instance, error) {
-	// A controller that died mid-create left a rent intent without an id:
-	// what it rented (if anything) is found by label, never rented again.
-	if a := e.state.Current(); a != nil && a.InstanceID == 0 && a.Failure == "" {
-		e.infof("the last create's outcome is unknown; reconciling by label %s", e.state.Label)
-		if _, err := e.reconcile(ctx, 0); err != nil && !errors.Is(err, errNotRented) {
-			return nil, provider.Instance{}, err
-		}
-	}
-	if a := e.state.Current(); a != nil && a.InstanceID != 0 && !a.Confirmed && a.Failure == "" {
-		inst, err := e.Market.ShowInstance(ctx, a.InstanceID)
-		switch {
-		case err == nil && inst.Running():
-			e.infof("re-attaching to instance %d", inst.ID)
-			client, cerr := e.connect(ctx, inst.ID, inst, e.now().Add(e.readyDeadline()))
-			if cerr == nil || ctx.Err() != nil {
-				return client, inst, cerr
-			}
-			// Unreachable (or stopped while we dialled): the same as a
-			// rental that never answered, so it is replaced, not the run
-			// failed.
-			if err := e.record("event", stepFailover, instanceData{Instance: a.InstanceID, Reason: "unreachable when the controller resumed: " + cerr.Error()}); err != nil {
-				return nil, inst, err
-			}
-			e.infof("instance %d cannot be reached (%v): destroying it and renting a replacement", a.InstanceID, cerr)
-			if err := e.destroyConfirm(context.WithoutCancel(ctx), a.InstanceID, time.Time{}); err != nil {
-				return nil, inst, err
-			}
-			exclude = append(exclude, a.MachineID)
-		case err == nil || errors.Is(err, provider.ErrNotFound):
-			// Gone or not running: destroy whatever is left, then replace.
-			if err := e.record("event", stepFailover, instanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"}); err != nil {
-				return nil, inst, err
-			}
-			if err := e.destroyConfirm(context.WithoutCancel(ctx), a.InstanceID, time.Time{}); err != nil {
-				return nil, inst, err
-			}
-			exclude = append(exclude, a.MachineID)
-		default:
-			return nil, inst, fmt.Errorf("check instance %d before resuming: %w", a.InstanceID, err)
-		}
-	}
-	client, inst, err := e.provision(ctx, exclude)
-	if err != nil {
-		return nil, inst, err
-	}
-	if err := e.verify(ctx, client, inst); err != nil {
-		client.Close()
-		return nil, inst, err
-	}
-	return client, inst, nil
-}
-
-func (e *Engine) trainEnv(restored int64) map[string]string {
+func (e *flow) trainEnv(restored int64) map[string]string {
 	t := e.trainSpec()
 	env := map[string]string{}
-	for k, v := range e.frozen().Env {
+	for k, v := range e.Frozen().Env {
 		env[k] = v
 	}
 	for k, v := range e.StorageEnv {
 		env[k] = v
 	}
-	for _, name := range e.frozen().SecretNames {
+	for _, name := range e.Frozen().SecretNames {
 		if v := e.Getenv(name); v != "" {
 			env[name] = v
 			e.Redactor.Add(v)
 		}
 	}
-	env["VASTRUN_RUN_ID"] = e.state.RunID
+	env["VASTRUN_RUN_ID"] = e.State().RunID
 	env["VASTRUN_CHECKPOINT_DIR"] = t.CheckpointDir
 	env["VASTRUN_CHECKPOINT_EVERY"] = strconv.Itoa(t.Cadence)
 	env["VASTRUN_OUTPUT_DIR"] = t.OutputDir
@@ -285,7 +195,7 @@ func (e *Engine) trainEnv(restored int64) map[string]string {
 		env["VASTRUN_DATASET_VERSION"] = t.DatasetVersion
 	}
 	env["VASTRUN_RESUME_PROOF"] = agent.ProofFile
-	env["VASTRUN_RESULT"] = ResultPath
+	env["VASTRUN_RESULT"] = run.ResultPath
 	if t.CheckpointFile != "" {
 		env["VASTRUN_CHECKPOINT_FILE"] = t.CheckpointFile
 	}
@@ -306,7 +216,7 @@ var ErrAgentProtocol = errors.New("agent protocol")
 var errAgentMissing = errors.New("the vastrun agent is not on the instance")
 
 // agentPresent asks, by exit status, whether the agent binary is there.
-func (e *Engine) agentPresent(ctx context.Context, c *remote.Client) error {
+func (e *flow) agentPresent(ctx context.Context, c *remote.Client) error {
 	err := c.Run(ctx, remote.Command{Script: `[ -x ` + remoteBin + ` ]`})
 	var ee *remote.ExitError
 	if errors.As(err, &ee) && ee.Code == 1 && ee.Signal == "" {
@@ -317,11 +227,11 @@ func (e *Engine) agentPresent(ctx context.Context, c *remote.Client) error {
 
 // agentJSON runs one agent request and returns its stdout. An SSH failure
 // or a non-zero exit is an error; the caller decodes the typed answer.
-func (e *Engine) agentJSON(ctx context.Context, c *remote.Client, env map[string]string, args string) ([]byte, error) {
+func (e *flow) agentJSON(ctx context.Context, c *remote.Client, env map[string]string, args string) ([]byte, error) {
 	var out, errOut strings.Builder
 	err := c.Run(ctx, remote.Command{Env: env, Stdout: &out, Stderr: &errOut, Script: remoteBin + " agent " + args})
 	if err != nil {
-		if tail := strings.TrimSpace(lastLines(errOut.String(), 5)); tail != "" {
+		if tail := strings.TrimSpace(run.LastLines(errOut.String(), 5)); tail != "" {
 			return nil, fmt.Errorf("%w: %s", err, e.Redactor.String(tail))
 		}
 		return nil, err
@@ -331,7 +241,7 @@ func (e *Engine) agentJSON(ctx context.Context, c *remote.Client, env map[string
 
 // askAgent is one status request: it also touches the heartbeat and
 // brings back the log from offset.
-func (e *Engine) askAgent(ctx context.Context, c *remote.Client, inst provider.InstanceID, offset int64) (agent.Report, error) {
+func (e *flow) askAgent(ctx context.Context, c *remote.Client, inst provider.InstanceID, offset int64) (agent.Report, error) {
 	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --touch-heartbeat --log-offset %d --log-max %d", offset, logChunk))
 	if err != nil {
 		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
@@ -352,8 +262,8 @@ type attemptLog struct {
 	metrics int64
 }
 
-func (e *Engine) newAttemptLog() *attemptLog {
-	n := max(len(e.state.Attempts), 1)
+func (e *flow) newAttemptLog() *attemptLog {
+	n := max(len(e.State().Attempts), 1)
 	os.MkdirAll(e.EvidenceDir, 0o755)
 	p := filepath.Join(e.EvidenceDir, fmt.Sprintf("train.attempt-%d.log", n))
 	// Truncated: a re-attached controller reads the remote log again from its
@@ -367,7 +277,7 @@ func (e *Engine) newAttemptLog() *attemptLog {
 
 // add appends a chunk up to its last newline (a secret is masked whole,
 // never split across two chunks), unless the chunk is full and has none.
-func (e *Engine) addLog(l *attemptLog, ch agent.LogChunk) {
+func (e *flow) addLog(l *attemptLog, ch agent.LogChunk) {
 	if ch.Offset != l.offset || len(ch.Data) == 0 {
 		return
 	}
@@ -392,24 +302,24 @@ func (e *Engine) addLog(l *attemptLog, ch agent.LogChunk) {
 // noteStatus takes what the controller records from one status answer:
 // newly committed checkpoints (journaled), the resume proof the agent
 // validated, and the agent's errors and disk warnings (logged once).
-func (e *Engine) noteStatus(inst provider.InstanceID, st agent.Report, seen map[string]bool) {
+func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[string]bool) {
 	if cp := st.Checkpoint; cp.LastStep >= 0 {
-		if e.train.LastCheckpoint == nil || e.train.LastCheckpoint.Step != cp.LastStep {
-			e.infof("checkpoint %d committed", cp.LastStep)
-			e.record("event", "checkpoint", map[string]any{"step": cp.LastStep, "manifest_sha256": cp.LastSHA256})
+		if e.report.LastCheckpoint == nil || e.report.LastCheckpoint.Step != cp.LastStep {
+			e.Infof("checkpoint %d committed", cp.LastStep)
+			e.Record("event", "checkpoint", map[string]any{"step": cp.LastStep, "manifest_sha256": cp.LastSHA256})
 		}
-		e.train.LastCheckpoint = &CheckpointRef{Step: cp.LastStep, ManifestSHA256: cp.LastSHA256}
+		e.report.LastCheckpoint = &run.CheckpointRef{Step: cp.LastStep, ManifestSHA256: cp.LastSHA256}
 	}
 	if rs := st.Resume; rs != nil {
-		var r *ResumeProof
-		for i := range e.train.Resumes {
-			if e.train.Resumes[i].Instance == inst {
-				r = &e.train.Resumes[i]
+		var r *run.ResumeProof
+		for i := range e.report.Resumes {
+			if e.report.Resumes[i].Instance == inst {
+				r = &e.report.Resumes[i]
 			}
 		}
 		if r == nil { // restored by a controller that died since: the agent remembers
-			e.train.Resumes = append(e.train.Resumes, ResumeProof{Instance: inst, RestoredStep: rs.RestoredStep})
-			r = &e.train.Resumes[len(e.train.Resumes)-1]
+			e.report.Resumes = append(e.report.Resumes, run.ResumeProof{Instance: inst, RestoredStep: rs.RestoredStep})
+			r = &e.report.Resumes[len(e.report.Resumes)-1]
 		}
 		if rs.ReportedStep != nil {
 			r.ReportedStep = rs.ReportedStep
@@ -417,18 +327,18 @@ func (e *Engine) noteStatus(inst provider.InstanceID, st agent.Report, seen map[
 		}
 		if rs.Error != "" && !seen["proof"] {
 			seen["proof"] = true
-			e.infof("resume proof on instance %d not accepted: %s", inst, e.Redactor.String(rs.Error))
+			e.Infof("resume proof on instance %d not accepted: %s", inst, e.Redactor.String(rs.Error))
 		}
 	}
 	for _, msg := range st.Agent.Errors {
 		if !seen["err:"+msg] {
 			seen["err:"+msg] = true
-			e.infof("agent on instance %d: %s", inst, e.Redactor.String(msg))
+			e.Infof("agent on instance %d: %s", inst, e.Redactor.String(msg))
 		}
 	}
 	if st.Disk.Low && !seen["disk"] {
 		seen["disk"] = true
-		e.infof("warning: instance %d has %.1f GiB free, room for few more checkpoints of %.1f GiB (raise gpu.disk_gb or lower train.keep)",
+		e.Infof("warning: instance %d has %.1f GiB free, room for few more checkpoints of %.1f GiB (raise gpu.disk_gb or lower train.keep)",
 			inst, float64(st.Disk.FreeBytes)/(1<<30), float64(st.Checkpoint.LastSize)/(1<<30))
 	}
 }
@@ -437,7 +347,7 @@ func (e *Engine) noteStatus(inst provider.InstanceID, st agent.Report, seen map[
 // there (agent binary, uploads, restore, workload started by the agent),
 // then monitors it. Only a successful, typed answer can lead to a start,
 // and the agent itself refuses a second workload.
-func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.Instance, deadline time.Time) (trainEnd, error) {
+func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Instance, deadline time.Time) (trainEnd, error) {
 	t := e.trainSpec()
 	poll := max(t.Poll.Duration(), minTrainPoll)
 	alog := e.newAttemptLog()
@@ -447,11 +357,11 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 	var budgetAt time.Time  // when spending reaches the budget less the cost of stopping
 	for pass := 0; ; pass++ {
 		if pass > 0 {
-			wait := e.jittered(poll)
+			wait := e.Jittered(poll)
 			if !budgetAt.IsZero() {
-				wait = max(0, min(wait, budgetAt.Sub(e.now())))
+				wait = max(0, min(wait, budgetAt.Sub(e.Now())))
 			}
-			if err := e.sleep(ctx, wait); err != nil {
+			if err := e.Sleep(ctx, wait); err != nil {
 				return trainEnd{}, err
 			}
 		}
@@ -465,8 +375,8 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		// at the budget's moment is a budget stop (its failed calls say
 		// nothing about the instance).
 		if budgetReached(pctx, ctx) && (!done || end.exitCode == nil) {
-			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.state.Current().DPHTotal)
-			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("spending reached budget.max_spend $%.2f less the cost of stopping while the controller waited on instance %d: stopped with the last committed checkpoint", e.frozen().MaxSpendUSD, inst.ID)}
+			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.State().Current().DPHTotal)
+			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeBudget, Err: fmt.Errorf("spending reached budget.max_spend $%.2f less the cost of stopping while the controller waited on instance %d: stopped with the last committed checkpoint", e.Frozen().MaxSpendUSD, inst.ID)}
 		}
 		if done {
 			return end, err
@@ -481,29 +391,29 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 		// for stopping.
 		dph := cur.DPHTotal
 		if dph == 0 {
-			dph = e.state.Current().DPHTotal
+			dph = e.State().Current().DPHTotal
 		}
-		stopping := min(e.teardownLimit(), time.Minute)
+		stopping := min(e.TeardownLimit(), time.Minute)
 		// Two passes as they really take (a slow SSH round trip or a busy
 		// machine stretches a pass past the poll), never less than two polls.
 		gap := poll
 		if !lastCheck.IsZero() {
-			gap = max(gap, e.now().Sub(lastCheck))
+			gap = max(gap, e.Now().Sub(lastCheck))
 		}
-		lastCheck = e.now()
-		spent := e.spentSoFar()
+		lastCheck = e.Now()
+		spent := e.SpentSoFar()
 		projected := spent + dph*(2*gap+stopping).Hours()
-		if projected > e.frozen().MaxSpendUSD {
+		if projected > e.Frozen().MaxSpendUSD {
 			e.commitBeforeBudget(ctx, c, inst.ID, seen, dph)
-			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.frozen().MaxSpendUSD)}
+			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Frozen().MaxSpendUSD)}
 		}
 		if dph > 0 {
-			left := e.frozen().MaxSpendUSD - spent - dph*stopping.Hours()
-			budgetAt = e.now().Add(time.Duration(left / dph * float64(time.Hour)))
+			left := e.Frozen().MaxSpendUSD - spent - dph*stopping.Hours()
+			budgetAt = e.Now().Add(time.Duration(left / dph * float64(time.Hour)))
 		}
-		if !e.now().Before(deadline) {
+		if !e.Now().Before(deadline) {
 			e.commitPending(ctx, c, inst.ID, seen)
-			return trainEnd{}, &StepError{Step: "train", Outcome: OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.trainSpec().RuntimeDeadline)}
+			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.trainSpec().RuntimeDeadline)}
 		}
 	}
 }
@@ -511,7 +421,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 // trainPass is one pass of trainOn's monitor: the API's view, the agent's
 // status, the workload's end. done means trainOn returns end and err;
 // otherwise end.cur is the instance as the API showed it, for the limits.
-func (e *Engine) trainPass(ctx context.Context, c *remote.Client, inst provider.Instance, alog *attemptLog, seen map[string]bool, started *bool) (end trainEnd, err error, done bool) {
+func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.Instance, alog *attemptLog, seen map[string]bool, started *bool) (end trainEnd, err error, done bool) {
 	{
 		if e.outbidNow(ctx, inst.ID) { // the API first: an outbid also breaks SSH
 			return trainEnd{interrupted: "outbid", outbid: true}, nil, true
@@ -534,7 +444,7 @@ func (e *Engine) trainPass(ctx context.Context, c *remote.Client, inst provider.
 			return trainEnd{}, ctx.Err(), true
 		}
 		if errors.Is(sshErr, ErrAgentProtocol) {
-			return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: sshErr}, true
+			return trainEnd{}, &run.StepError{Step: "train", Instance: inst.ID, Err: sshErr}, true
 		}
 		if sshErr == nil && !*started {
 			*started = true
@@ -544,7 +454,7 @@ func (e *Engine) trainPass(ctx context.Context, c *remote.Client, inst provider.
 				}
 				return trainEnd{again: true}, nil, false
 			}
-			e.infof("the workload is %s on instance %d; monitoring it", st.Workload.State, inst.ID)
+			e.Infof("the workload is %s on instance %d; monitoring it", st.Workload.State, inst.ID)
 		}
 		cur, apiErr := e.Market.ShowInstance(ctx, inst.ID)
 		switch {
@@ -553,7 +463,7 @@ func (e *Engine) trainPass(ctx context.Context, c *remote.Client, inst provider.
 		case apiErr == nil && e.isOutbid(cur):
 			return trainEnd{interrupted: "outbid", outbid: true}, nil, true
 		case apiErr == nil && !cur.Running():
-			return trainEnd{interrupted: orDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)}, nil, true
+			return trainEnd{interrupted: run.InterruptionReason(cur)}, nil, true
 		case sshErr != nil && apiErr == nil:
 			// The instance runs; the answer is unknown, which is not a
 			// "no": nothing is started, and the limits below still apply.
@@ -570,7 +480,7 @@ func (e *Engine) trainPass(ctx context.Context, c *remote.Client, inst provider.
 				if st.Workload.Finalized {
 					code := *st.Workload.ExitCode
 					if st.Workload.Signal != "" {
-						e.infof("the workload was killed by signal %s", st.Workload.Signal)
+						e.Infof("the workload was killed by signal %s", st.Workload.Signal)
 					}
 					return trainEnd{exitCode: &code}, e.finishTraining(ctx, c, inst.ID, code, alog), true
 				}
@@ -578,11 +488,11 @@ func (e *Engine) trainPass(ctx context.Context, c *remote.Client, inst provider.
 				if e.lostToOutbid(cur, apiErr) { // stopped and resumed between two polls
 					return trainEnd{interrupted: "outbid", outbid: true}, nil, true
 				}
-				return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}, true
+				return trainEnd{}, &run.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}, true
 			}
 			if st.Disk.Full {
 				e.commitPending(ctx, c, inst.ID, seen)
-				return trainEnd{}, &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("instance %d has %d MiB free, too little for another checkpoint of %d MiB: stopped with the last committed checkpoint (raise gpu.disk_gb, lower train.keep, or save smaller checkpoints)", inst.ID, st.Disk.FreeBytes>>20, st.Checkpoint.LastSize>>20)}, true
+				return trainEnd{}, &run.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("instance %d has %d MiB free, too little for another checkpoint of %d MiB: stopped with the last committed checkpoint (raise gpu.disk_gb, lower train.keep, or save smaller checkpoints)", inst.ID, st.Disk.FreeBytes>>20, st.Checkpoint.LastSize>>20)}, true
 			}
 		}
 		return trainEnd{cur: cur}, nil, false
@@ -591,7 +501,7 @@ func (e *Engine) trainPass(ctx context.Context, c *remote.Client, inst provider.
 
 // watchArgs are the agent's checkpoint flags, shared by `agent start` and
 // the final `agent watch --once`.
-func (e *Engine) watchArgs() string {
+func (e *flow) watchArgs() string {
 	t := e.trainSpec()
 	args := fmt.Sprintf("--store %s --dir %s --keep %d --status %s --quiet %s",
 		remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agent.StatusFile, t.QuietPeriod.Duration())
@@ -607,7 +517,7 @@ func (e *Engine) watchArgs() string {
 	return args
 }
 
-func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provider.Instance, needBinary bool) error {
+func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provider.Instance, needBinary bool) error {
 	t := e.trainSpec()
 	if needBinary {
 		bin := e.AgentBinary
@@ -625,7 +535,7 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 		}
 	}
 	if err := e.trainUpload(ctx, c, inst.ID); err != nil {
-		return &StepError{Step: "upload", Instance: inst.ID, Err: err}
+		return &run.StepError{Step: "upload", Instance: inst.ID, Err: err}
 	}
 	// Restore the last committed checkpoint that verifies.
 	restoreArgs := "restore --json --store " + remote.ShellQuote(t.CheckpointURI) + " --dir " + agent.ResumeDir
@@ -638,23 +548,23 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 	}
 	rs, err := agent.DecodeRestore(b)
 	if err != nil {
-		return &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: restore on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
+		return &run.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: restore on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
 	}
 	if rs.Step >= 0 {
-		e.infof("restored checkpoint %d on instance %d", rs.Step, inst.ID)
+		e.Infof("restored checkpoint %d on instance %d", rs.Step, inst.ID)
 		for _, s := range rs.Skipped {
-			e.infof("checkpoint %d failed verification and was skipped: %s", s.Step, s.Reason)
+			e.Infof("checkpoint %d failed verification and was skipped: %s", s.Step, s.Reason)
 		}
 		for _, p := range rs.Placed {
-			e.infof("put %s back at its path for the workload's own resume", p)
+			e.Infof("put %s back at its path for the workload's own resume", p)
 		}
-		e.train.Resumes = append(e.train.Resumes, ResumeProof{Instance: inst.ID, RestoredStep: rs.Step, Skipped: rs.Skipped})
-		e.record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)})
+		e.report.Resumes = append(e.report.Resumes, run.ResumeProof{Instance: inst.ID, RestoredStep: rs.Step, Skipped: rs.Skipped})
+		e.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)})
 	}
 	args := fmt.Sprintf("start --json --command %s %s --heartbeat %s --ttl %s --deadline %s --poll 1s",
 		remote.ShellQuote(t.Command), e.watchArgs(), agent.Heartbeat,
-		spec.ParseDuration(t.HeartbeatTTL), e.state.Started.Add(t.Runtime()).UTC().Format(time.RFC3339))
-	if err := e.record("intent", stepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
+		spec.ParseDuration(t.HeartbeatTTL), e.State().Started.Add(t.Runtime()).UTC().Format(time.RFC3339))
+	if err := e.Record("intent", run.StepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
 		return err // no intent, no workload
 	}
 	b, err = e.agentJSON(ctx, c, e.trainEnv(rs.Step), args)
@@ -663,34 +573,34 @@ func (e *Engine) startTraining(ctx context.Context, c *remote.Client, inst provi
 	}
 	sr, err := agent.DecodeStart(b)
 	if err != nil {
-		return &StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: start on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
+		return &run.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: start on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
 	}
 	if !sr.Started {
-		e.infof("the agent on instance %d did not start a second workload (%s); monitoring the one it has", inst.ID, sr.Refused)
+		e.Infof("the agent on instance %d did not start a second workload (%s); monitoring the one it has", inst.ID, sr.Refused)
 		return nil
 	}
-	e.infof("training started on instance %d", inst.ID)
+	e.Infof("training started on instance %d", inst.ID)
 	return nil
 }
 
 // trainUpload copies `upload:` unless the instance already holds exactly
 // those files (the agent's manifest matches the local one), and says how
 // much it copies.
-func (e *Engine) trainUpload(ctx context.Context, c *remote.Client, inst provider.InstanceID) error {
-	if len(e.frozen().Upload) == 0 {
+func (e *flow) trainUpload(ctx context.Context, c *remote.Client, inst provider.InstanceID) error {
+	if len(e.Frozen().Upload) == 0 {
 		return nil
 	}
-	local, err := agent.SumTree(e.RepoDir, e.frozen().Upload)
+	local, err := agent.SumTree(e.RepoDir, e.Frozen().Upload)
 	if err != nil {
 		return fmt.Errorf("upload: %w", err)
 	}
 	args := "manifest --json"
-	for _, u := range e.frozen().Upload {
+	for _, u := range e.Frozen().Upload {
 		args += " " + remote.ShellQuote(filepath.ToSlash(filepath.Clean(u)))
 	}
 	if b, err := e.agentJSON(ctx, c, nil, args); err == nil {
 		if m, err := agent.DecodeManifest(b); err == nil && reflect.DeepEqual(m.Files, local) {
-			e.infof("uploads skipped: instance %d already has the same %d files", inst, len(local))
+			e.Infof("uploads skipped: instance %d already has the same %d files", inst, len(local))
 			return nil
 		}
 	}
@@ -698,13 +608,13 @@ func (e *Engine) trainUpload(ctx context.Context, c *remote.Client, inst provide
 	for _, f := range local {
 		size += f.Size
 	}
-	e.infof("uploading %d files (%.1f MB) to instance %d", len(local), float64(size)/1e6, inst)
-	return e.upload(c)
+	e.Infof("uploading %d files (%.1f MB) to instance %d", len(local), float64(size)/1e6, inst)
+	return e.Upload(c)
 }
 
 // commitPending has the agent commit complete checkpoints now, under the
 // same rules as its own passes, and takes the result.
-func (e *Engine) commitPending(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool) {
+func (e *flow) commitPending(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool) {
 	t := e.trainSpec()
 	args := fmt.Sprintf("watch --once --store %s --dir %s --keep %d --status %s --quiet %s",
 		remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agent.StatusFile, t.QuietPeriod.Duration())
@@ -718,7 +628,7 @@ func (e *Engine) commitPending(ctx context.Context, c *remote.Client, inst provi
 
 // finishTraining takes what the agent's final pass committed, uploads
 // outputs with checksums and collects the log, result and proof.
-func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, inst provider.InstanceID, code int, alog *attemptLog) error {
+func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provider.InstanceID, code int, alog *attemptLog) error {
 	t := e.trainSpec()
 	os.MkdirAll(e.EvidenceDir, 0o755)
 	logPath := filepath.Join(e.EvidenceDir, "train.log")
@@ -740,9 +650,9 @@ func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, inst prov
 			os.WriteFile(filepath.Join(e.EvidenceDir, "agent-status.json"), e.Redactor.Bytes(b), 0o644)
 		}
 	}
-	res := &TestOutcome{Log: "train.log", ExitCode: code}
-	e.fetchResult(c, res)
-	e.train.Result = res.Result
+	res := &run.TestOutcome{Log: "train.log", ExitCode: code}
+	e.FetchResult(c, res)
+	e.report.Result = res.Result
 	if code != 0 {
 		return nil
 	}
@@ -750,47 +660,39 @@ func (e *Engine) finishTraining(ctx context.Context, c *remote.Client, inst prov
 	err := c.Run(ctx, remote.Command{Env: e.trainEnv(-1), Stdout: &out, Stderr: &errOut, Script: fmt.Sprintf("%s agent upload --json --store %s --dir %s",
 		remoteBin, remote.ShellQuote(t.OutputURI), remote.ShellQuote(t.OutputDir))})
 	if err != nil {
-		return fmt.Errorf("upload outputs: %w: %s", err, e.Redactor.String(strings.TrimSpace(lastLines(errOut.String(), 5))))
+		return fmt.Errorf("upload outputs: %w: %s", err, e.Redactor.String(strings.TrimSpace(run.LastLines(errOut.String(), 5))))
 	}
 	var up struct {
 		SHA string `json:"manifest_sha256"`
 	}
 	json.Unmarshal([]byte(strings.TrimSpace(out.String())), &up)
-	e.train.OutputsURI, e.train.OutputsSHA256 = t.OutputURI+"/outputs/000000000000", up.SHA
-	e.record("done", stepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.SHA})
+	e.report.OutputsURI, e.report.OutputsSHA256 = t.OutputURI+"/outputs/000000000000", up.SHA
+	e.Record("done", run.StepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.SHA})
 	return nil
 }
 
 // fillTrainReport reads the committed checkpoints from the controller side
 // (the agent's word is not the evidence: the store is).
-func (e *Engine) fillTrainReport(ctx context.Context) {
-	if e.train == nil || e.trainSpec().CheckpointURI == "" {
+func (e *flow) fillTrainReport(ctx context.Context) {
+	if e.report == nil || e.trainSpec().CheckpointURI == "" {
 		return
 	}
-	st, err := storage.Open(e.train.CheckpointURI, storage.Options{Getenv: e.storageGetenv()})
+	st, err := storage.Open(e.report.CheckpointURI, storage.Options{Getenv: e.storageGetenv()})
 	if err != nil {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if list, err := (checkpoint.Store{S: st}).Committed(cctx); err == nil && len(list) > 0 {
-		e.train.LastCheckpoint = &CheckpointRef{Step: list[0].Step, ManifestSHA256: list[0].ManifestSHA256}
+		e.report.LastCheckpoint = &run.CheckpointRef{Step: list[0].Step, ManifestSHA256: list[0].ManifestSHA256}
 	}
 }
 
-func (e *Engine) storageGetenv() func(string) string {
+func (e *flow) storageGetenv() func(string) string {
 	return func(k string) string {
 		if v, ok := e.StorageEnv[k]; ok {
 			return v
 		}
 		return e.Getenv(k)
 	}
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"context"
@@ -20,11 +20,11 @@ var errBudgetMoment = errors.New("spending reached the budget less the cost of s
 // fake clock only moves when something waits on it, so a background timer
 // would run it away; there the pass is left unbounded and the projection
 // alone guards the budget. A zero at means no bound yet.
-func (e *Engine) budgetCtx(ctx context.Context, at time.Time) (context.Context, context.CancelFunc) {
+func (e *flow) budgetCtx(ctx context.Context, at time.Time) (context.Context, context.CancelFunc) {
 	if at.IsZero() {
 		return ctx, func() {}
 	}
-	d := at.Sub(e.now())
+	d := at.Sub(e.Now())
 	switch c := e.Clock.(type) {
 	case clock.Real, *clock.Real:
 	case *clock.Scaled:
@@ -48,15 +48,15 @@ func budgetReached(pctx, ctx context.Context) bool {
 // dph: the pass gets the time until spending would reach the budget less
 // the teardown's own deadline, and none when that is already past (the last
 // committed checkpoint stands).
-func (e *Engine) commitBeforeBudget(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool, dph float64) {
+func (e *flow) commitBeforeBudget(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool, dph float64) {
 	if dph > 0 {
-		teardown := min(e.teardownLimit(), time.Minute)
-		left := e.frozen().MaxSpendUSD - e.spentSoFar() - dph*teardown.Hours()
+		teardown := min(e.TeardownLimit(), time.Minute)
+		left := e.Frozen().MaxSpendUSD - e.SpentSoFar() - dph*teardown.Hours()
 		if left <= 0 {
-			e.infof("no budget left for a final checkpoint commit on instance %d: the last committed checkpoint stands", inst)
+			e.Infof("no budget left for a final checkpoint commit on instance %d: the last committed checkpoint stands", inst)
 			return
 		}
-		cctx, cancel := e.budgetCtx(ctx, e.now().Add(time.Duration(left/dph*float64(time.Hour))))
+		cctx, cancel := e.budgetCtx(ctx, e.Now().Add(time.Duration(left/dph*float64(time.Hour))))
 		defer cancel()
 		ctx = cctx
 	}

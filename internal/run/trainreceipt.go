@@ -1,0 +1,41 @@
+package run
+
+import (
+	"github.com/vastrun/vastrun/internal/checkpoint"
+	"github.com/vastrun/vastrun/internal/provider"
+)
+
+// Training's section of the receipt (docs/receipt.md): the receipt is one
+// versioned document, so its schema lives with it; the train workflow
+// (internal/workflow/train) fills it.
+
+// TrainReport is the training part of the receipt.
+type TrainReport struct {
+	CheckpointURI  string         `json:"checkpoint_uri"`
+	LastCheckpoint *CheckpointRef `json:"last_checkpoint,omitempty"`
+	Resumes        []ResumeProof  `json:"resumes"`
+	OutputsURI     string         `json:"outputs_uri,omitempty"`
+	OutputsSHA256  string         `json:"outputs_manifest_sha256,omitempty"`
+	Result         map[string]any `json:"result,omitempty"`
+	ExitCode       *int           `json:"exit_code,omitempty"`
+}
+
+// CheckpointRef names a committed checkpoint.
+type CheckpointRef struct {
+	Step           int64  `json:"step"`
+	ManifestSHA256 string `json:"manifest_sha256"`
+}
+
+// ResumeProof records one restore and what the workload said it resumed from.
+type ResumeProof struct {
+	Instance     provider.InstanceID `json:"instance_id"`
+	RestoredStep int64               `json:"restored_step"`
+	Skipped      []checkpoint.Skip   `json:"skipped_corrupt,omitempty"`
+	ReportedStep *int64              `json:"reported_step"`
+	Proven       bool                `json:"proven"`
+}
+
+// MetricsFile is the evidence file of the workload's metrics: every JSON
+// object it appended to $VASTRUN_METRICS, one a line, each with the
+// attempt it came from ("attempt", 1-based) added.
+const MetricsFile = "metrics.jsonl"

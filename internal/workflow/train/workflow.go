@@ -1,0 +1,92 @@
+// Package train is checkpointed training: the workload runs on a rented
+// GPU under the on-instance agent, which commits its checkpoints to the
+// run's store; an interrupted instance (preempted, outbid, unreachable) is
+// destroyed, confirmed, and replaced, and the workload resumes from the
+// last committed checkpoint, proven by the workload's own report. Its
+// receipt section is run.TrainReport (receipt "train"); a workload that
+// exits non-zero is "failed" (ErrTrainFailed).
+//
+// The workflow reads its settings from the run's frozen spec
+// (run.Manifest.Train), never from the configuration. Approval before
+// renting covers getting training started (JobBound 0): the controller's
+// budget check, on every monitoring pass, and the agent's own deadline
+// bound the rest.
+package train
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/run"
+)
+
+// Name is the workflow's name in the journal, manifest and receipt.
+const Name = "train"
+
+// ErrTrainFailed means the workload exited non-zero.
+var ErrTrainFailed = errors.New("the training workload failed")
+
+// flow is one training run: the core's API (embedded) plus training's
+// own report. It is the run's run.Workflow.
+type flow struct {
+	*run.Engine
+	report *run.TrainReport
+}
+
+func newFlow(e *run.Engine) *flow { return &flow{Engine: e} }
+
+func (e *flow) Name() string { return Name }
+
+// Spec keeps the train section (spec.Build scoped its store URIs to the
+// run); training has no test command and no canary.
+func (e *flow) Spec(m *run.Manifest) {
+	m.Test, m.Canary = "", nil
+	if m.Train == nil {
+		m.Train = &run.TrainSpec{}
+	}
+}
+
+// JobBound is 0: approval only needs to afford getting training started;
+// the controller's budget check and the agent's deadline bound the rest.
+func (e *flow) JobBound(run.Manifest) time.Duration { return 0 }
+
+func (e *flow) Local(context.Context) error { return nil }
+
+func (e *flow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
+	if errors.Is(err, ErrTrainFailed) {
+		return run.OutcomeFailed
+	}
+	return base
+}
+
+// Finish reads the committed checkpoints from the store.
+func (e *flow) Finish(ctx context.Context) {
+	e.ensureReport()
+	e.fillTrainReport(ctx)
+}
+
+func (e *flow) Section(r *run.Receipt) {
+	e.ensureReport()
+	r.Train = e.report
+}
+
+// ensureReport starts the report once the spec is known: each run has its
+// own store prefix, so a new run never resumes another's checkpoints, and
+// `resume` finds its own again by run id.
+func (e *flow) ensureReport() {
+	if e.report == nil {
+		e.report = &run.TrainReport{CheckpointURI: e.trainSpec().CheckpointURI, Resumes: []run.ResumeProof{}}
+	}
+}
+
+// trainSpec is the frozen train section.
+func (e *flow) trainSpec() run.TrainSpec {
+	if t := e.Frozen().Train; t != nil {
+		return *t
+	}
+	return run.TrainSpec{}
+}
+
+var _ run.Workflow = (*flow)(nil)
