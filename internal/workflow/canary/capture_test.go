@@ -3,12 +3,14 @@ package canary
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/run"
@@ -78,5 +80,21 @@ func TestDeltaFieldLevel(t *testing.T) {
 	}
 	if d := Delta(local, local, nil); len(d) != 0 {
 		t.Fatalf("identical results differ: %+v", d)
+	}
+}
+
+// The canary's outcome is its comparison once the run went through, the
+// shared class otherwise; its Error carries the class to run.Outcome.
+func TestOutcomeIsTheComparison(t *testing.T) {
+	f := newFlow(&run.Engine{}, false)
+	f.report.Comparison = run.CanaryOutputDelta
+	if got := f.Outcome(nil, receipt.Passed); got != receipt.Outcome(run.CanaryOutputDelta) {
+		t.Fatalf("went through: %s", got)
+	}
+	if got := f.Outcome(errors.New("rent failed"), receipt.Error); got != receipt.Error {
+		t.Fatalf("did not go through: %s", got)
+	}
+	if got := run.Outcome(fmt.Errorf("wrapped: %w", &Error{Class: run.CanaryGPUOnlyFailure})); got != receipt.Outcome(run.CanaryGPUOnlyFailure) {
+		t.Fatalf("run.Outcome of a canary Error: %s", got)
 	}
 }
