@@ -20,6 +20,7 @@
 //   - [ErrRateLimited]: the server asked us to slow down (HTTP 429).
 //   - [ErrOutcomeUnknown]: a mutating call may or may not have taken
 //     effect (see [OutcomeUnknownError]); never retry it blindly.
+//   - [ErrTransport]: no answer was read at all (see [TransportError]).
 //
 // Every HTTP-level failure is an [*APIError] carrying the status, the
 // server's error slug and message; its Is method maps it onto the
