@@ -6,7 +6,8 @@
 // (package vast) implements these interfaces over the wire; the simulator
 // (package sim) is an http.Handler that the same client talks to, so every
 // test exercises real wire code. Package providertest holds the one
-// conformance suite both must pass.
+// conformance suite both must pass. The client sends each call once;
+// package retry decorates it and decides which failed calls are sent again.
 //
 // # Errors
 //
