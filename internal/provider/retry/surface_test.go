@@ -60,8 +60,11 @@ func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprint(w, `{"success": false, "error": "server_error", "msg": "try later"}`)
-	case "429":
+	case "429", "429 Retry-After 9":
 		w.Header().Set("Content-Type", "application/json")
+		if fail != "429" {
+			w.Header().Set("Retry-After", "9")
+		}
 		w.WriteHeader(http.StatusTooManyRequests)
 		fmt.Fprint(w, `{"detail": "API requests too frequent endpoint threshold=2.0"}`)
 	case "401":
@@ -329,5 +332,19 @@ func TestEveryOperationIsRetriedAsClassified(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A Retry-After on the wire sets the wait before the next send, through
+// the real client.
+func TestRetryAfterOnTheWire(t *testing.T) {
+	w := newWorld(t)
+	*w.waited = nil
+	w.front.arm(fmt.Sprintf("GET /api/v0/instances/%d/", w.a), "429 Retry-After 9")
+	if _, err := w.c.ShowInstance(context.Background(), w.a); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.front.count(); n != 2 || len(*w.waited) != 1 || (*w.waited)[0] != 9*time.Second {
+		t.Fatalf("sent %d times after waits %v, want twice after one 9s wait", n, *w.waited)
 	}
 }
