@@ -40,7 +40,7 @@ var layout = map[string][]string{
 	"internal/provider/providertest": {"internal/provider"},
 	"internal/provider/retry":        {"internal/clock", "internal/poll", "internal/provider"},
 	"internal/provider/sim":          {"internal/clock", "internal/provider"}, // the bid unit (provider.BidPerGPU) is one constant for client and simulator
-	"internal/provider/vast":         {"internal/clock", "internal/provider"},
+	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider"},
 	"internal/receipt":               {},
 	"internal/redact":                {},
 	"internal/remote":                {"internal/clock"},

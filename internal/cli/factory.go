@@ -12,6 +12,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 )
@@ -41,6 +42,7 @@ type Factory struct {
 
 	logger  *slog.Logger
 	market  provider.Marketplace
+	apiURL  string // the API host market talks to
 	keyUsed string // for masking only; never printed
 	simSrv  *sim.Server
 	simHTTP *http.Server
@@ -83,11 +85,11 @@ func (f *Factory) Marketplace(ctx context.Context) (provider.Marketplace, error)
 		if err != nil {
 			return nil, err
 		}
-		c, err := vast.New(vast.Options{BaseURL: url, APIKey: key, Logger: f.Logger(), UserAgent: "vastrun/" + Version, Clock: f.Clock})
+		c, api, err := f.newClient(url, key)
 		if err != nil {
 			return nil, err
 		}
-		f.market, f.keyUsed = c, key
+		f.market, f.apiURL, f.keyUsed = c, api, key
 		f.IO.Redactor().Add(key)
 		return c, nil
 	}
@@ -103,14 +105,39 @@ func (f *Factory) Marketplace(ctx context.Context) (provider.Marketplace, error)
 	if base == "" {
 		base = f.Getenv("VAST_URL")
 	}
-	c, err := vast.New(vast.Options{BaseURL: base, APIKey: key, Logger: f.Logger(), UserAgent: "vastrun/" + Version, Clock: f.Clock})
+	c, api, err := f.newClient(base, key)
 	if err != nil {
 		return nil, &UsageError{Err: err, Hint: "set --url or VAST_URL to an http(s) URL such as https://console.vast.ai"}
 	}
-	f.market, f.keyUsed = c, key
+	f.market, f.apiURL, f.keyUsed = c, api, key
 	f.IO.Redactor().Add(key)
 	return c, nil
 }
+
+// newClient is the one place a Vast client is built: the client sends
+// each request once, and the retry decorator around it decides what is
+// sent again (package retry), pacing its waits on the factory's clock
+// (the simulator's under --sim) and logging each retry under --debug. It
+// also returns the API host the client talks to.
+func (f *Factory) newClient(base, key string) (*retry.Client, string, error) {
+	c, err := vast.New(vast.Options{BaseURL: base, APIKey: key, Logger: f.Logger(), UserAgent: "vastrun/" + Version, Clock: f.Clock})
+	if err != nil {
+		return nil, "", err
+	}
+	log := f.Logger()
+	return retry.Wrap(c, retry.Policy{
+		Clock: f.Clock,
+		Report: func(op string, err error, wait time.Duration) {
+			log.Debug("retrying API call", "op", op, "wait", wait, "err", err)
+		},
+		Success: func(op string, retries int) {
+			log.Debug("API call succeeded after retries", "op", op, "retries", retries)
+		},
+	}), c.BaseURL(), nil
+}
+
+// APIURL is the API host the marketplace talks to (after Marketplace).
+func (f *Factory) APIURL() string { return f.apiURL }
 
 func (f *Factory) startSim() (url, key string, err error) {
 	// Under --sim everything runs on the simulator's clock, so deadlines,

@@ -20,7 +20,6 @@ import (
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/storage"
 	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
@@ -72,9 +71,7 @@ func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *co
 			e.StorageEnv[k] = v
 		}
 	}
-	if c, ok := f.market.(*vast.Client); ok {
-		e.APIURL = c.BaseURL()
-	}
+	e.APIURL = f.APIURL()
 	return e, nil
 }
 
@@ -495,7 +492,7 @@ func selfDestroy(f *Factory) func(ctx context.Context) error {
 		if base == "" {
 			base = f.Getenv("VAST_URL")
 		}
-		c, err := vast.New(vast.Options{BaseURL: base, APIKey: key, Clock: f.clock()})
+		c, _, err := f.newClient(base, key)
 		if err != nil {
 			return err
 		}

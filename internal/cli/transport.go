@@ -6,11 +6,14 @@ import (
 	"net"
 	"net/url"
 	"syscall"
+
+	"github.com/vastrun/vastrun/internal/provider"
 )
 
 // isTransport reports a failure to reach the API at all. It is judged by
-// type: an HTTP request that failed (*url.Error) or a network operation
-// that did (*net.OpError, *net.DNSError). A local file error is never one,
+// type: the client's *provider.TransportError, an HTTP request that failed
+// (*url.Error) or a network operation that did (*net.OpError,
+// *net.DNSError). A local file error is never one,
 // although syscall.Errno satisfies net.Error, and neither is a port this
 // process could not listen on.
 func isTransport(err error) bool {
@@ -24,5 +27,5 @@ func isTransport(err error) bool {
 	case errors.As(err, &oe) && oe.Op == "listen":
 		return false
 	}
-	return errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de)
+	return errors.Is(err, provider.ErrTransport) || errors.As(err, &ue) || errors.As(err, &oe) || errors.As(err, &de)
 }

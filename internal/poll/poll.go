@@ -9,6 +9,9 @@
 //     ends the wait with that error: retrying cannot help.
 //   - An error for which Policy.Throttled is true (default:
 //     provider.ErrRateLimited, a 429) doubles the wait, up to twice Max.
+//   - An error that asks for a wait (Policy.AtLeast; default: an
+//     *provider.APIError's RetryAfter) makes the next wait at least that
+//     long, deadline permitting.
 //   - Any other error is transient: the wait goes on, and it is returned
 //     (wrapped in ErrDeadline) if the deadline passes before f succeeds.
 //   - The context ending ends the wait with ctx.Err(), never a stale f error.
@@ -46,6 +49,12 @@ type Policy struct {
 	// named in the package documentation.
 	Permanent func(error) bool
 	Throttled func(error) bool
+	// AtLeast is the wait an error asks for (zero: none); nil means the
+	// default named in the package documentation.
+	AtLeast func(error) time.Duration
+	// Notify, when set, is told of each error of f that a wait follows,
+	// and of that wait (a retry decorator's log line).
+	Notify func(err error, wait time.Duration)
 }
 
 // ErrDeadline means the deadline passed before the condition held. Until
@@ -91,6 +100,10 @@ func Until(ctx context.Context, clk clock.Clock, p Policy, f func(ctx context.Co
 	if throttled == nil {
 		throttled = func(err error) bool { return errors.Is(err, provider.ErrRateLimited) }
 	}
+	atLeast := p.AtLeast
+	if atLeast == nil {
+		atLeast = RetryAfter
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -117,6 +130,9 @@ func Until(ctx context.Context, clk clock.Clock, p Policy, f func(ctx context.Co
 		if p.Jitter != nil {
 			next = time.Duration(float64(next) * (0.8 + 0.4*p.Jitter()))
 		}
+		if err != nil {
+			next = max(next, atLeast(err))
+		}
 		if !p.Deadline.IsZero() {
 			left := p.Deadline.Sub(clk.Now())
 			if left <= 0 {
@@ -124,7 +140,11 @@ func Until(ctx context.Context, clk clock.Clock, p Policy, f func(ctx context.Co
 			}
 			next = min(next, left)
 		}
-		if err := clock.Sleep(ctx, clk, max(next, time.Millisecond)); err != nil {
+		next = max(next, time.Millisecond)
+		if err != nil && p.Notify != nil {
+			p.Notify(err, next)
+		}
+		if err := clock.Sleep(ctx, clk, next); err != nil {
 			return err
 		}
 		if err != nil && throttled(err) {
@@ -141,4 +161,14 @@ func Until(ctx context.Context, clk clock.Clock, p Policy, f func(ctx context.Co
 func IsPermanent(err error) bool {
 	var p interface{ Permanent() bool }
 	return errors.As(err, &p) && p.Permanent()
+}
+
+// RetryAfter is the wait the server asked for in err (an
+// *provider.APIError's Retry-After), zero when none.
+func RetryAfter(err error) time.Duration {
+	var ae *provider.APIError
+	if errors.As(err, &ae) && ae.RetryAfter > 0 {
+		return ae.RetryAfter
+	}
+	return 0
 }

@@ -36,6 +36,7 @@ func TestUntil(t *testing.T) {
 	rate := fmt.Errorf("search: %w", provider.ErrRateLimited)
 	auth := fmt.Errorf("show: %w", provider.ErrAuth)
 	fenced := fmt.Errorf("destroy: %w", permanentErr{})
+	asked := fmt.Errorf("list: %w", &provider.APIError{Op: "list instances", Status: 503, RetryAfter: 7 * time.Second})
 	tests := []struct {
 		name      string
 		results   []error // per call; nil then done
@@ -53,6 +54,12 @@ func TestUntil(t *testing.T) {
 		{name: "limit caps the wait", results: []error{errFlaky, errFlaky, errFlaky, nil},
 			policy:    poll.Policy{Initial: 4 * time.Second, Max: 10 * time.Second, Limit: func() time.Duration { return 5 * time.Second }},
 			wantWaits: []time.Duration{4 * time.Second, 5 * time.Second, 5 * time.Second}},
+		{name: "Retry-After sets the least wait", results: []error{asked, errFlaky, nil},
+			policy:    poll.Policy{Initial: time.Second, Max: 10 * time.Second},
+			wantWaits: []time.Duration{7 * time.Second, 2 * time.Second}},
+		{name: "Retry-After is clipped to the deadline", results: []error{asked, nil},
+			policy:    poll.Policy{Initial: time.Second, Deadline: time.Date(2026, 12, 1, 0, 0, 3, 0, time.UTC)},
+			wantWaits: []time.Duration{3 * time.Second}},
 		{name: "auth stops", results: []error{auth, nil}, wantErr: provider.ErrAuth, wantWaits: nil},
 		{name: "an error that says it is permanent stops", results: []error{fenced, nil}, wantErr: permanentErr{}, wantWaits: nil},
 		{name: "deadline ends with the last error", results: []error{errFlaky, errFlaky, errFlaky, errFlaky, errFlaky},

@@ -6,7 +6,8 @@
 // (package vast) implements these interfaces over the wire; the simulator
 // (package sim) is an http.Handler that the same client talks to, so every
 // test exercises real wire code. Package providertest holds the one
-// conformance suite both must pass.
+// conformance suite both must pass. The client sends each call once;
+// package retry decorates it and decides which failed calls are sent again.
 //
 // # Errors
 //
@@ -20,6 +21,7 @@
 //   - [ErrRateLimited]: the server asked us to slow down (HTTP 429).
 //   - [ErrOutcomeUnknown]: a mutating call may or may not have taken
 //     effect (see [OutcomeUnknownError]); never retry it blindly.
+//   - [ErrTransport]: no answer was read at all (see [TransportError]).
 //
 // Every HTTP-level failure is an [*APIError] carrying the status, the
 // server's error slug and message; its Is method maps it onto the

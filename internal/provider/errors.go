@@ -3,6 +3,7 @@ package provider
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel error classes. See the package documentation.
@@ -15,18 +16,18 @@ var (
 	// ErrIncompleteListing means a listing could not be read in full. A
 	// partial listing is never evidence that something is absent.
 	ErrIncompleteListing = errors.New("listing incomplete")
+	// ErrTransport means no HTTP answer was read (see [TransportError]).
+	ErrTransport = errors.New("API not reached")
 )
 
 // HTTP statuses the classification needs; spelled out so that this
 // package stays free of net/http.
 const (
-	statusUnauthorized       = 401
-	statusForbidden          = 403
-	statusNotFound           = 404
-	statusTooManyRequests    = 429
-	statusBadGateway         = 502
-	statusServiceUnavailable = 503
-	statusGatewayTimeout     = 504
+	statusUnauthorized    = 401
+	statusForbidden       = 403
+	statusNotFound        = 404
+	statusTooManyRequests = 429
+	statusServerError     = 500
 )
 
 // APIError is a failure answered by the marketplace API.
@@ -35,6 +36,9 @@ type APIError struct {
 	Status int    // HTTP status (200 when the body said success:false)
 	Code   string // the server's error slug, e.g. "no_such_ask", "auth_error"
 	Msg    string // the server's human message, if any
+	// RetryAfter is the wait the server asked for (a Retry-After header),
+	// zero when it named none. Vast sends none today; a proxy may.
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
@@ -69,15 +73,27 @@ func (e *APIError) Is(target error) bool {
 	return false
 }
 
-// Temporary reports whether the same request may succeed if sent again.
+// Temporary reports whether the same request may succeed if sent again:
+// a 429 or any 5xx. Whether sending it again is safe is the caller's
+// question (see package retry): a create answered 5xx may have rented.
 func (e *APIError) Temporary() bool {
-	switch e.Status {
-	case statusTooManyRequests, statusBadGateway,
-		statusServiceUnavailable, statusGatewayTimeout:
-		return true
-	}
-	return false
+	return e.Status == statusTooManyRequests || e.Status >= statusServerError
 }
+
+// TransportError is a call that read no HTTP answer: the connection was
+// refused, reset or timed out, or the response was cut short. For a
+// mutating call the request may or may not have been applied.
+type TransportError struct {
+	Op  string
+	Err error
+}
+
+func (e *TransportError) Error() string { return e.Op + ": " + e.Err.Error() }
+
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrTransport) true.
+func (e *TransportError) Is(target error) bool { return target == ErrTransport }
 
 // OutcomeUnknownError reports a mutating call (above all, create) whose
 // effect cannot be known from the answer: a timeout, a lost response, a 5xx,

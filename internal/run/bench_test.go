@@ -16,6 +16,7 @@ import (
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/journal"
+	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
@@ -41,7 +42,8 @@ func realEngine(b *testing.B, test string, counter *atomic.Int64) (*run.Engine, 
 	}
 	srv := httptest.NewServer(h)
 	b.Cleanup(func() { srv.Close(); s.Close() })
-	client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey()})
+	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey()})
+	client := retry.Wrap(clientRaw, retry.Policy{}) // as vastrun wraps it
 	cfg, err := config.Parse([]byte(strings.Replace(baseConfig, "test: sh scripts/gpu-test.sh", "test: "+test, 1)))
 	if err != nil {
 		b.Fatal(err)
@@ -130,7 +132,8 @@ func BenchmarkAPICallsWhileWaiting(b *testing.B) {
 			}
 			s.ServeHTTP(w, r)
 		}))
-		client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
+		clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
+		client := retry.Wrap(clientRaw, retry.Policy{Clock: autoClock{clk}}) // as vastrun wraps it
 		cfg, _ := config.Parse([]byte(strings.Replace(baseConfig, "ready: 10m", "ready: 31m", 1)))
 		cfg.Secrets = nil
 		root := b.TempDir()

@@ -24,6 +24,7 @@ import (
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/openapitest"
+	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
@@ -105,7 +106,8 @@ func newHarness(t *testing.T, cfgYAML string, approve bool) *harness {
 	hooksrv := httptest.NewServer(hook)
 	t.Cleanup(func() { srv.Close(); hooksrv.Close(); s.Close() })
 	// Every exchange of the engine is held to Vast's OpenAPI document.
-	client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}, HTTPClient: openapitest.New(t).Client()})
+	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}, HTTPClient: openapitest.New(t).Client()})
+	client := retry.Wrap(clientRaw, retry.Policy{Clock: autoClock{clk}}) // as vastrun wraps it
 
 	root := t.TempDir()
 	repo := filepath.Join(root, "repo")

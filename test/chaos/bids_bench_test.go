@@ -14,6 +14,7 @@ import (
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
@@ -78,7 +79,8 @@ func benchTrain(b *testing.B, bin, repo, example string, interruptible bool) *ru
 	if err != nil {
 		b.Fatal(err)
 	}
-	client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
+	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
+	client := retry.Wrap(clientRaw, retry.Policy{Clock: clk}) // as vastrun wraps it
 	e := &run.Engine{
 		Market: client, Clock: clk, Log: slog.New(slog.DiscardHandler), UI: ui{&lockedBuf{}}, Stream: &lockedBuf{},
 		Getenv: func(string) string { return "" }, CI: ci.Env{}, Redactor: redact.New(s.APIKey()),

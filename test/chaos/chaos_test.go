@@ -38,6 +38,7 @@ import (
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
@@ -274,7 +275,8 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 	srv := httptest.NewServer(s)
 	defer func() { srv.Close(); s.Close() }()
 	faults := schedule(rng, s)
-	client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
+	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
+	client := retry.Wrap(clientRaw, retry.Policy{Clock: autoClock{clk}}) // as vastrun wraps it
 	crashAt := int64(0)
 	if rng.Float64() < 0.3 {
 		crashAt = 1 + rng.Int64N(14)
@@ -338,7 +340,8 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 			break
 		}
 		s.Inject(sim.Fault{Kind: sim.FaultClear}) // the operator runs `down` once the API behaves
-		rc, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
+		rcRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
+		rc := retry.Wrap(rcRaw, retry.Policy{Clock: autoClock{clk}}) // as vastrun wraps it
 		c := run.Confirmer{Market: rc, Clock: autoClock{clk}}
 		if _, err := c.SweepLabel(context.Background(), label, clk.Now().Add(4*time.Minute), run.SweepSettle); err != nil {
 			bad("recovery by label: %v", err)

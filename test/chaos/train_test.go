@@ -20,6 +20,7 @@ import (
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
@@ -199,7 +200,8 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 			APIURL: srv.URL, AgentBinary: bin, StorageEnv: map[string]string{}, SSHKeepAlive: sshKeepAlive,
 		}
 	}
-	client, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
+	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
+	client := retry.Wrap(clientRaw, retry.Policy{Clock: clk}) // as vastrun wraps it
 	var engineMarket run.Market = client
 	if sc.slow != nil {
 		engineMarket = slowMarket{Market: client, clk: clk, delay: sc.slow}
@@ -219,7 +221,8 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 		if out, err := exec.Command("cp", "-a", filepath.Join(root, "state"), cp).CombinedOutput(); err != nil {
 			t.Fatalf("copy state: %v %s", err, out)
 		}
-		rc, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
+		rcRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
+		rc := retry.Wrap(rcRaw, retry.Policy{Clock: clk}) // as vastrun wraps it
 		e2 := newEngine(rc, cp, filepath.Join(root, "ev2"))
 		dir, err := run.CurrentRunDir(cp)
 		if err == nil {

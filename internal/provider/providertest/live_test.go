@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 )
 
@@ -19,12 +20,13 @@ func TestLiveAPI(t *testing.T) {
 		t.Skip("set VASTRUN_LIVE_API_KEY to run the conformance suite against the live Vast API (it rents the cheapest offer for minutes)")
 	}
 	base := os.Getenv("VAST_URL")
-	mk := func(k string) *vast.Client {
+	// Wrapped as vastrun wraps it: the live API rate-limits.
+	mk := func(k string) *retry.Client {
 		c, err := vast.New(vast.Options{BaseURL: base, APIKey: k, UserAgent: "vastrun-conformance"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return c
+		return retry.Wrap(c, retry.Policy{})
 	}
 	q, err := vast.ParseQuery("num_gpus=1 reliability>0.98 direct_port_count>=1", vast.QueryOptions{Order: "dph_total", StorageGB: 10, Limit: 5})
 	if err != nil {

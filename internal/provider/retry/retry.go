@@ -1,25 +1,39 @@
-// Package retry is a marketplace decorator that retries failed calls with
-// backoff on an injected clock, in the shape of restic's backend/retry: it
-// embeds the wrapped marketplace, keeps its interface, and asks one
-// function ([IsPermanent]) whether an error is worth retrying.
+// Package retry is the one place where calls to the marketplace are sent
+// again. It decorates a client in the shape of restic's backend/retry: the
+// decorator offers the same methods as what it wraps, runs each call
+// through one policy on an injected clock, and reports each retry to a
+// hook. The client below it (package vast) sends every request once and
+// classifies its failures by type; this package decides, per operation,
+// which of those failures may be retried.
 //
 // Contract:
-//   - A call whose context is already cancelled fails with ctx.Err() at once,
-//     without reaching the wrapped marketplace.
-//   - Reads (search, show, list, charges) and idempotent writes (destroy,
-//     attach an SSH key) are retried on transient errors (5xx, 429,
-//     transport, incomplete listings) until MaxTries calls were made or the
-//     context ends; a 429 doubles the wait (see package poll).
-//   - CreateInstance is never retried: a create whose outcome is unknown
-//     may have rented, so the engine reconciles it by label instead.
-//   - Permanent errors (auth, not found, offer gone, outcome unknown, any
-//     other 4xx) are returned at once, unwrapped, so errors.Is still works.
+//   - A call whose context is already done fails with ctx.Err() at once,
+//     without reaching the wrapped client; a context that ends during a
+//     wait ends the call with ctx.Err() (the last failure named beside it).
+//   - Safe operations (reads, and writes whose repeat changes nothing more:
+//     destroy, label, stop/start, attach a key, ask for logs, change a bid)
+//     are retried on transport errors (provider.ErrTransport), on 5xx and
+//     429 answers, and on incomplete listings.
+//   - Operations whose repeat could act twice (create, add an account key,
+//     execute, cloud copy) are retried on a 429 only: the rate limiter
+//     refused the request before anything happened. A create whose outcome
+//     is unknown is never sent again: the caller reconciles by label.
+//   - Nothing is retried after an authentication error, an error that says
+//     Permanent() (see poll.IsPermanent; a fenced controller's), not found,
+//     offer gone, outcome unknown, or a request refused before it was sent.
+//   - Waits start at Initial and double up to Max (a 429 doubles them
+//     again, see package poll), are never shorter than a Retry-After, and a
+//     call ends after MaxTries sends (twice that while the answers are
+//     429s) or MaxElapsed, whichever comes first. The last failure is
+//     returned wrapped, so errors.Is and errors.As still see it.
 package retry
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
@@ -27,157 +41,168 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 )
 
-// Inner is what the decorator wraps: the engine's view of a marketplace.
-type Inner interface {
-	provider.OfferSearcher
-	provider.InstanceCreator
-	provider.InstanceReader
-	provider.InstanceDestroyer
-	AttachSSHKey(ctx context.Context, id provider.InstanceID, publicKey string) error
-	Charges(ctx context.Context, q provider.ChargeQuery) ([]provider.Charge, error)
-}
-
-// Market retries the calls of the embedded Inner.
-type Market struct {
-	Inner
+// Policy bounds and paces the retries of one call. Zero values pick the
+// defaults named on each field.
+type Policy struct {
 	Clock clock.Clock // default: the wall clock
-	// MaxTries bounds the calls made for one operation (default 5).
+	// MaxTries bounds the sends of one call (default 5); while the answers
+	// are 429s the bound is twice that, as rate limiting is transient by
+	// nature.
 	MaxTries int
-	// Initial and Max shape the waits (defaults 1s and 15s).
+	// MaxElapsed bounds the time one call may spend retrying (default 2m).
+	MaxElapsed time.Duration
+	// Initial and Max shape the waits (defaults 500ms and 20s).
 	Initial, Max time.Duration
-	// Report, when set, is told about each failed try that will be retried.
-	Report func(op string, err error, next int)
+	// Jitter returns values in [0,1) that spread each wait by ±20%
+	// (default math/rand); tests fix it.
+	Jitter func() float64
+	// Report, when set, is told of each failed send that is retried, and
+	// of the wait before the next.
+	Report func(op string, err error, wait time.Duration)
+	// Success, when set, is told of a call that succeeded after retries.
+	Success func(op string, retries int)
 }
 
-var _ Inner = (*Market)(nil)
+// kind is what a failure of an operation allows.
+type kind int
 
-// New wraps m with the default policy on clk.
-func New(m Inner, clk clock.Clock) *Market { return &Market{Inner: m, Clock: clk} }
+const (
+	// safe: sending it again changes nothing more than sending it once.
+	safe kind = iota
+	// once: a second send could act twice; only a refusal (429) is retried.
+	once
+)
 
-// IsPermanent reports whether retrying err cannot help.
-func IsPermanent(err error) bool {
+// Retryable reports whether a failure err of an operation may be sent
+// again; idempotent says whether repeating the operation is harmless. It
+// is the whole classification the decorator applies.
+func Retryable(err error, idempotent bool) bool {
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, provider.ErrAuth), errors.Is(err, provider.ErrNotFound),
-		errors.Is(err, provider.ErrOfferGone), errors.Is(err, provider.ErrOutcomeUnknown):
+	// The caller's context is judged by the caller (call checks ctx.Err()):
+	// an HTTP client timeout also says DeadlineExceeded, and it is a
+	// transport error like any other.
+	case err == nil,
+		poll.IsPermanent(err),
+		errors.Is(err, provider.ErrAuth),
+		errors.Is(err, provider.ErrOutcomeUnknown),
+		errors.Is(err, provider.ErrInvalidRequest),
+		errors.Is(err, provider.ErrNotFound),
+		errors.Is(err, provider.ErrOfferGone):
+		return false
+	case errors.Is(err, provider.ErrRateLimited):
+		return true // refused before any effect, whatever the operation
+	case !idempotent:
+		return false
+	case errors.Is(err, provider.ErrTransport), errors.Is(err, provider.ErrIncompleteListing):
 		return true
 	}
 	var ae *provider.APIError
-	if errors.As(err, &ae) {
-		return ae.Status >= 400 && ae.Status < 500 && !ae.Temporary()
-	}
-	return false
+	return errors.As(err, &ae) && ae.Temporary()
 }
 
-func (m *Market) do(ctx context.Context, op string, f func(context.Context) error) error {
+// exhausted marks the last failure once the tries or the time are spent.
+type exhausted struct {
+	err   error
+	tries int
+}
+
+func (e *exhausted) Error() string { return e.err.Error() }
+func (e *exhausted) Unwrap() error { return e.err }
+
+// call runs f under p as operation op of kind k.
+func call[T any](ctx context.Context, p *Policy, op string, k kind, f func(context.Context) (T, error)) (T, error) {
+	var zero T
 	if err := ctx.Err(); err != nil {
-		return err // a strict contract: a cancelled call does nothing
+		return zero, err // a strict contract: a call with a done context does nothing
 	}
-	clk := m.Clock
+	clk := p.Clock
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	tries := m.MaxTries
+	tries := p.MaxTries
 	if tries <= 0 {
 		tries = 5
 	}
+	elapsed := p.MaxElapsed
+	if elapsed <= 0 {
+		elapsed = 2 * time.Minute
+	}
+	initial, maxWait := p.Initial, p.Max
+	if initial <= 0 {
+		initial = 500 * time.Millisecond
+	}
+	if maxWait <= 0 {
+		maxWait = 20 * time.Second
+	}
+	jitter := p.Jitter
+	if jitter == nil {
+		jitter = rand.Float64
+	}
+	deadline := clk.Now().Add(elapsed)
+	var out T
 	var last error
 	n := 0
-	err := poll.Until(ctx, clk, poll.Policy{Initial: m.Initial, Max: m.Max, Permanent: final}, func(ctx context.Context) (bool, error) {
+	err := poll.Until(ctx, clk, poll.Policy{
+		Initial: initial, Max: maxWait, Jitter: jitter, Deadline: deadline,
+		Permanent: func(err error) bool {
+			return errors.As(err, new(*exhausted)) || !Retryable(err, k == safe)
+		},
+		Notify: func(err error, wait time.Duration) {
+			if p.Report != nil {
+				p.Report(op, err, wait)
+			}
+		},
+	}, func(ctx context.Context) (bool, error) {
 		n++
-		last = f(ctx)
+		out, last = f(ctx)
 		if last == nil {
 			return true, nil
 		}
-		if IsPermanent(last) {
+		if !Retryable(last, k == safe) {
 			return false, last
 		}
-		if n >= tries {
-			return false, &exhausted{last}
+		limit := tries
+		if errors.Is(last, provider.ErrRateLimited) {
+			limit = 2 * tries
 		}
-		if m.Report != nil {
-			m.Report(op, last, n+1)
+		// A server that asks for a wait past our bound is not asked again
+		// early: the call ends now with its answer.
+		if n >= limit || clk.Now().Add(poll.RetryAfter(last)).After(deadline) {
+			return false, &exhausted{err: last, tries: n}
 		}
 		return false, last
 	})
 	var ex *exhausted
 	switch {
 	case err == nil:
-		return nil
+		if n > 1 && p.Success != nil {
+			p.Success(op, n-1)
+		}
+		return out, nil
+	case ctx.Err() != nil:
+		if last != nil && !errors.Is(last, ctx.Err()) {
+			return zero, fmt.Errorf("%s: %w (last: %v)", op, ctx.Err(), last)
+		}
+		return zero, fmt.Errorf("%s: %w", op, ctx.Err())
 	case errors.As(err, &ex):
-		return fmt.Errorf("%s: gave up after %d tries: %w", op, n, ex.err)
-	case ctx.Err() != nil && last != nil:
-		return fmt.Errorf("%s: %w (last: %v)", op, ctx.Err(), last)
+		return zero, fmt.Errorf("%w (sent %d times)", ex.err, ex.tries)
+	case errors.Is(err, poll.ErrDeadline) && last != nil:
+		// Our own bound, not the caller's deadline: poll.ErrDeadline must
+		// not leak into the caller's own waits.
+		return zero, fmt.Errorf("%w (sent %d times in %s)", last, n, elapsed)
 	}
+	return zero, err
+}
+
+// do is call for operations with no result.
+func do(ctx context.Context, p *Policy, op string, k kind, f func(context.Context) error) error {
+	_, err := call(ctx, p, op, k, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
 	return err
 }
 
-// final stops the wait on a permanent error or once the tries are spent.
-func final(err error) bool {
-	var ex *exhausted
-	return errors.As(err, &ex) || IsPermanent(err)
-}
-
-// exhausted marks the last try's error once the tries are spent.
-type exhausted struct{ err error }
-
-func (e *exhausted) Error() string { return e.err.Error() }
-func (e *exhausted) Unwrap() error { return e.err }
-
-// SearchOffers retries a search.
-func (m *Market) SearchOffers(ctx context.Context, q provider.Query) (out []provider.Offer, err error) {
-	err = m.do(ctx, "search offers", func(ctx context.Context) (err error) {
-		out, err = m.Inner.SearchOffers(ctx, q)
-		return err
-	})
-	return out, err
-}
-
-// CreateInstance is passed through once: see the package contract.
-func (m *Market) CreateInstance(ctx context.Context, r provider.CreateRequest) (provider.CreateResult, error) {
-	if err := ctx.Err(); err != nil {
-		return provider.CreateResult{}, err
+func listOp(o provider.ListOptions) string {
+	if len(o.Labels) > 0 {
+		return "list instances labelled " + strings.Join(o.Labels, ",")
 	}
-	return m.Inner.CreateInstance(ctx, r)
-}
-
-// ShowInstance retries a read of one instance; not found is final.
-func (m *Market) ShowInstance(ctx context.Context, id provider.InstanceID) (out provider.Instance, err error) {
-	err = m.do(ctx, fmt.Sprintf("show instance %d", id), func(ctx context.Context) (err error) {
-		out, err = m.Inner.ShowInstance(ctx, id)
-		return err
-	})
-	return out, err
-}
-
-// ListInstances retries a listing, including an incomplete one.
-func (m *Market) ListInstances(ctx context.Context, o provider.ListOptions) (out []provider.Instance, err error) {
-	err = m.do(ctx, "list instances", func(ctx context.Context) (err error) {
-		out, err = m.Inner.ListInstances(ctx, o)
-		return err
-	})
-	return out, err
-}
-
-// DestroyInstance retries a destroy (destroying twice is harmless).
-func (m *Market) DestroyInstance(ctx context.Context, id provider.InstanceID) error {
-	return m.do(ctx, fmt.Sprintf("destroy instance %d", id), func(ctx context.Context) error {
-		return m.Inner.DestroyInstance(ctx, id)
-	})
-}
-
-// AttachSSHKey retries attaching a key (attaching twice is harmless).
-func (m *Market) AttachSSHKey(ctx context.Context, id provider.InstanceID, key string) error {
-	return m.do(ctx, fmt.Sprintf("attach SSH key to instance %d", id), func(ctx context.Context) error {
-		return m.Inner.AttachSSHKey(ctx, id, key)
-	})
-}
-
-// Charges retries a read of the charges.
-func (m *Market) Charges(ctx context.Context, q provider.ChargeQuery) (out []provider.Charge, err error) {
-	err = m.do(ctx, "read charges", func(ctx context.Context) (err error) {
-		out, err = m.Inner.Charges(ctx, q)
-		return err
-	})
-	return out, err
+	return "list instances"
 }

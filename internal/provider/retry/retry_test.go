@@ -23,8 +23,8 @@ func (a autoClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
-// setup returns the simulator and a real client that does not retry by
-// itself (one try per call), so every retry seen is the decorator's.
+// setup returns the simulator and a real client (one send per call) behind
+// the engine-shaped decorator, so every retry seen is the decorator's.
 func setup(t *testing.T) (*sim.Server, *retry.Market, *[]string) {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
@@ -34,13 +34,13 @@ func setup(t *testing.T) (*sim.Server, *retry.Market, *[]string) {
 	}
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() { srv.Close(); s.Close() })
-	c, err := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}, MaxAttempts: 1})
+	c, err := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var reports []string
 	m := &retry.Market{Inner: c, Clock: autoClock{clk}, MaxTries: 4,
-		Report: func(op string, err error, next int) { reports = append(reports, op) }}
+		Report: func(op string, err error, _ time.Duration) { reports = append(reports, op) }}
 	return s, m, &reports
 }
 

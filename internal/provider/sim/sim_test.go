@@ -24,6 +24,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/openapitest"
 	"github.com/vastrun/vastrun/internal/provider/providertest"
+	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	gossh "golang.org/x/crypto/ssh"
@@ -35,7 +36,7 @@ type env struct {
 	sim    *sim.Server
 	srv    *httptest.Server
 	clk    *clock.Fake
-	client *vast.Client
+	client *retry.Client
 	// api checks every exchange against Vast's OpenAPI document.
 	api *openapitest.Checker
 }
@@ -65,14 +66,15 @@ func newEnvChecked(t *testing.T, cfg sim.Config, api *openapitest.Checker) *env 
 	return e
 }
 
-// clientWithKey makes a real client whose backoff sleeps advance the fake
-// clock, so retries cost no wall time.
-func (e *env) clientWithKey(t *testing.T, key string) *vast.Client {
+// clientWithKey makes a real client behind the retry decorator, as vastrun
+// builds it, whose backoff sleeps advance the fake clock, so retries cost
+// no wall time.
+func (e *env) clientWithKey(t *testing.T, key string) *retry.Client {
 	c, err := vast.New(vast.Options{BaseURL: e.srv.URL, APIKey: key, Clock: advancingClock{e.clk}, HTTPClient: e.api.Client()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return retry.Wrap(c, retry.Policy{Clock: advancingClock{e.clk}})
 }
 
 // rawClient is a real client whose requests are not held to the document,

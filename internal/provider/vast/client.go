@@ -3,11 +3,15 @@
 // written from Vast's documentation): Bearer auth, JSON bodies, the
 // {"success": false, "error", "msg"} envelope and its variants.
 //
-// Retry contract: idempotent calls (reads, destroy, label/state changes,
-// key attach, log requests) are retried with exponential backoff and jitter
-// on 429, 502, 503, 504 and transport errors (5 tries; 10 for 429s). Create is never retried after
-// the request may have reached the server; its ambiguous outcomes become
-// *provider.OutcomeUnknownError naming the label.
+// Attempt contract: every method sends its request once (a listing sends
+// each page once) and classifies what went wrong by type, never by text:
+// *provider.TransportError when no answer was read (errors.Is
+// provider.ErrTransport), *provider.APIError for an answer that failed
+// (status, slug, Retry-After; errors.Is maps it onto provider.ErrAuth,
+// ErrRateLimited, ErrNotFound, ErrOfferGone), and for a create whose effect
+// cannot be known *provider.OutcomeUnknownError naming the label. Retrying
+// is not this package's job: package provider/retry decorates a Client and
+// decides what may be sent again.
 package vast
 
 import (
@@ -18,9 +22,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,29 +40,21 @@ type Options struct {
 	BaseURL    string // default DefaultBaseURL
 	APIKey     string
 	HTTPClient *http.Client
-	Clock      clock.Clock // for backoff waits; default the wall clock
-	// MaxAttempts bounds tries of an idempotent call (default 5).
-	MaxAttempts int
-	// BaseDelay and MaxDelay shape the backoff (default 500ms and 20s).
-	BaseDelay, MaxDelay time.Duration
-	UserAgent           string
-	Logger              *slog.Logger // developer log; default discards
-	// Jitter returns a value in [0,1); default math/rand.
-	Jitter func() float64
+	// Clock paces the wait for a result_url (logs, execute, cloud copy)
+	// and dates a Retry-After; default the wall clock.
+	Clock     clock.Clock
+	UserAgent string
+	Logger    *slog.Logger // developer log; default discards
 }
 
 // Client talks to the Vast API. It is safe for concurrent use.
 type Client struct {
-	base      *url.URL
-	key       string
-	http      *http.Client
-	clock     clock.Clock
-	attempts  int
-	baseDelay time.Duration
-	maxDelay  time.Duration
-	ua        string
-	log       *slog.Logger
-	jitter    func() float64
+	base  *url.URL
+	key   string
+	http  *http.Client
+	clock clock.Clock
+	ua    string
+	log   *slog.Logger
 }
 
 var _ provider.Marketplace = (*Client)(nil)
@@ -73,33 +69,18 @@ func New(o Options) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("vast API URL %q is not an http(s) URL", raw)
 	}
-	c := &Client{
-		base: u, key: o.APIKey, http: o.HTTPClient, clock: o.Clock, attempts: o.MaxAttempts,
-		baseDelay: o.BaseDelay, maxDelay: o.MaxDelay, ua: o.UserAgent, log: o.Logger, jitter: o.Jitter,
-	}
+	c := &Client{base: u, key: o.APIKey, http: o.HTTPClient, clock: o.Clock, ua: o.UserAgent, log: o.Logger}
 	if c.http == nil {
 		c.http = &http.Client{Timeout: 60 * time.Second}
 	}
 	if c.clock == nil {
 		c.clock = clock.Real{}
 	}
-	if c.attempts <= 0 {
-		c.attempts = 5
-	}
-	if c.baseDelay <= 0 {
-		c.baseDelay = 500 * time.Millisecond
-	}
-	if c.maxDelay <= 0 {
-		c.maxDelay = 20 * time.Second
-	}
 	if c.ua == "" {
 		c.ua = "vastrun"
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
-	}
-	if c.jitter == nil {
-		c.jitter = rand.Float64
 	}
 	return c, nil
 }
@@ -108,79 +89,22 @@ func New(o Options) (*Client, error) {
 func (c *Client) BaseURL() string { return c.base.String() }
 
 type call struct {
-	op         string
-	method     string
-	path       string // begins with /api/
-	query      url.Values
-	body       any // nil sends no body on GET, {} otherwise
-	idempotent bool
-	// retryRateLimit allows retrying a 429 even when not idempotent: a 429
-	// is a refusal before any effect.
-	retryRateLimit bool
+	op     string
+	method string
+	path   string // begins with /api/
+	query  url.Values
+	body   any // nil sends no body on GET, {} otherwise
 }
 
-// response is a raw answer with status 2xx whose envelope did not say
-// success:false.
+// response is a raw answer. On an error it still travels back: an error
+// body can carry facts, such as the contract id of a create that rented.
 type response struct {
 	status int
 	body   []byte
 }
 
-// transportError marks a failure where no HTTP answer was read; for a
-// mutating call the request may or may not have been applied.
-type transportError struct{ err error }
-
-func (e *transportError) Error() string { return e.err.Error() }
-func (e *transportError) Unwrap() error { return e.err }
-
+// do sends cl once.
 func (c *Client) do(ctx context.Context, cl call) (response, error) {
-	for attempt := 1; ; attempt++ {
-		resp, err := c.once(ctx, cl)
-		if err == nil {
-			return resp, nil
-		}
-		// The response travels with the error: an error body can still
-		// carry facts, such as the contract id of a create that rented.
-		// Rate limiting is transient by nature, so 429s get twice the tries.
-		limit := c.attempts
-		if errors.Is(err, provider.ErrRateLimited) {
-			limit = 2 * c.attempts
-		}
-		if ctx.Err() != nil || attempt >= limit || !c.retryable(cl, err) {
-			return resp, err
-		}
-		delay := c.backoff(attempt)
-		c.log.Debug("retrying API call", "op", cl.op, "attempt", attempt, "delay", delay, "err", err)
-		if serr := clock.Sleep(ctx, c.clock, delay); serr != nil {
-			return resp, err
-		}
-	}
-}
-
-func (c *Client) retryable(cl call, err error) bool {
-	var apiErr *provider.APIError
-	if errors.As(err, &apiErr) {
-		if apiErr.Status == http.StatusTooManyRequests && cl.retryRateLimit {
-			return true
-		}
-		return cl.idempotent && apiErr.Temporary()
-	}
-	var te *transportError
-	return cl.idempotent && errors.As(err, &te)
-}
-
-// backoff is exponential with "equal jitter": half fixed, half random, so
-// concurrent clients spread out but never retry instantly.
-func (c *Client) backoff(attempt int) time.Duration {
-	d := c.baseDelay << (attempt - 1)
-	if d > c.maxDelay || d <= 0 {
-		d = c.maxDelay
-	}
-	half := d / 2
-	return half + time.Duration(c.jitter()*float64(half))
-}
-
-func (c *Client) once(ctx context.Context, cl call) (response, error) {
 	u := *c.base
 	u.Path = c.base.Path + cl.path
 	if len(cl.query) > 0 {
@@ -211,22 +135,43 @@ func (c *Client) once(ctx context.Context, cl call) (response, error) {
 	start := time.Now()
 	res, err := c.http.Do(req)
 	if err != nil {
-		return response{}, &transportError{err: fmt.Errorf("%s: %w", cl.op, scrubURLError(err))}
+		return response{}, &provider.TransportError{Op: cl.op, Err: scrubURLError(err)}
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
 	if err != nil {
-		return response{}, &transportError{err: fmt.Errorf("%s: read response: %w", cl.op, err)}
+		return response{}, &provider.TransportError{Op: cl.op, Err: fmt.Errorf("read response: %w", err)}
 	}
 	c.log.Debug("API call", "op", cl.op, "method", cl.method, "path", cl.path, "status", res.StatusCode, "ms", time.Since(start).Milliseconds())
 	if res.StatusCode < 200 || res.StatusCode > 299 {
-		return response{status: res.StatusCode, body: b}, decodeAPIError(cl.op, res.StatusCode, b)
+		ae := decodeAPIError(cl.op, res.StatusCode, b)
+		ae.RetryAfter = retryAfter(res.Header.Get("Retry-After"), c.clock.Now())
+		return response{status: res.StatusCode, body: b}, ae
 	}
 	var env envelope
 	if json.Unmarshal(b, &env) == nil && env.Success != nil && !*env.Success {
 		return response{status: res.StatusCode, body: b}, decodeAPIError(cl.op, res.StatusCode, b)
 	}
 	return response{status: res.StatusCode, body: b}, nil
+}
+
+// retryAfter reads a Retry-After header: delta-seconds or an HTTP date.
+// Anything else, or a time already past, is no ask at all.
+func retryAfter(h string, now time.Time) time.Duration {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(h, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(min(n, 24*3600)) * time.Second
+	}
+	if t, err := http.ParseTime(h); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // scrubURLError drops the URL from a *url.Error: ours never carries the
@@ -254,7 +199,7 @@ func jsonParam(v any) string {
 // SearchOffers implements provider.OfferSearcher (POST /api/v0/bundles/).
 func (c *Client) SearchOffers(ctx context.Context, q provider.Query) ([]provider.Offer, error) {
 	op := "search offers"
-	res, err := c.do(ctx, call{op: op, method: http.MethodPost, path: "/api/v0/bundles/", body: q, idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodPost, path: "/api/v0/bundles/", body: q})
 	if err != nil {
 		return nil, err
 	}
@@ -319,13 +264,12 @@ func (c *Client) CreateInstance(ctx context.Context, req provider.CreateRequest)
 	if req.Stopped {
 		b.TargetState = "stopped"
 	}
-	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/asks/%d/", req.OfferID), body: b, retryRateLimit: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/asks/%d/", req.OfferID), body: b})
 	unknown := func(id provider.InstanceID, cause error) error {
 		return &provider.OutcomeUnknownError{Op: op, Label: req.Label, InstanceID: id, Err: cause}
 	}
 	if err != nil {
-		var te *transportError
-		if errors.As(err, &te) {
+		if errors.Is(err, provider.ErrTransport) {
 			return provider.CreateResult{}, unknown(0, err)
 		}
 		var apiErr *provider.APIError
@@ -362,7 +306,7 @@ func (c *Client) ShowInstance(ctx context.Context, id provider.InstanceID) (prov
 	op := fmt.Sprintf("show instance %d", id)
 	// No owner=me: the vendor's document declares no query here, and Vast's
 	// 2026 input validation refuses undeclared parameters where it runs.
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/%d/", id), idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/%d/", id)})
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -404,7 +348,7 @@ func (c *Client) ListInstances(ctx context.Context, opts provider.ListOptions) (
 		if page >= maxListPages {
 			return nil, fmt.Errorf("%s: more than %d pages: %w", op, maxListPages, provider.ErrIncompleteListing)
 		}
-		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/instances/", query: q, idempotent: true})
+		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/instances/", query: q})
 		if err != nil {
 			if page > 0 {
 				return nil, fmt.Errorf("%s: page %d: %w (%w)", op, page+1, provider.ErrIncompleteListing, err)
@@ -458,7 +402,7 @@ func (c *Client) ListInstances(ctx context.Context, opts provider.ListOptions) (
 // /api/v0/instances/{id}/); an instance that is already gone is success.
 func (c *Client) DestroyInstance(ctx context.Context, id provider.InstanceID) error {
 	op := fmt.Sprintf("destroy instance %d", id)
-	_, err := c.do(ctx, call{op: op, method: http.MethodDelete, path: fmt.Sprintf("/api/v0/instances/%d/", id), idempotent: true})
+	_, err := c.do(ctx, call{op: op, method: http.MethodDelete, path: fmt.Sprintf("/api/v0/instances/%d/", id)})
 	if err != nil && errors.Is(err, provider.ErrNotFound) && !errors.Is(err, provider.ErrAuth) {
 		return nil
 	}
@@ -466,7 +410,7 @@ func (c *Client) DestroyInstance(ctx context.Context, id provider.InstanceID) er
 }
 
 func (c *Client) manage(ctx context.Context, op string, id provider.InstanceID, body map[string]any) error {
-	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/%d/", id), body: body, idempotent: true})
+	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/%d/", id), body: body})
 	return err
 }
 
@@ -489,7 +433,7 @@ func (c *Client) StartInstance(ctx context.Context, id provider.InstanceID) erro
 func (c *Client) AttachSSHKey(ctx context.Context, id provider.InstanceID, publicKey string) error {
 	op := fmt.Sprintf("attach SSH key to instance %d", id)
 	_, err := c.do(ctx, call{op: op, method: http.MethodPost, path: fmt.Sprintf("/api/v0/instances/%d/ssh/", id),
-		body: map[string]string{"ssh_key": strings.TrimSpace(publicKey)}, idempotent: true})
+		body: map[string]string{"ssh_key": strings.TrimSpace(publicKey)}})
 	return err
 }
 
@@ -507,7 +451,7 @@ func (c *Client) RequestLogs(ctx context.Context, id provider.InstanceID, lr pro
 	if lr.Daemon {
 		body["daemon_logs"] = "true"
 	}
-	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/request_logs/%d/", id), body: body, idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/request_logs/%d/", id), body: body})
 	if err != nil {
 		return "", err
 	}
@@ -525,7 +469,7 @@ func (c *Client) RequestLogs(ctx context.Context, id provider.InstanceID, lr pro
 // (vast-cli #382).
 func (c *Client) CurrentUser(ctx context.Context) (provider.User, error) {
 	op := "show current user"
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/current/", idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/current/"})
 	if err != nil {
 		return provider.User{}, err
 	}
@@ -601,7 +545,7 @@ func (c *Client) Charges(ctx context.Context, cq provider.ChargeQuery) ([]provid
 func (c *Client) eachPage(ctx context.Context, op, path string, q url.Values, page func([]byte) (next *str, err error)) error {
 	seen := map[string]bool{}
 	for n := 0; n < maxListPages; n++ {
-		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: path, query: q, idempotent: true})
+		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: path, query: q})
 		if err != nil {
 			if n > 0 {
 				return fmt.Errorf("%s: page %d: %w (%w)", op, n+1, provider.ErrIncompleteListing, err)
@@ -638,7 +582,7 @@ func unixTime(n num) time.Time {
 // value means an unrestricted key.
 func (c *Client) APIKeys(ctx context.Context) ([]provider.APIKeyInfo, error) {
 	op := "list API keys"
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/auth/apikeys/", idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/auth/apikeys/"})
 	if err != nil {
 		return nil, err
 	}
@@ -710,7 +654,7 @@ func (w wireSSHKey) domain() provider.SSHKey {
 // a bare array or {"ssh_keys": [...]}, with public_key or key; all accepted.
 func (c *Client) SSHKeys(ctx context.Context) ([]provider.SSHKey, error) {
 	op := "list SSH keys"
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/ssh/", idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/ssh/"})
 	if err != nil {
 		return nil, err
 	}
@@ -731,11 +675,11 @@ func (c *Client) SSHKeys(ctx context.Context) ([]provider.SSHKey, error) {
 	return out, nil
 }
 
-// AddSSHKey registers an account SSH key (POST /api/v0/ssh/). Not retried:
-// a repeat would register the key twice.
+// AddSSHKey registers an account SSH key (POST /api/v0/ssh/). Not
+// idempotent: a repeat would register the key twice.
 func (c *Client) AddSSHKey(ctx context.Context, publicKey string) (provider.SSHKey, error) {
 	op := "add SSH key"
-	res, err := c.do(ctx, call{op: op, method: http.MethodPost, path: "/api/v0/ssh/", body: map[string]string{"ssh_key": strings.TrimSpace(publicKey)}, retryRateLimit: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodPost, path: "/api/v0/ssh/", body: map[string]string{"ssh_key": strings.TrimSpace(publicKey)}})
 	if err != nil {
 		return provider.SSHKey{}, err
 	}

@@ -46,6 +46,7 @@ type route struct {
 	status int
 	body   []byte
 	ctype  string
+	header http.Header
 }
 
 // server answers each "METHOD path" with a queue of routes (the last one
@@ -63,7 +64,7 @@ func newServer(t *testing.T) (*server, *Client, *instantClock) {
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
 	clk := &instantClock{}
-	c, err := New(Options{BaseURL: ts.URL, APIKey: "k3y", Clock: clk, Jitter: func() float64 { return 0.5 }})
+	c, err := New(Options{BaseURL: ts.URL, APIKey: "k3y", Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +101,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ct = "application/json"
 	}
 	w.Header().Set("Content-Type", ct)
+	for k, v := range rt.header {
+		w.Header()[k] = v
+	}
 	w.WriteHeader(rt.status)
 	w.Write(rt.body)
 }
@@ -271,45 +275,78 @@ func TestRequestShapeAndAuth(t *testing.T) {
 	}
 }
 
-func TestIdempotentCallsRetryTransientOnly(t *testing.T) {
-	s, c, clk := newServer(t)
-	s.on("GET /api/v0/instances/9/",
-		status(429, `{"detail": "API requests too frequent endpoint threshold=2.0"}`),
-		status(502, "bad gateway"),
-		route{status: 503, body: []byte("API requests too frequent"), ctype: "text/plain"},
-		okFile(fixture(t, "instance_running.json")))
-	if _, err := c.ShowInstance(context.Background(), 9); err != nil {
-		t.Fatalf("should succeed after transient errors: %v", err)
+// The client sends each request once and says by type what went wrong;
+// retrying is the decorator's (package retry).
+func TestEachCallIsSentOnceAndClassified(t *testing.T) {
+	cases := []struct {
+		name  string
+		route route
+		check func(error) bool
+	}{
+		{"429 JSON", status(429, `{"detail": "API requests too frequent endpoint threshold=2.0"}`), func(err error) bool {
+			var ae *provider.APIError
+			return errors.Is(err, provider.ErrRateLimited) && errors.As(err, &ae) && ae.Temporary() && ae.RetryAfter == 0
+		}},
+		{"429 plain text", route{status: 429, body: []byte("API requests too frequent"), ctype: "text/plain"}, func(err error) bool {
+			return errors.Is(err, provider.ErrRateLimited)
+		}},
+		{"502", status(502, "bad gateway"), func(err error) bool {
+			var ae *provider.APIError
+			return errors.As(err, &ae) && ae.Status == 502 && ae.Temporary() && !errors.Is(err, provider.ErrTransport)
+		}},
+		{"400", status(400, `{"success":false,"error":"invalid_args","msg":"bad"}`), func(err error) bool {
+			var ae *provider.APIError
+			return errors.As(err, &ae) && !ae.Temporary() && !errors.Is(err, provider.ErrAuth)
+		}},
+		{"401", status(401, `{"success":false,"error":"auth_error","msg":"Invalid user key"}`), func(err error) bool {
+			return errors.Is(err, provider.ErrAuth)
+		}},
+		{"dropped connection", route{status: -1}, func(err error) bool {
+			var te *provider.TransportError
+			return errors.Is(err, provider.ErrTransport) && errors.As(err, &te) && strings.Contains(te.Op, "show instance")
+		}},
 	}
-	if n := s.count("GET /api/v0/instances/9/"); n != 4 {
-		t.Fatalf("attempts = %d, want 4", n)
+	for i, tc := range cases {
+		// A fresh server each: net/http itself resends a GET whose reused
+		// connection dropped, which is not the client's doing.
+		s, c, clk := newServer(t)
+		id := provider.InstanceID(100 + i)
+		path := "GET /api/v0/instances/" + itoa(int(id)) + "/"
+		s.on(path, tc.route, okFile(fixture(t, "instance_running.json")))
+		_, err := c.ShowInstance(context.Background(), id)
+		if err == nil || !tc.check(err) {
+			t.Errorf("%s: err %v (%T) is not classified as expected", tc.name, err, err)
+		}
+		if n := s.count(path); n != 1 {
+			t.Errorf("%s: sent %d times, want once", tc.name, n)
+		}
+		if len(clk.delays) != 0 {
+			t.Errorf("%s: the client waited by itself: %v", tc.name, clk.delays)
+		}
 	}
-	if len(clk.delays) != 3 || !(clk.delays[0] < clk.delays[1] && clk.delays[1] < clk.delays[2]) {
-		t.Fatalf("backoff delays not increasing: %v", clk.delays)
-	}
+}
 
-	s.on("GET /api/v0/instances/10/", status(400, `{"success":false,"error":"invalid_args","msg":"bad"}`))
-	if _, err := c.ShowInstance(context.Background(), 10); err == nil {
-		t.Fatal("400 must fail")
+func TestRetryAfterIsRead(t *testing.T) {
+	now := time.Unix(1785200000, 0)
+	for h, want := range map[string]time.Duration{
+		"":   0,
+		"7":  7 * time.Second,
+		"0":  0,
+		"-3": 0,
+		now.Add(90 * time.Second).UTC().Format(http.TimeFormat): 90 * time.Second,
+		now.Add(-time.Minute).UTC().Format(http.TimeFormat):     0,
+		"soon": 0,
+	} {
+		if got := retryAfter(h, now); got != want {
+			t.Errorf("Retry-After %q = %v, want %v", h, got, want)
+		}
 	}
-	if n := s.count("GET /api/v0/instances/10/"); n != 1 {
-		t.Fatalf("400 was retried %d times", n)
-	}
-
-	s.on("GET /api/v0/instances/12/", status(429, `{"detail":"API requests too frequent"}`))
-	if _, err := c.ShowInstance(context.Background(), 12); !errors.Is(err, provider.ErrRateLimited) {
-		t.Fatalf("persistent 429: %v", err)
-	}
-	if n := s.count("GET /api/v0/instances/12/"); n != 10 {
-		t.Fatalf("429s get twice the tries: %d attempts, want 10", n)
-	}
-
-	s.on("GET /api/v0/instances/11/", status(503, "down"))
-	if _, err := c.ShowInstance(context.Background(), 11); err == nil {
-		t.Fatal("persistent 503 must fail")
-	}
-	if n := s.count("GET /api/v0/instances/11/"); n != 5 {
-		t.Fatalf("attempts bounded at 5, got %d", n)
+	s, c, _ := newServer(t)
+	s.on("GET /api/v0/users/current/", route{status: 503, body: []byte("busy"), header: http.Header{"Retry-After": {"4"}}})
+	_, err := c.CurrentUser(context.Background())
+	var ae *provider.APIError
+	if !errors.As(err, &ae) || ae.RetryAfter != 4*time.Second {
+		t.Fatalf("503 with Retry-After 4: %v", err)
 	}
 }
 
@@ -353,10 +390,11 @@ func TestCreateDefiniteFailures(t *testing.T) {
 	if !errors.Is(err, provider.ErrOfferGone) || errors.Is(err, provider.ErrOutcomeUnknown) {
 		t.Fatalf("offer gone: %v", err)
 	}
-	// A 429 is a refusal before any effect: retrying it is not blind.
+	// A 429 is a refusal before any effect: a plain rate-limit error (the
+	// decorator may send it again), never an unknown outcome.
 	s.on("PUT /api/v0/asks/5/", status(429, `{"detail":"API requests too frequent endpoint threshold=4.5"}`), okFile(fixture(t, "create_response.json")))
-	if _, err := c.CreateInstance(context.Background(), provider.CreateRequest{OfferID: 5, Image: "i", Label: "l"}); err != nil {
-		t.Fatalf("create after 429: %v", err)
+	if _, err := c.CreateInstance(context.Background(), provider.CreateRequest{OfferID: 5, Image: "i", Label: "l"}); !errors.Is(err, provider.ErrRateLimited) || errors.Is(err, provider.ErrOutcomeUnknown) {
+		t.Fatalf("create answered 429: %v", err)
 	}
 }
 

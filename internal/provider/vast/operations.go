@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
 )
 
@@ -27,7 +27,7 @@ func idList(ids []provider.InstanceID) []int64 {
 func (c *Client) bulkState(ctx context.Context, verb, state string, ids []provider.InstanceID) error {
 	op := fmt.Sprintf("%s instances %v", verb, ids)
 	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/instances/",
-		body: map[string]any{"ids": idList(ids), "state": state}, idempotent: true})
+		body: map[string]any{"ids": idList(ids), "state": state}})
 	return err
 }
 
@@ -45,23 +45,23 @@ func (c *Client) StartInstances(ctx context.Context, ids []provider.InstanceID) 
 func (c *Client) DestroyInstances(ctx context.Context, ids []provider.InstanceID) error {
 	op := fmt.Sprintf("destroy instances %v", ids)
 	_, err := c.do(ctx, call{op: op, method: http.MethodDelete, path: "/api/v0/instances/",
-		body: map[string]any{"instance_ids": idList(ids)}, idempotent: true})
+		body: map[string]any{"instance_ids": idList(ids)}})
 	return err
 }
 
 // RebootInstance restarts the container in place (PUT /api/v0/instances/reboot/{id}/).
 func (c *Client) RebootInstance(ctx context.Context, id provider.InstanceID) error {
 	op := fmt.Sprintf("reboot instance %d", id)
-	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/reboot/%d/", id), idempotent: true})
+	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/reboot/%d/", id)})
 	return err
 }
 
 // Execute runs a constrained command (PUT /api/v0/instances/command/{id}/)
-// and fetches its output from result_url. Not retried: rm is not idempotent.
+// and fetches its output from result_url. Not idempotent: rm is not.
 func (c *Client) Execute(ctx context.Context, id provider.InstanceID, command string) (string, error) {
 	op := fmt.Sprintf("execute on instance %d", id)
 	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/command/%d/", id),
-		body: map[string]string{"command": command}, retryRateLimit: true})
+		body: map[string]string{"command": command}})
 	if err != nil {
 		return "", err
 	}
@@ -74,34 +74,48 @@ func (c *Client) Execute(ctx context.Context, id provider.InstanceID, command st
 	return c.fetchResult(ctx, op, out.ResultURL)
 }
 
+// resultPolls bounds the wait for a result_url: 40 reads, about a minute
+// and a half of waits growing from 300ms to 3s.
+const resultPolls = 40
+
+// errResultNotReady is a result_url that did not answer 200 yet.
+var errResultNotReady = errors.New("result not ready")
+
 // fetchResult polls a result_url (a plain object-store URL, fetched
-// without our key) until it answers 200.
+// without our key) until it answers 200. The object appears some time
+// after the API call answered, so a miss is expected, not a failure.
 func (c *Client) fetchResult(ctx context.Context, op, resultURL string) (string, error) {
 	if resultURL == "" {
 		return "", fmt.Errorf("%s: response has no result_url", op)
 	}
-	delay := 300 * time.Millisecond
-	for try := 0; try < 40; try++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, resultURL, nil)
-		if err != nil {
-			return "", fmt.Errorf("%s: bad result_url: %w", op, err)
-		}
-		r, err := c.http.Do(req)
-		if err == nil {
-			b, rerr := io.ReadAll(io.LimitReader(r.Body, 32<<20))
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK && rerr == nil {
-				return string(b), nil
+	var text string
+	reads := 0
+	err := poll.Until(ctx, c.clock, poll.Policy{Initial: 300 * time.Millisecond, Max: 3 * time.Second, Factor: 1.5,
+		Permanent: func(err error) bool { return !errors.Is(err, errResultNotReady) }},
+		func(ctx context.Context) (bool, error) {
+			reads++
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, resultURL, nil)
+			if err != nil {
+				return false, fmt.Errorf("bad result_url: %w", err)
 			}
-		}
-		if err := clock.Sleep(ctx, c.clock, delay); err != nil {
-			return "", fmt.Errorf("%s: %w", op, err)
-		}
-		if delay < 3*time.Second {
-			delay = delay * 3 / 2
-		}
+			r, err := c.http.Do(req)
+			if err == nil {
+				b, rerr := io.ReadAll(io.LimitReader(r.Body, 32<<20))
+				r.Body.Close()
+				if r.StatusCode == http.StatusOK && rerr == nil {
+					text = string(b)
+					return true, nil
+				}
+			}
+			if reads >= resultPolls {
+				return false, fmt.Errorf("result not ready at result_url after %d polls", resultPolls)
+			}
+			return false, errResultNotReady
+		})
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", op, err)
 	}
-	return "", fmt.Errorf("%s: result not ready at result_url after 40 polls", op)
+	return text, nil
 }
 
 // ChangeBid sets an interruptible bid of price $/h per machine
@@ -124,14 +138,14 @@ func (c *Client) ChangeBid(ctx context.Context, id provider.InstanceID, price fl
 		return fmt.Errorf("%s: bid $%g/h is outside %g..%g $/h: %w", op, price, provider.MinBidPrice, provider.MaxChangeBidPrice, provider.ErrInvalidRequest)
 	}
 	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: fmt.Sprintf("/api/v0/instances/bid_price/%d/", id),
-		body: map[string]any{"client_id": "me", "price": wire}, idempotent: true})
+		body: map[string]any{"client_id": "me", "price": wire}})
 	return err
 }
 
 // Deposit reads GET /api/v0/instances/balance/{id}/.
 func (c *Client) Deposit(ctx context.Context, id provider.InstanceID) (provider.Deposit, error) {
 	op := fmt.Sprintf("show deposit of instance %d", id)
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/balance/%d/", id), idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/balance/%d/", id)})
 	if err != nil {
 		return provider.Deposit{}, err
 	}
@@ -149,7 +163,7 @@ func (c *Client) Deposit(ctx context.Context, id provider.InstanceID) (provider.
 // InstanceFilters reads GET /api/v0/instances/filters/.
 func (c *Client) InstanceFilters(ctx context.Context) (map[string][]string, error) {
 	op := "list instance filters"
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/instances/filters/", idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/instances/filters/"})
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +190,7 @@ func (c *Client) InstanceFilters(ctx context.Context) (map[string][]string, erro
 // GPUNames reads GET /api/v0/gpu_names/unique/.
 func (c *Client) GPUNames(ctx context.Context) ([]string, error) {
 	op := "list GPU names"
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/gpu_names/unique/", idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/gpu_names/unique/"})
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +213,7 @@ func (c *Client) GPUNames(ctx context.Context) ([]string, error) {
 func (c *Client) LegacyInvoices(ctx context.Context, from, to time.Time) ([]provider.LegacyInvoice, error) {
 	op := "list legacy invoices"
 	q := url.Values{"owner": {"me"}, "sdate": {strconv.FormatInt(from.Unix(), 10)}, "edate": {strconv.FormatInt(to.Unix(), 10)}, "inc_charges": {"true"}}
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/me/invoices", query: q, idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/me/invoices", query: q})
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +241,7 @@ func (c *Client) LegacyInvoices(ctx context.Context, from, to time.Time) ([]prov
 func (c *Client) InvoiceRows(ctx context.Context, from, to time.Time) ([]provider.InvoiceRow, error) {
 	op := "search invoices"
 	q := url.Values{"select_cols": {`["*"]`}, "select_filters": {jsonParam(map[string]any{"when": map[string]any{"gte": from.Unix(), "lte": to.Unix()}})}}
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/invoices", query: q, idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/invoices", query: q})
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +270,7 @@ func (c *Client) CopyDirect(ctx context.Context, src, dst provider.InstanceID, s
 	op := fmt.Sprintf("copy %d:%s to %d:%s", src, srcPath, dst, dstPath)
 	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/commands/copy_direct/", body: map[string]any{
 		"src_id": strconv.FormatInt(int64(src), 10), "dst_id": strconv.FormatInt(int64(dst), 10), "src_path": srcPath, "dst_path": dstPath,
-	}, idempotent: true})
+	}})
 	return err
 }
 
@@ -270,7 +284,7 @@ func (c *Client) RsyncTarget(ctx context.Context, id provider.InstanceID, path s
 		side = "dst"
 		body["src_id"], body["dst_id"] = nil, strconv.FormatInt(int64(id), 10)
 	}
-	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/commands/rsync/", body: body, idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/commands/rsync/", body: body})
 	if err != nil {
 		return provider.SSHEndpoint{}, err
 	}
@@ -289,7 +303,7 @@ func (c *Client) RsyncTarget(ctx context.Context, id provider.InstanceID, path s
 // CloudIntegrations reads GET /api/v0/users/cloud_integrations/.
 func (c *Client) CloudIntegrations(ctx context.Context) ([]provider.CloudIntegration, error) {
 	op := "list cloud integrations"
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/cloud_integrations/", idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/cloud_integrations/"})
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +333,7 @@ func (c *Client) CloudCopy(ctx context.Context, req provider.CloudCopyRequest) (
 	res, err := c.do(ctx, call{op: op, method: http.MethodPost, path: "/api/v0/commands/rclone/", body: map[string]any{
 		"instance_id": strconv.FormatInt(int64(req.Instance), 10), "selected": strconv.FormatInt(req.Integration, 10),
 		"src": req.Src, "dst": req.Dst, "transfer": transfer, "flags": []string{},
-	}, retryRateLimit: true})
+	}})
 	if err != nil {
 		return "", err
 	}
@@ -335,7 +349,7 @@ func (c *Client) CloudCopy(ctx context.Context, req provider.CloudCopyRequest) (
 // Templates reads the template catalog (GET /api/v0/template/).
 func (c *Client) Templates(ctx context.Context) ([]provider.Template, error) {
 	op := "list templates"
-	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/template/", idempotent: true})
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/template/"})
 	if err != nil {
 		return nil, err
 	}
