@@ -54,6 +54,7 @@ var layout = map[string][]string{
 	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/run", "internal/state"},
 	"internal/storage":             {},
 	"internal/storage/storagetest": {"internal/storage"},
+	"internal/sweep":               {},
 	"internal/workdir":             {},
 }
 

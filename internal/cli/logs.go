@@ -43,16 +43,13 @@ controller copies the output there as the instance writes it, so -f follows
 it live until the run ends (or its controller is gone). Reads only.`,
 		Example: "  vastrun logs\n  vastrun logs -f\n  vastrun logs mx1seio0a3dm",
 		Args:    usageArgs(cobra.MaximumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.RunID = args[0]
 			}
 			opts.Clock = f.clock()
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runLogs(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, runLogs),
 	}
 	// -f follows here, as tail -f does; the config is --file.
 	cmd.Flags().StringVar(&opts.ConfigPath, "file", "vastrun.yaml", "config file for the state dir (optional)")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,10 +15,19 @@ import (
 	"github.com/vastrun/vastrun/internal/run"
 )
 
+// ReportOptions are `vastrun report`'s flags and argument.
+type ReportOptions struct {
+	f *Factory
+	// Workflow carries -f and --state-dir (where the run is found).
+	Workflow WorkflowOptions
+	RunID    string
+	HTMLPath string
+}
+
 // NewCmdReport builds `vastrun report`.
-func NewCmdReport(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{allowMissingConfigs: true}
-	var htmlPath string
+func NewCmdReport(f *Factory, runF func(context.Context, *ReportOptions) error) *cobra.Command {
+	opts := &ReportOptions{f: f, Workflow: WorkflowOptions{allowMissingConfigs: true}}
+	o := &opts.Workflow
 	cmd := &cobra.Command{
 		Use:   "report [RUN]",
 		Short: "Show a run's receipt as text, Markdown, JSON or a self-contained HTML page",
@@ -26,52 +36,56 @@ one self-contained page (no network): a state timeline per attempt, spend
 accumulating against the budget, checkpoints, the test result and the receipt.`,
 		Example: "  vastrun report\n  vastrun report mx1seio0a3dm --html report.html\n  vastrun report --json",
 		Args:    usageArgs(cobra.MaximumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
-			}
-			id := ""
+		RunE: runCmd(opts, func(_ *cobra.Command, args []string) error {
 			if len(args) == 1 {
-				id = args[0]
+				opts.RunID = args[0]
 			}
-			dir, err := runDir(cfg.StateDir, id)
-			if err != nil {
-				return &UsageError{Err: err}
-			}
-			recs, err := journal.Read(dir)
-			if err != nil {
-				return fmt.Errorf("read run journal: %w", err)
-			}
-			r, err := loadReceipt(dir, recs)
-			if err != nil {
-				return err
-			}
-			switch {
-			case htmlPath != "":
-				out, err := os.Create(htmlPath)
-				if err != nil {
-					return err
-				}
-				defer out.Close()
-				if err := report.HTML(out, report.BuildWith(r, recs, reportExtras(r))); err != nil {
-					return err
-				}
-				f.IO.Infof("wrote %s", htmlPath)
-				return nil
-			case f.JSON:
-				enc := json.NewEncoder(f.IO.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r)
-			default: // aligned text on a terminal, else Markdown
-				return writeSummary(f, r)
-			}
-		},
+			return nil
+		}, runF, runReport),
 	}
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir (optional)")
 	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "where run journals live")
-	cmd.Flags().StringVar(&htmlPath, "html", "", "write a self-contained HTML report to this file")
+	cmd.Flags().StringVar(&opts.HTMLPath, "html", "", "write a self-contained HTML report to this file")
 	return cmd
+}
+
+func runReport(_ context.Context, opts *ReportOptions) error {
+	f := opts.f
+	cfg, err := opts.Workflow.loadConfig()
+	if err != nil {
+		return err
+	}
+	dir, err := runDir(cfg.StateDir, opts.RunID)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	recs, err := journal.Read(dir)
+	if err != nil {
+		return fmt.Errorf("read run journal: %w", err)
+	}
+	r, err := loadReceipt(dir, recs)
+	if err != nil {
+		return err
+	}
+	switch {
+	case opts.HTMLPath != "":
+		out, err := os.Create(opts.HTMLPath)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		if err := report.HTML(out, report.BuildWith(r, recs, reportExtras(r))); err != nil {
+			return err
+		}
+		f.IO.Infof("wrote %s", opts.HTMLPath)
+		return nil
+	case f.JSON:
+		enc := json.NewEncoder(f.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	default: // aligned text on a terminal, else Markdown
+		return writeSummary(f, r)
+	}
 }
 
 // loadReceipt reads the run's receipt.json, or, for a run that never
