@@ -93,13 +93,13 @@ func (o *AgentWatchOptions) addFlags(c *cobra.Command) {
 // fill checks the flags that have a syntax of their own.
 func (o *AgentWatchOptions) fill(*cobra.Command, []string) error {
 	if err := config.CheckStepFrom(o.StepFrom); err != nil {
-		return &UsageError{Err: fmt.Errorf("--step-from: %w", err)}
+		return &UsageError{Err: fmt.Errorf("--step-from: %w", err), Hint: "write json:FIELD or regex:RE (docs/config.md, train.step_from)"}
 	}
 	o.Deadline = time.Time{}
 	if o.deadline != "" {
 		t, err := time.Parse(time.RFC3339, o.deadline)
 		if err != nil {
-			return &UsageError{Err: fmt.Errorf("--deadline: %w", err)}
+			return &UsageError{Err: fmt.Errorf("--deadline: %w", err), Hint: "use RFC 3339, e.g. 2026-12-01T00:00:00Z"}
 		}
 		o.Deadline = t
 	}
@@ -169,7 +169,7 @@ func NewCmdAgentStart(f *Factory, runF func(context.Context, *AgentWatchOptions)
 		Args:  usageArgs(cobra.NoArgs),
 		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(opts.Command) == "" {
-				return &UsageError{Err: errors.New("--command is required")}
+				return &UsageError{Err: errors.New("--command is required"), Hint: "give the workload, e.g. --command 'python train.py' (run by /bin/sh -c in the login directory)"}
 			}
 			if err := opts.fill(cmd, args); err != nil {
 				return err

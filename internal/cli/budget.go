@@ -41,12 +41,12 @@ marketplace's charges. --set-limit changes the month's limit for everyone.`,
 			if opts.Period == "" {
 				opts.Period = team.Period(time.Now())
 			} else if _, err := time.Parse("2006-01", opts.Period); err != nil {
-				return &UsageError{Err: fmt.Errorf("--period %q: want YYYY-MM", opts.Period)}
+				return &UsageError{Err: fmt.Errorf("--period %q: want YYYY-MM", opts.Period), Hint: "for example --period 2026-12; leave it out for this month (UTC)"}
 			}
 			opts.SetLimitGiven = cmd.Flags().Changed("set-limit")
 			if opts.SetLimitGiven {
 				if opts.SetLimit < 0 {
-					return &UsageError{Err: fmt.Errorf("--set-limit %g: want 0 (no limit) or more", opts.SetLimit)}
+					return &UsageError{Err: fmt.Errorf("--set-limit %g: want 0 (no limit) or more", opts.SetLimit), Hint: "give the month's limit in $, e.g. --set-limit 200, or --set-limit 0 for none"}
 				}
 				if !opts.Team.Yes {
 					return &UsageError{Err: fmt.Errorf("changing the team's limit for %s needs --yes", opts.Period), Hint: "re-run with --yes"}

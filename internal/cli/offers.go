@@ -53,16 +53,16 @@ Prices ($/HR) include storage for --disk GB, as Vast bills it.`,
 			opts.JSON = f.JSON
 			opts.Query = strings.Join(args, " ")
 			if opts.Limit <= 0 {
-				return &UsageError{Err: fmt.Errorf("--limit must be positive, got %d", opts.Limit)}
+				return &UsageError{Err: fmt.Errorf("--limit must be positive, got %d", opts.Limit), Hint: "ask for at least one offer, e.g. --limit 20 (the default)"}
 			}
 			if opts.DiskGB <= 0 {
-				return &UsageError{Err: fmt.Errorf("--disk must be positive, got %v", opts.DiskGB)}
+				return &UsageError{Err: fmt.Errorf("--disk must be positive, got %v", opts.DiskGB), Hint: "give the disk the run needs in GB, e.g. --disk 10 (the default)"}
 			}
 			if opts.PolicyFile != "" && opts.Query != "" {
-				return &UsageError{Err: fmt.Errorf("give either a query or --policy, not both")}
+				return &UsageError{Err: fmt.Errorf("give either a query or --policy, not both"), Hint: "--policy judges offers by the gpu: section of the file; put extra constraints there"}
 			}
 			if opts.Explain && opts.PolicyFile == "" {
-				return &UsageError{Err: fmt.Errorf("--explain needs --policy FILE")}
+				return &UsageError{Err: fmt.Errorf("--explain needs --policy FILE"), Hint: "for example: vastrun offers --policy vastrun.yaml --explain"}
 			}
 			return nil
 		}, runF, runOffers),

@@ -60,10 +60,10 @@ live instances.`,
 		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {
 			opts.JSON = f.JSON
 			if opts.Speed <= 0 {
-				return &UsageError{Err: fmt.Errorf("--speed must be positive, got %v", opts.Speed)}
+				return &UsageError{Err: fmt.Errorf("--speed must be positive, got %v", opts.Speed), Hint: "simulated seconds per real second: 1 is real time, 10 ten times faster"}
 			}
 			if opts.Instances < 0 {
-				return &UsageError{Err: fmt.Errorf("--instances must be 0 or more, got %d", opts.Instances)}
+				return &UsageError{Err: fmt.Errorf("--instances must be 0 or more, got %d", opts.Instances), Hint: "leave it out for an empty account, or seed N running instances with --instances N"}
 			}
 			return nil
 		}, runF, runSimServe),

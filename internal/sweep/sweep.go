@@ -121,9 +121,9 @@ func (s *File) Points() []map[string]string {
 
 var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9=._-]`)
 
-// PointName names a point for its evidence directory: lower-cased keys,
-// sorted, as key=value pairs joined by commas, with anything else that a
-// path or a label could not hold replaced by _.
+// PointName names a point for its evidence directory: key=value pairs,
+// keys lower-cased and sorted, with anything but letters, digits and
+// "=._-" (the pairs' separator included) replaced by _.
 func PointName(p map[string]string) string {
 	var parts []string
 	for _, k := range sortedKeys(p) {
