@@ -13,7 +13,7 @@ import (
 func TestParse(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml string
-		want       *File   // nil: an error
+		want       *File    // nil: an error
 		errs       []string // every problem is named
 	}{
 		{name: "minimal", yaml: "config: train.yaml\nbudget_usd: 5\ngrid:\n  LR: ['0.1']\n",
