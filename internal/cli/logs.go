@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -68,7 +67,7 @@ func runLogs(ctx context.Context, opts *LogsOptions) error {
 	if err != nil {
 		return err
 	}
-	evidence := evidenceOf(dir)
+	evidence := runs.EvidenceDir(dir)
 	if evidence == "" {
 		return fmt.Errorf("run %s: no evidence directory recorded in %s", filepath.Base(dir), filepath.Join(dir, "state.json"))
 	}
@@ -146,14 +145,4 @@ func runEnded(dir string) (bool, string) {
 		return true, fmt.Sprintf("run %s has no outcome and no controller: 'vastrun resume' takes it over", filepath.Base(dir))
 	}
 	return false, ""
-}
-
-func evidenceOf(runDir string) string {
-	var sf struct {
-		EvidenceDir string `json:"evidence_dir"`
-	}
-	if b, err := os.ReadFile(filepath.Join(runDir, "state.json")); err == nil {
-		json.Unmarshal(b, &sf)
-	}
-	return sf.EvidenceDir
 }

@@ -3,16 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/report"
-	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/runs"
 )
 
 // ReportOptions are `vastrun report`'s flags and argument.
@@ -63,7 +61,7 @@ func runReport(_ context.Context, opts *ReportOptions) error {
 	if err != nil {
 		return fmt.Errorf("read run journal: %w", err)
 	}
-	r, err := loadReceipt(dir, recs)
+	r, err := runs.Receipt(dir, recs)
 	if err != nil {
 		return err
 	}
@@ -86,42 +84,4 @@ func runReport(_ context.Context, opts *ReportOptions) error {
 	default: // aligned text on a terminal, else Markdown
 		return writeSummary(f, r)
 	}
-}
-
-// loadReceipt reads the run's receipt.json, or, for a run that never
-// finished (a killed controller), builds one from the journal.
-func loadReceipt(dir string, recs []journal.Record) (*run.Receipt, error) {
-	st, err := run.Replay(recs)
-	if err != nil {
-		return nil, err
-	}
-	var sf struct {
-		EvidenceDir string `json:"evidence_dir"`
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, "state.json")); err == nil {
-		json.Unmarshal(b, &sf)
-	}
-	if sf.EvidenceDir != "" {
-		b, err := os.ReadFile(filepath.Join(sf.EvidenceDir, "receipt.json"))
-		if err == nil {
-			var r run.Receipt
-			if err := json.Unmarshal(b, &r); err != nil {
-				return nil, fmt.Errorf("receipt %s: %w", filepath.Join(sf.EvidenceDir, "receipt.json"), err)
-			}
-			return &r, nil
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-	}
-	r := &run.Receipt{Schema: run.ReceiptSchema, Workflow: st.Workflow, RunID: st.RunID, Label: st.Label, Outcome: st.Outcome,
-		Attempts: st.Attempts, StartedAt: st.Started, ManifestSHA256: st.ManifestHash, Timings: map[string]float64{}}
-	if r.Outcome == "" {
-		r.Outcome = "unfinished"
-	}
-	if n := len(recs); n > 0 {
-		r.FinishedAt = recs[n-1].Time
-	}
-	r.Cleanup.Unconfirmed = st.Unconfirmed()
-	r.Cleanup.Confirmed = len(r.Cleanup.Unconfirmed) == 0
-	return r, nil
 }
