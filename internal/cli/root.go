@@ -1,6 +1,10 @@
 // Package cli is vastrun's command line: the only package that imports
-// cobra. Each command is an Options struct, a NewCmdX that fills it from
-// flags, and a runX(ctx, opts) that does the work through the Factory.
+// cobra. Each command is an Options struct, a NewCmdX(f, runF) that fills it
+// from flags and arguments, and a runX(ctx, opts) that does the work through
+// the Factory; its RunE is runCmd's, which hands the options to runF (tests)
+// or runX. TestEveryCommandHasTheGhShape holds every command to that.
+// Decisions that are not wiring live in packages of their own (janitor,
+// runs, sweep, team), where they are table-tested.
 package cli
 
 import (
