@@ -401,3 +401,20 @@ func TestNewCmdSSH(t *testing.T) {
 		badInput(t, o, err, tc.bad, tc.hint)
 	}
 }
+
+// reap --team reaches runF too, with the shared flags handed to the team
+// judgement; --at is not its business.
+func TestNewCmdReapTeam(t *testing.T) {
+	o, err := parse(NewCmdReap, opsFactory(), "--team", "--state", "s3://b/p", "--grace", "1m", "--label-prefix", "vastrun-acme-", "--yes", "-f", "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := o.Team
+	if !tm.team || tm.prefix != "vastrun-acme-" || !tm.yes || tm.grace != time.Minute || tm.wf.State != "s3://b/p" || tm.wf.ConfigPath != "t.yaml" {
+		t.Fatalf("team options %+v", tm)
+	}
+	o, err = parse(NewCmdReap, opsFactory())
+	if err != nil || o.Team.team || o.Team.grace != 5*time.Minute || o.Team.wf.ConfigPath != "vastrun.yaml" {
+		t.Fatalf("defaults: %v %+v", err, o.Team)
+	}
+}
