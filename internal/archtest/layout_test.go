@@ -54,6 +54,7 @@ var layout = map[string][]string{
 	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/run", "internal/state"},
 	"internal/storage":             {},
 	"internal/storage/storagetest": {"internal/storage"},
+	"internal/sweep":               {},
 	"internal/workdir":             {},
 	// The workflows stand on the core and never on the configuration: they
 	// read the run's frozen spec (run.Engine.Frozen). The core imports none

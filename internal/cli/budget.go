@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
@@ -11,11 +12,21 @@ import (
 	"github.com/vastrun/vastrun/internal/team"
 )
 
+// BudgetOptions are `vastrun budget`'s flags.
+type BudgetOptions struct {
+	f *Factory
+	// Team carries -f, --state and --yes.
+	Team WorkflowOptions
+	// Period is the month, YYYY-MM (default: this month, UTC).
+	Period string
+	// SetLimit is the new limit, applied only when SetLimitGiven.
+	SetLimit      float64
+	SetLimitGiven bool
+}
+
 // NewCmdBudget builds `vastrun budget`: the team ledger in the state bucket.
-func NewCmdBudget(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{allowMissingConfigs: true}
-	var period string
-	var setLimit float64
+func NewCmdBudget(f *Factory, runF func(context.Context, *BudgetOptions) error) *cobra.Command {
+	opts := &BudgetOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "budget",
 		Short: "Show the team ledger: the month's limit, reservations made before renting, and spend settled from charges",
@@ -26,76 +37,71 @@ When a run ends its reservation is replaced by the spend settled from the
 marketplace's charges. --set-limit changes the month's limit for everyone.`,
 		Example: "  vastrun budget --state s3://ml-team/vastrun\n  vastrun budget --set-limit 200 --yes\n  vastrun budget --json",
 		Args:    usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
+		RunE: runCmd(opts, func(cmd *cobra.Command, _ []string) error {
+			if opts.Period == "" {
+				opts.Period = team.Period(time.Now())
+			} else if _, err := time.Parse("2006-01", opts.Period); err != nil {
+				return &UsageError{Err: fmt.Errorf("--period %q: want YYYY-MM", opts.Period), Hint: "for example --period 2026-12; leave it out for this month (UTC)"}
 			}
-			loc, err := stateLocation(o, cfg)
-			if err != nil {
-				return err
-			}
-			if loc.Kind != "s3" {
-				return &UsageError{Err: fmt.Errorf("the team ledger lives in a team bucket, and the state is local"), Hint: "pass --state s3://BUCKET/PREFIX, or set state: in the config (docs/teams.md)"}
-			}
-			if period == "" {
-				period = team.Period(time.Now())
-			} else if _, err := time.Parse("2006-01", period); err != nil {
-				return &UsageError{Err: fmt.Errorf("--period %q: want YYYY-MM", period)}
-			}
-			b, err := openTeamBackend(ctx, f, loc)
-			if err != nil {
-				return err
-			}
-			var l *team.Ledger
-			if cmd.Flags().Changed("set-limit") {
-				if setLimit < 0 {
-					return &UsageError{Err: fmt.Errorf("--set-limit %g: want 0 (no limit) or more", setLimit)}
+			opts.SetLimitGiven = cmd.Flags().Changed("set-limit")
+			if opts.SetLimitGiven {
+				if opts.SetLimit < 0 {
+					return &UsageError{Err: fmt.Errorf("--set-limit %g: want 0 (no limit) or more", opts.SetLimit), Hint: "give the month's limit in $, e.g. --set-limit 200, or --set-limit 0 for none"}
 				}
-				if !o.Yes {
-					return &UsageError{Err: fmt.Errorf("changing the team's limit for %s needs --yes", period), Hint: "re-run with --yes"}
+				if !opts.Team.Yes {
+					return &UsageError{Err: fmt.Errorf("changing the team's limit for %s needs --yes", opts.Period), Hint: "re-run with --yes"}
 				}
-				if l, err = team.SetLimit(ctx, b, period, setLimit); err != nil {
-					return err
-				}
-				f.IO.Infof("team budget for %s: limit $%.2f", period, setLimit)
-			} else if l, _, err = team.ReadLedger(ctx, b, period); err != nil {
-				return err
 			}
-			if l.LimitUSD == 0 {
-				l.LimitUSD = cfg.Team.BudgetUSD
-			}
-			reserved, settled, committed := l.Totals()
-			if f.JSON {
-				enc := json.NewEncoder(f.IO.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"schema": "vastrun.team.budget", "v": 1, "state": loc.String(), "period": period,
-					"limit_usd": l.LimitUSD, "reserved_usd": reserved, "settled_usd": settled, "committed_usd": committed, "runs": l.Runs})
-			}
-			limit := "none"
-			if l.LimitUSD > 0 {
-				limit = fmt.Sprintf("$%.2f (left $%.4f)", l.LimitUSD, l.LimitUSD-committed)
-			}
-			fmt.Fprintf(f.IO.Out, "period %s  limit %s  reserved $%.4f  settled $%.4f\n", period, limit, reserved, settled)
-			tw := tabwriter.NewWriter(f.IO.Out, 0, 2, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tRESERVED\tSETTLED\tHOLDER")
-			for _, id := range l.RunIDs() {
-				r := l.Runs[id]
-				s := "-"
-				if r.SettledUSD != nil {
-					s = fmt.Sprintf("$%.4f", *r.SettledUSD)
-				}
-				fmt.Fprintf(tw, "%s\t$%.4f\t%s\t%s\n", id, r.ReservedUSD, s, r.Holder)
-			}
-			return tw.Flush()
-		},
+			return nil
+		}, runF, runBudget),
 	}
+	opts.Team.addTeamBucketFlags(cmd, "config file (for state: and team.budget_usd)")
 	fl := cmd.Flags()
-	fl.StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file (for state: and team.budget_usd)")
-	o.addTeamFlags(cmd)
-	fl.StringVar(&period, "period", "", "the month, YYYY-MM (default: this month, UTC)")
-	fl.Float64Var(&setLimit, "set-limit", 0, "set the month's team limit in $ (0: none); needs --yes")
-	fl.BoolVarP(&o.Yes, "yes", "y", false, "approve changing the limit")
+	fl.StringVar(&opts.Period, "period", "", "the month, YYYY-MM (default: this month, UTC)")
+	fl.Float64Var(&opts.SetLimit, "set-limit", 0, "set the month's team limit in $ (0: none); needs --yes")
+	fl.BoolVarP(&opts.Team.Yes, "yes", "y", false, "approve changing the limit")
 	return cmd
+}
+
+func runBudget(ctx context.Context, opts *BudgetOptions) error {
+	f, period := opts.f, opts.Period
+	cfg, loc, b, err := opts.Team.openTeamBucket(ctx, f, "the team ledger lives in a team bucket", teamStateHint)
+	if err != nil {
+		return err
+	}
+	var l *team.Ledger
+	if opts.SetLimitGiven {
+		if l, err = team.SetLimit(ctx, b, period, opts.SetLimit); err != nil {
+			return err
+		}
+		f.IO.Infof("team budget for %s: limit $%.2f", period, opts.SetLimit)
+	} else if l, _, err = team.ReadLedger(ctx, b, period); err != nil {
+		return err
+	}
+	if l.LimitUSD == 0 {
+		l.LimitUSD = cfg.Team.BudgetUSD
+	}
+	reserved, settled, committed := l.Totals()
+	if f.JSON {
+		enc := json.NewEncoder(f.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"schema": "vastrun.team.budget", "v": 1, "state": loc.String(), "period": period,
+			"limit_usd": l.LimitUSD, "reserved_usd": reserved, "settled_usd": settled, "committed_usd": committed, "runs": l.Runs})
+	}
+	limit := "none"
+	if l.LimitUSD > 0 {
+		limit = fmt.Sprintf("$%.2f (left $%.4f)", l.LimitUSD, l.LimitUSD-committed)
+	}
+	fmt.Fprintf(f.IO.Out, "period %s  limit %s  reserved $%.4f  settled $%.4f\n", period, limit, reserved, settled)
+	tw := tabwriter.NewWriter(f.IO.Out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tRESERVED\tSETTLED\tHOLDER")
+	for _, id := range l.RunIDs() {
+		r := l.Runs[id]
+		s := "-"
+		if r.SettledUSD != nil {
+			s = fmt.Sprintf("$%.4f", *r.SettledUSD)
+		}
+		fmt.Fprintf(tw, "%s\t$%.4f\t%s\t%s\n", id, r.ReservedUSD, s, r.Holder)
+	}
+	return tw.Flush()
 }

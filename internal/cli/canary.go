@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -16,11 +17,22 @@ import (
 	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
 )
 
+// CanaryOptions are `vastrun canary`'s parsed flags and dependencies.
+type CanaryOptions struct {
+	f        *Factory
+	Workflow WorkflowOptions
+	// Resolve pins a tagged image through the registry first; Publish
+	// pushes canary.image_source and pins the run to it (PublishOpts).
+	Resolve, Publish  bool
+	InsecureRegistry  bool
+	AllowLocalFailure bool
+	PublishOpts       PublishOptions
+}
+
 // NewCmdCanary builds `vastrun canary` and its init/validate subcommands.
-func NewCmdCanary(f *Factory) *cobra.Command {
-	o := &WorkflowOptions{}
-	var resolve, insecure, allowLocal, doPublish bool
-	po := &PublishOptions{}
+func NewCmdCanary(f *Factory, runF func(context.Context, *CanaryOptions) error) *cobra.Command {
+	opts := &CanaryOptions{f: f}
+	o := &opts.Workflow
 	cmd := &cobra.Command{
 		Use:   "canary",
 		Short: "Prove the smoke contract locally, then on the smallest GPU, and compare",
@@ -46,64 +58,74 @@ canary.compare.tolerance and canary.compare.ignore (docs/config.md).`,
   vastrun canary --sim --yes -f examples/canary/vastrun.yaml
   vastrun canary --resolve --yes # pin image: tag -> digest first`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			cfg, err := o.loadConfig()
-			if err != nil {
-				return err
-			}
-			if !cfg.IsCanary() {
-				return &UsageError{Err: fmt.Errorf("%s has no canary.smoke", o.ConfigPath), Hint: "run 'vastrun canary init' to propose one"}
-			}
-			if doPublish { // push the bytes built here and pin the run to them
-				po.ConfigPath, po.Insecure = o.ConfigPath, insecure
-				if _, err := runPublish(ctx, f, po, cfg); err != nil {
-					return err
-				}
-			} else if resolve && !image.IsPinned(cfg.Image) {
-				ro := image.Options{Insecure: insecure}
-				if l := cfg.ImageLogin; l.IsSet() { // the credentials Vast will pull with
-					ro.Login = &image.Login{Registry: l.Registry, User: f.Getenv(l.UserEnv), Token: f.Getenv(l.TokenEnv)}
-				}
-				pinned, err := image.Resolve(ctx, cfg.Image, ro)
-				if err != nil {
-					return err
-				}
-				f.IO.Infof("resolved %s to %s", cfg.Image, pinned)
-				cfg.Image = pinned
-			}
-			if err := image.CheckPinned(cfg.Image); err != nil {
-				return &UsageError{Err: err}
-			}
-			env := ci.Detect(f.Getenv)
-			if ok, err := checkTrust(f, o, env); !ok || err != nil {
-				return err
-			}
-			if _, err := checkBeforeRenting(ctx, f, cfg, "canary"); err != nil {
-				return err
-			}
-			e, err := newEngine(ctx, f, o, cfg, env)
-			if err != nil {
-				return err
-			}
-			r, runErr := canaryflow.Run(ctx, e, allowLocal)
-			return reportRun(f, r, withRunHints(f, o, runErr))
-		},
+		RunE: runCmd(opts, nil, runF, runCanary),
 	}
 	o.addFlags(cmd, true)
-	cmd.Flags().BoolVar(&resolve, "resolve", false, "pin a tagged image to its digest through the registry (auth from the docker config)")
-	cmd.Flags().BoolVar(&insecure, "insecure-registry", false, "with --resolve: allow a plain-HTTP registry")
-	cmd.Flags().BoolVar(&doPublish, "publish", false, "first publish canary.image_source under <repo>:<git sha> and pin the run to its digest (see 'vastrun publish')")
-	po.addFlags(cmd, "publish-")
+	cmd.Flags().BoolVar(&opts.Resolve, "resolve", false, "pin a tagged image to its digest through the registry (auth from the docker config)")
+	cmd.Flags().BoolVar(&opts.InsecureRegistry, "insecure-registry", false, "with --resolve: allow a plain-HTTP registry")
+	cmd.Flags().BoolVar(&opts.Publish, "publish", false, "first publish canary.image_source under <repo>:<git sha> and pin the run to its digest (see 'vastrun publish')")
+	opts.PublishOpts.addFlags(cmd, "publish-")
 	cmd.MarkFlagsMutuallyExclusive("publish", "resolve")
-	cmd.Flags().BoolVar(&allowLocal, "allow-local-failure", false, "rent even when the local smoke fails, to compare (outcome local_only_failure or both_failed)")
-	cmd.AddCommand(newCmdCanaryInit(f), newCmdCanaryValidate(f))
+	cmd.Flags().BoolVar(&opts.AllowLocalFailure, "allow-local-failure", false, "rent even when the local smoke fails, to compare (outcome local_only_failure or both_failed)")
+	cmd.AddCommand(NewCmdCanaryInit(f, nil), NewCmdCanaryValidate(f, nil))
 	return cmd
 }
 
-func newCmdCanaryInit(f *Factory) *cobra.Command {
-	var dir, file string
-	var write bool
+func runCanary(ctx context.Context, opts *CanaryOptions) error {
+	f, o := opts.f, &opts.Workflow
+	cfg, err := o.loadConfig()
+	if err != nil {
+		return err
+	}
+	if !cfg.IsCanary() {
+		return &UsageError{Err: fmt.Errorf("%s has no canary.smoke", o.ConfigPath), Hint: "run 'vastrun canary init' to propose one"}
+	}
+	if opts.Publish { // push the bytes built here and pin the run to them
+		opts.PublishOpts.ConfigPath, opts.PublishOpts.Insecure = o.ConfigPath, opts.InsecureRegistry
+		if _, err := runPublish(ctx, f, &opts.PublishOpts, cfg); err != nil {
+			return err
+		}
+	} else if opts.Resolve && !image.IsPinned(cfg.Image) {
+		ro := image.Options{Insecure: opts.InsecureRegistry}
+		if l := cfg.ImageLogin; l.IsSet() { // the credentials Vast will pull with
+			ro.Login = &image.Login{Registry: l.Registry, User: f.Getenv(l.UserEnv), Token: f.Getenv(l.TokenEnv)}
+		}
+		pinned, err := image.Resolve(ctx, cfg.Image, ro)
+		if err != nil {
+			return err
+		}
+		f.IO.Infof("resolved %s to %s", cfg.Image, pinned)
+		cfg.Image = pinned
+	}
+	if err := image.CheckPinned(cfg.Image); err != nil {
+		return &UsageError{Err: err}
+	}
+	env := ci.Detect(f.Getenv)
+	if ok, err := checkTrust(f, o, env); !ok || err != nil {
+		return err
+	}
+	if _, err := checkBeforeRenting(ctx, f, cfg, "canary"); err != nil {
+		return err
+	}
+	e, err := newEngine(ctx, f, o, cfg, env)
+	if err != nil {
+		return err
+	}
+	r, runErr := canaryflow.Run(ctx, e, opts.AllowLocalFailure)
+	return reportRun(f, r, withRunHints(f, o, runErr))
+}
+
+// CanaryInitOptions are `vastrun canary init`'s flags.
+type CanaryInitOptions struct {
+	f *Factory
+	// Dir is the repository read; File the config --write adds to.
+	Dir, File string
+	Write     bool
+}
+
+// NewCmdCanaryInit builds `vastrun canary init`.
+func NewCmdCanaryInit(f *Factory, runF func(context.Context, *CanaryInitOptions) error) *cobra.Command {
+	opts := &CanaryInitOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Propose a canary: section from the repository's Dockerfile, compose file and test targets",
@@ -119,86 +141,111 @@ Prints the proposal, or with --write adds it to vastrun.yaml (which must not
 have a canary: section yet; keys it already has are added as comments).`,
 		Example: "  vastrun canary init\n  vastrun canary init --write",
 		Args:    usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := canary.Init(dir)
-			if err != nil {
-				return &UsageError{Err: err}
-			}
-			if !write {
-				block := p.YAML()
-				if f.JSON {
-					return writeJSON(f.IO, canaryInitJSON{Schema: "vastrun.canary.init/v1", YAML: block, Sources: nonNil(p.Sources)})
-				}
-				fmt.Fprint(f.IO.Out, block)
-				return nil
-			}
-			existing, err := os.ReadFile(file)
-			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-			have, err := topLevelKeys(existing)
-			if err != nil {
-				return &UsageError{Err: fmt.Errorf("%s: %w", file, err), Hint: "fix the file, or run without --write to see the proposal"}
-			}
-			if have["canary"] {
-				return &UsageError{Err: fmt.Errorf("%s already has a canary: section", file), Hint: "edit it, or run without --write to see the proposal"}
-			}
-			text := string(existing)
-			if text == "" {
-				text = "gpu:\n  max_dph: 0.50\nbudget:\n  max_spend: 1.00\n"
-				if p.Image == "" {
-					// An unpinned placeholder: validate refuses it until a
-					// real image is pinned.
-					text = "# Replace with your image, pinned by digest (vastrun canary --resolve pins a tag).\nimage: REPLACE-ME/your-image:tag\n" + text
-				}
-			}
-			if !strings.HasSuffix(text, "\n") {
-				text += "\n"
-			}
-			block := p.Render(have)
-			if err := os.WriteFile(file, []byte(text+"\n"+block), 0o644); err != nil {
-				return err
-			}
-			f.IO.Infof("wrote a canary: section to %s (from %s); edit it, then run 'vastrun canary validate'", file, strings.Join(p.Sources, ", "))
-			if f.JSON {
-				return writeJSON(f.IO, canaryInitJSON{Schema: "vastrun.canary.init/v1", YAML: block, Sources: nonNil(p.Sources), Written: file})
-			}
-			return nil
-		},
+		RunE:    runCmd(opts, nil, runF, runCanaryInit),
 	}
-	cmd.Flags().StringVar(&dir, "dir", ".", "repository to read")
-	cmd.Flags().StringVarP(&file, "file", "f", "vastrun.yaml", "config to add the section to")
-	cmd.Flags().BoolVar(&write, "write", false, "add the section to the config file")
+	cmd.Flags().StringVar(&opts.Dir, "dir", ".", "repository to read")
+	cmd.Flags().StringVarP(&opts.File, "file", "f", "vastrun.yaml", "config to add the section to")
+	cmd.Flags().BoolVar(&opts.Write, "write", false, "add the section to the config file")
 	return cmd
 }
 
-func newCmdCanaryValidate(f *Factory) *cobra.Command {
-	var file string
+func runCanaryInit(_ context.Context, opts *CanaryInitOptions) error {
+	f, file := opts.f, opts.File
+	p, err := canary.Init(opts.Dir)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	if !opts.Write {
+		block := p.YAML()
+		if f.JSON {
+			return writeJSON(f.IO, canaryInitJSON{Schema: "vastrun.canary.init/v1", YAML: block, Sources: nonNil(p.Sources)})
+		}
+		fmt.Fprint(f.IO.Out, block)
+		return nil
+	}
+	existing, err := os.ReadFile(file)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	text, block, err := withCanarySection(file, existing, p)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		return err
+	}
+	f.IO.Infof("wrote a canary: section to %s (from %s); edit it, then run 'vastrun canary validate'", file, strings.Join(p.Sources, ", "))
+	if f.JSON {
+		return writeJSON(f.IO, canaryInitJSON{Schema: "vastrun.canary.init/v1", YAML: block, Sources: nonNil(p.Sources), Written: file})
+	}
+	return nil
+}
+
+// withCanarySection is the config file existing (named file) with the
+// proposal's canary: section added, and the section itself. A file that
+// does not parse, or already has a canary: section, is refused; an empty
+// one gets the keys a canary needs first.
+func withCanarySection(file string, existing []byte, p canary.Proposal) (text, block string, err error) {
+	have, err := topLevelKeys(existing)
+	if err != nil {
+		return "", "", &UsageError{Err: fmt.Errorf("%s: %w", file, err), Hint: "fix the file, or run without --write to see the proposal"}
+	}
+	if have["canary"] {
+		return "", "", &UsageError{Err: fmt.Errorf("%s already has a canary: section", file), Hint: "edit it, or run without --write to see the proposal"}
+	}
+	text = string(existing)
+	if text == "" {
+		text = "gpu:\n  max_dph: 0.50\nbudget:\n  max_spend: 1.00\n"
+		if p.Image == "" {
+			// An unpinned placeholder: validate refuses it until a
+			// real image is pinned.
+			text = "# Replace with your image, pinned by digest (vastrun canary --resolve pins a tag).\nimage: REPLACE-ME/your-image:tag\n" + text
+		}
+	}
+	if !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	block = p.Render(have)
+	return text + "\n" + block, block, nil
+}
+
+// CanaryValidateOptions are `vastrun canary validate`'s flags.
+type CanaryValidateOptions struct {
+	f    *Factory
+	File string
+}
+
+// NewCmdCanaryValidate builds `vastrun canary validate`.
+func NewCmdCanaryValidate(f *Factory, runF func(context.Context, *CanaryValidateOptions) error) *cobra.Command {
+	opts := &CanaryValidateOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Check the canary contract in vastrun.yaml",
 		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := config.Load(file)
-			if err != nil {
-				return &UsageError{Err: err}
-			}
-			problems := canary.Validate(cfg, f.Getenv)
-			if f.JSON {
-				if err := writeJSON(f.IO, canaryValidateJSON{Schema: "vastrun.canary.validate/v1", File: file, Valid: len(problems) == 0,
-					Problems: nonNil(problems), Smoke: cfg.Canary.Smoke, ExpectExit: cfg.Canary.ExpectExit, Fields: nonNil(cfg.Canary.ExpectFields)}); err != nil {
-					return err
-				}
-			}
-			if len(problems) > 0 {
-				return &UsageError{Err: errors.New("canary contract: " + strings.Join(problems, "; ")), Hint: "put the names the image needs under env: (an empty value is allowed) or secrets:, and export each declared secret before validating"}
-			}
-			f.IO.Infof("canary contract in %s is valid: smoke %q, expect exit %d, fields %v", file, cfg.Canary.Smoke, cfg.Canary.ExpectExit, cfg.Canary.ExpectFields)
-			return nil
-		},
+		RunE:  runCmd(opts, nil, runF, runCanaryValidate),
 	}
-	cmd.Flags().StringVarP(&file, "file", "f", "vastrun.yaml", "config file")
+	cmd.Flags().StringVarP(&opts.File, "file", "f", "vastrun.yaml", "config file")
 	return cmd
+}
+
+func runCanaryValidate(_ context.Context, opts *CanaryValidateOptions) error {
+	f, file := opts.f, opts.File
+	cfg, err := config.Load(file)
+	if err != nil {
+		return &UsageError{Err: err}
+	}
+	problems := canary.Validate(cfg, f.Getenv)
+	if f.JSON {
+		if err := writeJSON(f.IO, canaryValidateJSON{Schema: "vastrun.canary.validate/v1", File: file, Valid: len(problems) == 0,
+			Problems: nonNil(problems), Smoke: cfg.Canary.Smoke, ExpectExit: cfg.Canary.ExpectExit, Fields: nonNil(cfg.Canary.ExpectFields)}); err != nil {
+			return err
+		}
+	}
+	if len(problems) > 0 {
+		return &UsageError{Err: errors.New("canary contract: " + strings.Join(problems, "; ")), Hint: "put the names the image needs under env: (an empty value is allowed) or secrets:, and export each declared secret before validating"}
+	}
+	f.IO.Infof("canary contract in %s is valid: smoke %q, expect exit %d, fields %v", file, cfg.Canary.Smoke, cfg.Canary.ExpectExit, cfg.Canary.ExpectFields)
+	return nil
 }
 
 // topLevelKeys lists the top-level keys of a YAML config (none when empty).

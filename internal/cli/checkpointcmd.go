@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -13,73 +14,97 @@ import (
 
 // CheckpointOptions configure the hidden `vastrun checkpoint` commands.
 type CheckpointOptions struct {
+	f     *Factory
 	Store string
 	Dir   string
 	Step  int64
 }
 
-// newCmdCheckpoint builds `vastrun checkpoint commit|restore`: the agent's
+// NewCmdCheckpoint builds `vastrun checkpoint commit|restore`: the agent's
 // commit and restore paths as one process each, so scripts/bench-storage.sh
 // can time them against other S3 copiers as whole processes. Hidden: a
 // developer tool, documented in docs/performance.md.
-func newCmdCheckpoint(f *Factory) *cobra.Command {
-	o := &CheckpointOptions{}
+func NewCmdCheckpoint(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:    "checkpoint",
 		Short:  "Commit or restore one checkpoint directory (developer tool; see docs/performance.md)",
 		Hidden: true,
 	}
-	open := func() (checkpoint.Store, error) {
-		s, err := storage.Open(o.Store, storage.Options{Getenv: f.Getenv})
-		if err != nil {
-			return checkpoint.Store{}, &UsageError{Err: err, Hint: "--store takes s3://BUCKET/PREFIX or file:///absolute/path"}
-		}
-		return checkpoint.Store{S: s}, nil
-	}
-	commit := &cobra.Command{
+	cmd.AddCommand(NewCmdCheckpointCommit(f, nil), NewCmdCheckpointRestore(f, nil))
+	return cmd
+}
+
+// NewCmdCheckpointCommit builds `vastrun checkpoint commit`.
+func NewCmdCheckpointCommit(f *Factory, runF func(context.Context, *CheckpointOptions) error) *cobra.Command {
+	opts := &CheckpointOptions{f: f}
+	cmd := &cobra.Command{
 		Use:   "commit",
 		Short: "Upload --dir as the checkpoint for --step and commit it",
 		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, err := open()
-			if err != nil {
-				return err
-			}
-			cm, err := cs.Commit(cmd.Context(), o.Dir, o.Step, f.clock().Now())
-			if err != nil {
-				return err
-			}
-			return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.checkpoint-transfer/v1",
-				"step": cm.Step, "manifest_sha256": cm.ManifestSHA256, "files": len(cm.Manifest.Files)})
-		},
+		RunE:  runCmd(opts, nil, runF, runCheckpointCommit),
 	}
-	restore := &cobra.Command{
+	opts.addFlags(cmd)
+	return cmd
+}
+
+// NewCmdCheckpointRestore builds `vastrun checkpoint restore`.
+func NewCmdCheckpointRestore(f *Factory, runF func(context.Context, *CheckpointOptions) error) *cobra.Command {
+	opts := &CheckpointOptions{f: f}
+	cmd := &cobra.Command{
 		Use:   "restore",
 		Short: "Restore the checkpoint of --step into --dir, verifying every file's SHA-256",
 		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, err := open()
-			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(filepath.Dir(filepath.Clean(o.Dir)), 0o755); err != nil {
-				return err
-			}
-			cm, err := cs.Restore(cmd.Context(), o.Step, o.Dir)
-			if err != nil {
-				return err
-			}
-			return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.checkpoint-transfer/v1",
-				"step": cm.Step, "manifest_sha256": cm.ManifestSHA256, "files": len(cm.Manifest.Files)})
-		},
+		RunE:  runCmd(opts, nil, runF, runCheckpointRestore),
 	}
-	for _, c := range []*cobra.Command{commit, restore} {
-		c.Flags().StringVar(&o.Store, "store", "", "checkpoint store URI (s3://bucket/prefix or file:///path)")
-		c.Flags().StringVar(&o.Dir, "dir", "", "checkpoint directory (restore: replaced)")
-		c.Flags().Int64Var(&o.Step, "step", 0, "checkpoint step")
-		c.MarkFlagRequired("store")
-		c.MarkFlagRequired("dir")
-	}
-	cmd.AddCommand(commit, restore)
+	opts.addFlags(cmd)
 	return cmd
+}
+
+func (o *CheckpointOptions) addFlags(c *cobra.Command) {
+	c.Flags().StringVar(&o.Store, "store", "", "checkpoint store URI (s3://bucket/prefix or file:///path)")
+	c.Flags().StringVar(&o.Dir, "dir", "", "checkpoint directory (restore: replaced)")
+	c.Flags().Int64Var(&o.Step, "step", 0, "checkpoint step")
+	c.MarkFlagRequired("store")
+	c.MarkFlagRequired("dir")
+}
+
+func (o *CheckpointOptions) open() (checkpoint.Store, error) {
+	s, err := storage.Open(o.Store, storage.Options{Getenv: o.f.Getenv})
+	if err != nil {
+		return checkpoint.Store{}, &UsageError{Err: err, Hint: "--store takes s3://BUCKET/PREFIX or file:///absolute/path"}
+	}
+	return checkpoint.Store{S: s}, nil
+}
+
+func runCheckpointCommit(ctx context.Context, o *CheckpointOptions) error {
+	cs, err := o.open()
+	if err != nil {
+		return err
+	}
+	cm, err := cs.Commit(ctx, o.Dir, o.Step, o.f.clock().Now())
+	if err != nil {
+		return err
+	}
+	return writeTransfer(o.f, cm)
+}
+
+func runCheckpointRestore(ctx context.Context, o *CheckpointOptions) error {
+	cs, err := o.open()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(filepath.Clean(o.Dir)), 0o755); err != nil {
+		return err
+	}
+	cm, err := cs.Restore(ctx, o.Step, o.Dir)
+	if err != nil {
+		return err
+	}
+	return writeTransfer(o.f, cm)
+}
+
+// writeTransfer prints one transfer's result (vastrun.checkpoint-transfer/v1).
+func writeTransfer(f *Factory, cm checkpoint.Committed) error {
+	return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.checkpoint-transfer/v1",
+		"step": cm.Step, "manifest_sha256": cm.ManifestSHA256, "files": len(cm.Manifest.Files)})
 }

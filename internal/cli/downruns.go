@@ -4,55 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/runs"
 )
-
-// liveRun is a run in the state dir that may still hold instances.
-type liveRun struct {
-	Dir         string
-	RunID       string
-	Label       string
-	Unconfirmed []provider.InstanceID
-	Ambiguous   bool // a create whose outcome it never learned
-}
-
-// liveRuns lists the runs under stateDir that still hold, or may hold,
-// instances: unconfirmed destructions, or an unfinished run whose create
-// was never answered. Journals are only read.
-func liveRuns(stateDir string) []liveRun {
-	entries, _ := os.ReadDir(filepath.Join(stateDir, "runs"))
-	var out []liveRun
-	for _, ent := range entries {
-		if !ent.IsDir() {
-			continue
-		}
-		dir := filepath.Join(stateDir, "runs", ent.Name())
-		st, err := run.LoadState(dir)
-		if err != nil {
-			continue // damaged: down --run names it and its label
-		}
-		amb := st.AmbiguousRent() && st.Outcome == ""
-		if len(st.Unconfirmed()) > 0 || amb {
-			out = append(out, liveRun{Dir: dir, RunID: st.RunID, Label: st.Label, Unconfirmed: st.Unconfirmed(), Ambiguous: amb})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].RunID < out[j].RunID })
-	return out
-}
 
 // MultipleRunsError means plain `down` would handle only the latest run
 // while others still hold instances.
 type MultipleRunsError struct {
 	StateDir string
-	Runs     []liveRun
+	Runs     []runs.Live
 }
 
 func (e *MultipleRunsError) Error() string {
@@ -66,32 +32,12 @@ func (e *MultipleRunsError) Error() string {
 // refuseOtherLiveRuns stops a plain `down` that would leave other runs'
 // instances behind.
 func refuseOtherLiveRuns(stateDir string) error {
-	live := liveRuns(stateDir)
-	current, _ := os.ReadFile(filepath.Join(stateDir, "current"))
-	cur := strings.TrimSpace(string(current))
-	others := 0
-	for _, r := range live {
-		if r.RunID != cur {
-			others++
-		}
-	}
-	if others == 0 {
+	live := runs.LiveRuns(stateDir)
+	if len(runs.Others(live, runs.Latest(stateDir))) == 0 {
 		return nil
 	}
 	return &UsageError{Err: &MultipleRunsError{StateDir: stateDir, Runs: live},
 		Hint: fmt.Sprintf("destroy them all: vastrun down --all --yes; or one: vastrun down --run %s --yes", live[0].RunID)}
-}
-
-// runWithLabel is the run directory whose run carries label, or "".
-func runWithLabel(stateDir, label string) string {
-	entries, _ := os.ReadDir(filepath.Join(stateDir, "runs"))
-	for _, ent := range entries {
-		dir := filepath.Join(stateDir, "runs", ent.Name())
-		if st, err := run.LoadState(dir); err == nil && st.Label == label {
-			return dir
-		}
-	}
-	return ""
 }
 
 // downRun tears one run down from its journal, validated first.
@@ -111,30 +57,20 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	if err := confirmDestroy(f, o.Yes, fmt.Sprintf("run %s: instances %v and anything labelled %s", st.RunID, st.Unconfirmed(), st.Label)); err != nil {
 		return err
 	}
-	// Report only what this call destroyed: an instance confirmed gone by
-	// an earlier down is not news.
-	already := map[provider.InstanceID]bool{}
-	for _, a := range st.Attempts {
-		if a.Confirmed {
-			already[a.InstanceID] = true
-		}
+	before := make([]*run.Attempt, len(st.Attempts))
+	for i, a := range st.Attempts {
+		c := *a // the engine updates its state in place
+		before[i] = &c
 	}
 	r, err := e.Down(ctx)
-	res := downResult{Schema: "vastrun.down/v1", Label: st.Label, RunID: st.RunID, Simulated: f.Sim, Destroyed: []provider.InstanceID{}}
-	for _, a := range r.Attempts {
-		if a.Confirmed && a.InstanceID != 0 && !already[a.InstanceID] {
-			already[a.InstanceID] = true
-			res.Destroyed = append(res.Destroyed, a.InstanceID)
-		}
-	}
-	printDown(f, res)
+	printDown(f, downResult{Schema: "vastrun.down/v1", Label: st.Label, RunID: st.RunID, Simulated: f.Sim, Destroyed: runs.NewlyConfirmed(before, r.Attempts)})
 	return err
 }
 
 // downAll tears down every run that still holds instances, one at a time
 // (each confirms its own label), and reports every failure.
 func downAll(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config) error {
-	live := liveRuns(cfg.StateDir)
+	live := runs.LiveRuns(cfg.StateDir)
 	if len(live) == 0 {
 		f.IO.Infof("no run in %s holds instances: nothing to destroy", cfg.StateDir)
 		return nil
@@ -161,7 +97,7 @@ func downAll(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 // dir has it) in line with a completed label sweep. Failing to is a
 // warning: the marketplace, not the journal, is what was cleaned.
 func recordSwept(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, label string, ids []provider.InstanceID) {
-	dir := runWithLabel(cfg.StateDir, label)
+	dir := runs.WithLabel(cfg.StateDir, label)
 	if dir == "" {
 		return
 	}

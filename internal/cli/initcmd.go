@@ -44,7 +44,7 @@ a budget. It never overwrites a file unless --force. Then run
 'vastrun validate' and try it offline with --sim.`,
 		Example: "  vastrun init\n  vastrun init train --image ghcr.io/acme/trainer:v3\n  vastrun init ci -f gpu.yaml --force",
 		Args:    usageArgs(cobra.MaximumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {
 			opts.JSON = f.JSON
 			opts.Kind = "ci"
 			if len(args) == 1 {
@@ -58,11 +58,8 @@ a budget. It never overwrites a file unless --force. Then run
 					return image.Resolve(ctx, ref, image.Options{Insecure: opts.Insecure})
 				}
 			}
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runInit(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, runInit),
 	}
 	cmd.Flags().StringVarP(&opts.File, "file", "f", "vastrun.yaml", "config file to write")
 	cmd.Flags().StringVar(&opts.Image, "image", DefaultInitImage, "image to start from (a tag is pinned to its digest)")

@@ -251,12 +251,7 @@ Exit codes: 0 passed, 3 test or gate failed, 5 no offer, 6 needs --yes,
   VAST_API_KEY=... vastrun ci --yes -f vastrun.yaml --evidence-dir out/
   vastrun ci --yes --json > receipt.json`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runCI(cmd.Context(), opts)
-		},
+		RunE: runCmd(opts, nil, runF, runCI),
 	}
 	o.addFlags(cmd, true)
 	return cmd
@@ -297,12 +292,7 @@ A failure destroys what was rented.`,
   vastrun exec -- nvidia-smi
   vastrun down --yes`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runUp(cmd.Context(), opts)
-		},
+		RunE: runCmd(opts, nil, runF, runUp),
 	}
 	o.addFlags(cmd, true)
 	return cmd
@@ -350,13 +340,10 @@ the API. The exit status is the command's (3 when it fails).`,
 		Example: `  vastrun exec -- python -m pytest tests/gpu
   vastrun exec --instance 30511207 -- nvidia-smi`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {
 			opts.Script = strings.Join(args, " ")
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runExec(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, runExec),
 	}
 	o.addFlags(cmd, false)
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for env, secrets and the job timeout (optional)")

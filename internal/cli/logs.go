@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -43,16 +42,13 @@ controller copies the output there as the instance writes it, so -f follows
 it live until the run ends (or its controller is gone). Reads only.`,
 		Example: "  vastrun logs\n  vastrun logs -f\n  vastrun logs mx1seio0a3dm",
 		Args:    usageArgs(cobra.MaximumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.RunID = args[0]
 			}
 			opts.Clock = f.clock()
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runLogs(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, runLogs),
 	}
 	// -f follows here, as tail -f does; the config is --file.
 	cmd.Flags().StringVar(&opts.ConfigPath, "file", "vastrun.yaml", "config file for the state dir (optional)")
@@ -71,7 +67,7 @@ func runLogs(ctx context.Context, opts *LogsOptions) error {
 	if err != nil {
 		return err
 	}
-	evidence := evidenceOf(dir)
+	evidence := runs.EvidenceDir(dir)
 	if evidence == "" {
 		return fmt.Errorf("run %s: no evidence directory recorded in %s", filepath.Base(dir), filepath.Join(dir, "state.json"))
 	}
@@ -149,14 +145,4 @@ func runEnded(dir string) (bool, string) {
 		return true, fmt.Sprintf("run %s has no outcome and no controller: 'vastrun resume' takes it over", filepath.Base(dir))
 	}
 	return false, ""
-}
-
-func evidenceOf(runDir string) string {
-	var sf struct {
-		EvidenceDir string `json:"evidence_dir"`
-	}
-	if b, err := os.ReadFile(filepath.Join(runDir, "state.json")); err == nil {
-		json.Unmarshal(b, &sf)
-	}
-	return sf.EvidenceDir
 }

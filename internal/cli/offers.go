@@ -27,11 +27,12 @@ type OffersOptions struct {
 	NoDefaults bool
 	PolicyFile string
 	Explain    bool
+	f          *Factory
 }
 
 // NewCmdOffers builds `vastrun offers`; runF replaces the run in tests.
 func NewCmdOffers(f *Factory, runF func(context.Context, *OffersOptions) error) *cobra.Command {
-	opts := &OffersOptions{IO: f.IO, Market: f.Marketplace, Simulated: f.Simulated}
+	opts := &OffersOptions{f: f, IO: f.IO, Market: f.Marketplace, Simulated: f.Simulated}
 	cmd := &cobra.Command{
 		Use:   "offers [QUERY...]",
 		Short: "Search rentable GPU offers",
@@ -48,29 +49,23 @@ Prices ($/HR) include storage for --disk GB, as Vast bills it.`,
   vastrun offers 'num_gpus>=2 gpu_ram>=40 reliability>0.98 geolocation in [US,CA]' -o dph_total
   vastrun offers 'gpu_name in [A100_SXM4,H100_SXM] dph<3' --limit 5 --json
   vastrun offers --policy vastrun.yaml --explain`,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(opts, func(_ *cobra.Command, args []string) error {
 			opts.JSON = f.JSON
 			opts.Query = strings.Join(args, " ")
 			if opts.Limit <= 0 {
-				return &UsageError{Err: fmt.Errorf("--limit must be positive, got %d", opts.Limit)}
+				return &UsageError{Err: fmt.Errorf("--limit must be positive, got %d", opts.Limit), Hint: "ask for at least one offer, e.g. --limit 20 (the default)"}
 			}
 			if opts.DiskGB <= 0 {
-				return &UsageError{Err: fmt.Errorf("--disk must be positive, got %v", opts.DiskGB)}
+				return &UsageError{Err: fmt.Errorf("--disk must be positive, got %v", opts.DiskGB), Hint: "give the disk the run needs in GB, e.g. --disk 10 (the default)"}
 			}
-			if runF != nil {
-				return runF(cmd.Context(), opts)
+			if opts.PolicyFile != "" && opts.Query != "" {
+				return &UsageError{Err: fmt.Errorf("give either a query or --policy, not both"), Hint: "--policy judges offers by the gpu: section of the file; put extra constraints there"}
 			}
-			if opts.PolicyFile != "" {
-				if opts.Query != "" {
-					return &UsageError{Err: fmt.Errorf("give either a query or --policy, not both")}
-				}
-				return explainPolicy(cmd.Context(), f, opts.PolicyFile, 500)
+			if opts.Explain && opts.PolicyFile == "" {
+				return &UsageError{Err: fmt.Errorf("--explain needs --policy FILE"), Hint: "for example: vastrun offers --policy vastrun.yaml --explain"}
 			}
-			if opts.Explain {
-				return &UsageError{Err: fmt.Errorf("--explain needs --policy FILE")}
-			}
-			return runOffers(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, runOffers),
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&opts.Order, "order", "o", "score-", "sort fields, comma-separated; a trailing - sorts descending (e.g. dph_total or num_gpus-,dph_total)")
@@ -113,6 +108,9 @@ type offersJSON struct {
 }
 
 func runOffers(ctx context.Context, opts *OffersOptions) error {
+	if opts.PolicyFile != "" {
+		return explainPolicy(ctx, opts.f, opts.PolicyFile, 500)
+	}
 	q, err := vast.ParseQuery(opts.Query, vast.QueryOptions{
 		Order: opts.Order, Type: opts.Type, Limit: opts.Limit, StorageGB: opts.DiskGB, NoDefaults: opts.NoDefaults,
 	})

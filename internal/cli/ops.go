@@ -80,7 +80,7 @@ confirmed.`,
   vastrun down --instance 30511207 --instance 30511208 --yes
   vastrun down --all --yes`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {
 			if opts.Settle < 0 {
 				return &UsageError{Err: fmt.Errorf("--settle %s is negative", opts.Settle), Hint: "write how long listings must stay clean, e.g. --settle 20s"}
 			}
@@ -89,11 +89,8 @@ confirmed.`,
 					return &UsageError{Err: fmt.Errorf("--instance %d is not an instance id", id), Hint: "instance ids are positive numbers, as 'vastrun status' or the receipt show them"}
 				}
 			}
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runDown(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, runDown),
 	}
 	o.addFlags(cmd, false)
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir and teardown limit (optional)")
@@ -251,12 +248,7 @@ func NewCmdStatus(f *Factory, runF func(context.Context, *StatusOptions) error) 
 		Short:   "Show the current run (or --run) from its journal, with live instance states",
 		Example: "  vastrun status\n  vastrun status --run mx1seio0a3dm --json\n  vastrun status --offline",
 		Args:    usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runStatus(cmd.Context(), opts)
-		},
+		RunE:    runCmd(opts, nil, runF, runStatus),
 	}
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir (optional)")
 	cmd.Flags().StringVar(&o.StateDir, "state-dir", "", "where run journals live")
@@ -342,21 +334,18 @@ destroy the expired ones. Needs no state: the label says everything. Without
 --yes it only reports.`,
 		Example: "  vastrun reap\n  vastrun reap --label-prefix vastrun-acme --yes --json\n  vastrun reap --at 2026-12-24T00:00:00Z\n  vastrun reap --team --state s3://ml-team/vastrun --yes",
 		Args:    usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if opts.Team.team { // reap_team.go
+		RunE: runCmd(opts, func(*cobra.Command, []string) error {
+			if opts.Team.team {
 				opts.Team.prefix, opts.Team.yes = opts.Prefix, opts.Yes
-				return reapTeam(cmd.Context(), f, opts.Team)
+				return nil
 			}
 			if opts.At != "" {
 				if _, err := time.Parse(time.RFC3339, opts.At); err != nil {
 					return &UsageError{Err: fmt.Errorf("--at %q: %w", opts.At, err), Hint: "use RFC 3339, e.g. 2026-12-01T00:00:00Z"}
 				}
 			}
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runReap(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, runReap),
 	}
 	cmd.Flags().StringVar(&opts.Prefix, "label-prefix", label.DefaultPrefix+"-", "only labels starting with this")
 	cmd.Flags().BoolVarP(&opts.Yes, "yes", "y", false, "destroy (default: only report)")
@@ -367,6 +356,9 @@ destroy the expired ones. Needs no state: the label says everything. Without
 
 func runReap(ctx context.Context, opts *ReapOptions) error {
 	f := opts.f
+	if opts.Team.team { // reap_team.go
+		return reapTeam(ctx, f, opts.Team)
+	}
 	m, err := f.Marketplace(ctx)
 	if err != nil {
 		return err
@@ -418,12 +410,7 @@ than vastrun needs (misc, user_read, instance_read, instance_write and
 billing_read): doctor warns, and with --strict fails with exit 4.`,
 		Example: "  vastrun doctor\n  vastrun doctor --strict",
 		Args:    usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runDoctor(cmd.Context(), opts)
-		},
+		RunE:    runCmd(opts, nil, runF, runDoctor),
 	}
 	cmd.Flags().BoolVar(&opts.Strict, "strict", false, "fail (exit 4) when the key holds risky permissions")
 	return cmd

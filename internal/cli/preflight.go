@@ -48,6 +48,7 @@ func checkBeforeRenting(ctx context.Context, f *Factory, cfg *config.Config, wor
 
 // ValidateOptions are the flags of `vastrun validate`.
 type ValidateOptions struct {
+	f          *Factory
 	ConfigPath string
 	Offline    bool
 }
@@ -64,7 +65,7 @@ type validateResult struct {
 
 // NewCmdValidate builds `vastrun validate`.
 func NewCmdValidate(f *Factory, runF func(context.Context, *ValidateOptions) error) *cobra.Command {
-	o := &ValidateOptions{}
+	o := &ValidateOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Run the preflight alone: config, image digest, uploads, secrets, GPU names and live offers",
@@ -77,19 +78,15 @@ Without an API key (or with --offline) only the local checks run.
 Exit 0 when everything passes, 2 when something must be fixed.`,
 		Example: "  vastrun validate\n  vastrun validate -f ci/vastrun.yaml --json\n  vastrun validate --sim",
 		Args:    usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			return runValidate(cmd.Context(), f, o)
-		},
+		RunE:    runCmd(o, nil, runF, runValidate),
 	}
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file (docs/config.md)")
 	cmd.Flags().BoolVar(&o.Offline, "offline", false, "run only the local checks")
 	return cmd
 }
 
-func runValidate(ctx context.Context, f *Factory, o *ValidateOptions) error {
+func runValidate(ctx context.Context, o *ValidateOptions) error {
+	f := o.f
 	wo := &WorkflowOptions{ConfigPath: o.ConfigPath}
 	cfg, err := wo.loadConfig()
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 // PublishOptions are the flags of `vastrun publish` (and canary --publish).
 type PublishOptions struct {
+	f          *Factory
 	ConfigPath string
 	Source     string
 	Repo       string
@@ -37,7 +38,7 @@ func (o *PublishOptions) addFlags(cmd *cobra.Command, prefix string) {
 
 // NewCmdPublish builds `vastrun publish`.
 func NewCmdPublish(f *Factory, runF func(context.Context, *PublishOptions) error) *cobra.Command {
-	o := &PublishOptions{}
+	o := &PublishOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "publish",
 		Short: "Push the image you built under its commit and pin it by digest",
@@ -55,31 +56,31 @@ docker config (~/.docker/config.json, DOCKER_CONFIG) and its helpers.`,
   podman save -o app.tar app:dev && vastrun publish --source app.tar --write
   vastrun canary --publish --yes                  # publish, then run the canary on the digest`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(cmd.Context(), o)
-			}
-			cfg, err := config.Load(o.ConfigPath)
-			if err != nil {
-				return &UsageError{Err: err, Hint: fmt.Sprintf("fix it in %s, or pass -f FILE", o.ConfigPath)}
-			}
-			res, err := runPublish(cmd.Context(), f, o, cfg)
-			if err != nil {
-				return err
-			}
-			if f.JSON {
-				enc := json.NewEncoder(f.IO.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
-			}
-			fmt.Fprintln(f.IO.Out, res.Pinned)
-			return nil
-		},
+		RunE: runCmd(o, nil, runF, runPublishCmd),
 	}
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file (docs/config.md)")
 	cmd.Flags().BoolVar(&o.Insecure, "insecure-registry", false, "allow a plain-HTTP registry")
 	o.addFlags(cmd, "")
 	return cmd
+}
+
+func runPublishCmd(ctx context.Context, o *PublishOptions) error {
+	f := o.f
+	cfg, err := config.Load(o.ConfigPath)
+	if err != nil {
+		return &UsageError{Err: err, Hint: fmt.Sprintf("fix it in %s, or pass -f FILE", o.ConfigPath)}
+	}
+	res, err := runPublish(ctx, f, o, cfg)
+	if err != nil {
+		return err
+	}
+	if f.JSON {
+		enc := json.NewEncoder(f.IO.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintln(f.IO.Out, res.Pinned)
+	return nil
 }
 
 // runPublish pushes and pins; cfg.Image is set to the pinned reference

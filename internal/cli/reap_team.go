@@ -28,30 +28,14 @@ func (o *reapTeamOptions) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.BoolVar(&o.team, "team", false, "judge every instance of the account by its label and the team bucket's state (state: s3://...): destroy only orphans of ended or abandoned runs, after taking their lease")
 	fl.DurationVar(&o.grace, "grace", 5*time.Minute, "with --team: leave instances younger than this alone (a run may not have written its state yet)")
-	fl.StringVarP(&o.wf.ConfigPath, "file", "f", "vastrun.yaml", "with --team: config file (for state: and team.lease_ttl)")
-	o.wf.addTeamFlags(cmd)
+	o.wf.addTeamBucketFlags(cmd, "with --team: config file (for state: and team.lease_ttl)")
 }
 
 // reapTeam classifies every instance of the account by label and bucket
 // state and destroys the orphans (with --yes), each after taking its run's
 // lease over. Any other verdict, unknown included, is left alone.
 func reapTeam(ctx context.Context, f *Factory, o *reapTeamOptions) error {
-	o.wf.allowMissingConfigs = true
-	if o.wf.ConfigPath == "" {
-		o.wf.ConfigPath = "vastrun.yaml"
-	}
-	cfg, err := o.wf.loadConfig()
-	if err != nil {
-		return err
-	}
-	loc, err := stateLocation(&o.wf, cfg)
-	if err != nil {
-		return err
-	}
-	if loc.Kind != "s3" {
-		return &UsageError{Err: fmt.Errorf("reap --team judges instances by the team bucket, and the state is local"), Hint: "pass --state s3://BUCKET/PREFIX, or use plain 'vastrun reap' (label expiry only)"}
-	}
-	b, err := openTeamBackend(ctx, f, loc)
+	cfg, loc, b, err := o.wf.openTeamBucket(ctx, f, "reap --team judges instances by the team bucket", "pass --state s3://BUCKET/PREFIX, or use plain 'vastrun reap' (label expiry only)")
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,10 @@
 // Package cli is vastrun's command line: the only package that imports
-// cobra. Each command is an Options struct, a NewCmdX that fills it from
-// flags, and a runX(ctx, opts) that does the work through the Factory.
+// cobra. Each command is an Options struct, a NewCmdX(f, runF) that fills it
+// from flags and arguments, and a runX(ctx, opts) that does the work through
+// the Factory; its RunE is runCmd's, which hands the options to runF (tests)
+// or runX. TestEveryCommandHasTheGhShape holds every command to that.
+// Decisions that are not wiring live in packages of their own (janitor,
+// runs, sweep, team), where they are table-tested.
 package cli
 
 import (
@@ -87,7 +91,7 @@ Exit codes are documented in docs/exit-codes.md.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if v, _ := cmd.Flags().GetBool("version"); v && len(args) == 0 {
-				return runVersion(&VersionOptions{IO: f.IO, JSON: f.JSON})
+				return runVersion(cmd.Context(), &VersionOptions{IO: f.IO, JSON: f.JSON})
 			}
 			if len(args) == 0 {
 				return cmd.Help()
@@ -112,10 +116,10 @@ Exit codes are documented in docs/exit-codes.md.`,
 
 	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f),
 		NewCmdCI(f, nil), NewCmdUp(f, nil), NewCmdExec(f, nil), NewCmdDown(f, nil), NewCmdStatus(f, nil), NewCmdReap(f, nil), NewCmdDoctor(f, nil),
-		NewCmdTrain(f, nil), NewCmdResume(f, nil), NewCmdAgent(f), NewCmdCanary(f), NewCmdReport(f),
-		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdPublish(f, nil), NewCmdRuns(f, nil), NewCmdBudget(f), NewCmdSweep(f),
+		NewCmdTrain(f, nil), NewCmdResume(f, nil), NewCmdAgent(f), NewCmdCanary(f, nil), NewCmdReport(f, nil),
+		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdPublish(f, nil), NewCmdRuns(f, nil), NewCmdBudget(f, nil), NewCmdSweep(f, nil),
 		NewCmdInit(f, nil), NewCmdLogs(f, nil))
-	root.AddCommand(newCmdCheckpoint(f)) // hidden developer tool
+	root.AddCommand(NewCmdCheckpoint(f)) // hidden developer tool
 	usageForGroups(root)
 	guardSimSplit(root, f)
 	_ = showVersion

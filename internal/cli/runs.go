@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 // RunsOptions are the inputs of `vastrun runs`.
 type RunsOptions struct {
+	f          *Factory
 	IO         *IOStreams
 	JSON       bool
 	ConfigPath string
@@ -26,8 +28,8 @@ type RunsOptions struct {
 }
 
 // NewCmdRuns builds `vastrun runs`; runF replaces the run in tests.
-func NewCmdRuns(f *Factory, runF func(*RunsOptions) error) *cobra.Command {
-	opts := &RunsOptions{IO: f.IO, Team: &WorkflowOptions{allowMissingConfigs: true}}
+func NewCmdRuns(f *Factory, runF func(context.Context, *RunsOptions) error) *cobra.Command {
+	opts := &RunsOptions{f: f, IO: f.IO, Team: &WorkflowOptions{allowMissingConfigs: true}}
 	cmd := &cobra.Command{
 		Use:   "runs",
 		Short: "List the state dir's runs, newest first: outcome, time, cost and live instances",
@@ -41,18 +43,12 @@ With --all, the team's runs are listed from the state bucket (state:
 s3://...): state, workflow, holder, lease freshness, instances and cost.`,
 		Example: "  vastrun runs\n  vastrun runs --json | jq '.runs[] | select(.live_instances | length > 0)'\n  vastrun runs --all --state s3://ml-team/vastrun\n  vastrun runs --all --mine --json",
 		Args:    usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(opts, func(*cobra.Command, []string) error {
 			opts.JSON = f.JSON
 			opts.Now = f.clock().Now
-			if opts.All || opts.Mine { // runs_team.go
-				opts.Team.ConfigPath, opts.Team.StateDir = opts.ConfigPath, opts.StateDir
-				return listTeamRuns(cmd.Context(), f, opts.Team, opts.Mine)
-			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return runRuns(opts)
-		},
+			opts.Team.ConfigPath, opts.Team.StateDir = opts.ConfigPath, opts.StateDir
+			return nil
+		}, runF, runRuns),
 	}
 	cmd.Flags().StringVarP(&opts.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir (optional)")
 	cmd.Flags().StringVar(&opts.StateDir, "state-dir", "", "where run journals live (default: state_dir in the config, else .vastrun)")
@@ -62,7 +58,10 @@ s3://...): state, workflow, holder, lease freshness, instances and cost.`,
 	return cmd
 }
 
-func runRuns(opts *RunsOptions) error {
+func runRuns(ctx context.Context, opts *RunsOptions) error {
+	if opts.All || opts.Mine { // runs_team.go
+		return listTeamRuns(ctx, opts.f, opts.Team, opts.Mine)
+	}
 	wo := &WorkflowOptions{ConfigPath: opts.ConfigPath, StateDir: opts.StateDir, allowMissingConfigs: true}
 	cfg, err := wo.loadConfig()
 	if err != nil {

@@ -16,18 +16,7 @@ const TeamRunsSchema = "vastrun.team.runs"
 
 // listTeamRuns prints the team's runs from the bucket.
 func listTeamRuns(ctx context.Context, f *Factory, o *WorkflowOptions, mine bool) error {
-	cfg, err := o.loadConfig()
-	if err != nil {
-		return err
-	}
-	loc, err := stateLocation(o, cfg)
-	if err != nil {
-		return err
-	}
-	if loc.Kind != "s3" {
-		return &UsageError{Err: fmt.Errorf("runs --all lists a team bucket, and the state is local"), Hint: "pass --state s3://BUCKET/PREFIX, or set state: in the config (docs/teams.md)"}
-	}
-	b, err := openTeamBackend(ctx, f, loc)
+	_, loc, b, err := o.openTeamBucket(ctx, f, "runs --all lists a team bucket", teamStateHint)
 	if err != nil {
 		return err
 	}
@@ -36,14 +25,7 @@ func listTeamRuns(ctx context.Context, f *Factory, o *WorkflowOptions, mine bool
 		return fmt.Errorf("list runs in %s: %w", loc, err)
 	}
 	if mine {
-		me := state.ThisProcess(f.Getenv)
-		kept := rows[:0]
-		for _, r := range rows {
-			if r.Holder.Host == me.Host && r.Holder.User == me.User {
-				kept = append(kept, r)
-			}
-		}
-		rows = kept
+		rows = team.HeldFrom(rows, state.ThisProcess(f.Getenv))
 	}
 	if f.JSON {
 		if rows == nil {

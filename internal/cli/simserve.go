@@ -57,19 +57,16 @@ live instances.`,
   curl -H "Authorization: Bearer $VAST_API_KEY" $VAST_URL/api/v0/users/current/
   curl -X POST $VAST_URL/_sim/faults -d '{"kind":"rate_limit","endpoint":"*","count":5}'`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {
 			opts.JSON = f.JSON
 			if opts.Speed <= 0 {
-				return &UsageError{Err: fmt.Errorf("--speed must be positive, got %v", opts.Speed)}
+				return &UsageError{Err: fmt.Errorf("--speed must be positive, got %v", opts.Speed), Hint: "simulated seconds per real second: 1 is real time, 10 ten times faster"}
 			}
 			if opts.Instances < 0 {
-				return &UsageError{Err: fmt.Errorf("--instances must be 0 or more, got %d", opts.Instances)}
+				return &UsageError{Err: fmt.Errorf("--instances must be 0 or more, got %d", opts.Instances), Hint: "leave it out for an empty account, or seed N running instances with --instances N"}
 			}
-			if runF != nil {
-				return runF(cmd.Context(), opts)
-			}
-			return runSimServe(cmd.Context(), opts)
-		},
+			return nil
+		}, runF, runSimServe),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Listen, "listen", "127.0.0.1:0", "loopback address to listen on (port 0 picks a free one)")

@@ -21,6 +21,7 @@ import (
 
 // SSHOptions are the inputs of `vastrun ssh`.
 type SSHOptions struct {
+	f        *Factory
 	IO       *IOStreams
 	Workflow *WorkflowOptions
 	RunID    string
@@ -66,8 +67,8 @@ func ParseForward(s string) (Forward, error) {
 }
 
 // NewCmdSSH builds `vastrun ssh`; runF replaces the run in tests.
-func NewCmdSSH(f *Factory, runF func(*SSHOptions) error) *cobra.Command {
-	o := &SSHOptions{IO: f.IO, Workflow: &WorkflowOptions{allowMissingConfigs: true}}
+func NewCmdSSH(f *Factory, runF func(context.Context, *SSHOptions) error) *cobra.Command {
+	o := &SSHOptions{f: f, IO: f.IO, Workflow: &WorkflowOptions{allowMissingConfigs: true}}
 	var forwards []string
 	cmd := &cobra.Command{
 		Use:   "ssh [RUN] [-L LOCAL:REMOTE]... [-- COMMAND...]",
@@ -96,7 +97,7 @@ forwards. Nothing is rented or destroyed; runs that are not live are refused.`,
 			}
 			return nil
 		}),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(o, func(cmd *cobra.Command, args []string) error {
 			at := cmd.ArgsLenAtDash()
 			switch {
 			case at == 0:
@@ -119,11 +120,8 @@ forwards. Nothing is rented or destroyed; runs that are not live are refused.`,
 			if o.NoCommand && len(o.Forwards) == 0 {
 				return &UsageError{Err: errors.New("-N without -L has nothing to do"), Hint: "add -L LOCAL:REMOTE"}
 			}
-			if runF != nil {
-				return runF(o)
-			}
-			return runSSH(cmd.Context(), f, o)
-		},
+			return nil
+		}, runF, runSSH),
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVarP(&forwards, "local-forward", "L", nil, "forward [BIND:]LOCAL_PORT:[HOST:]PORT to HOST:PORT as the instance sees it (repeatable)")
@@ -135,7 +133,8 @@ forwards. Nothing is rented or destroyed; runs that are not live are refused.`,
 	return cmd
 }
 
-func runSSH(ctx context.Context, f *Factory, o *SSHOptions) error {
+func runSSH(ctx context.Context, o *SSHOptions) error {
+	f := o.f
 	cfg, err := o.Workflow.loadConfig()
 	if err != nil {
 		return err

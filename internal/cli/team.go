@@ -41,6 +41,40 @@ func stateLocation(o *WorkflowOptions, cfg *config.Config) (state.Location, erro
 	return l, nil
 }
 
+// addTeamBucketFlags adds the flags of the commands that work on the team
+// bucket alone (budget, runs --all, reap --team): the config, which names
+// state: and team.*, and --state over it.
+func (o *WorkflowOptions) addTeamBucketFlags(cmd *cobra.Command, fileUsage string) {
+	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", fileUsage)
+	o.addTeamFlags(cmd)
+}
+
+// openTeamBucket loads the config (a missing one is the defaults) and
+// opens the team bucket that --state or state: names. A local state is
+// refused with notTeam (what the command needs the bucket for) and hint.
+func (o *WorkflowOptions) openTeamBucket(ctx context.Context, f *Factory, notTeam, hint string) (*config.Config, state.Location, *state.S3, error) {
+	o.allowMissingConfigs = true
+	cfg, err := o.loadConfig()
+	if err != nil {
+		return nil, state.Location{}, nil, err
+	}
+	loc, err := stateLocation(o, cfg)
+	if err != nil {
+		return nil, state.Location{}, nil, err
+	}
+	if loc.Kind != "s3" {
+		return nil, loc, nil, &UsageError{Err: fmt.Errorf("%s, and the state is local", notTeam), Hint: hint}
+	}
+	b, err := openTeamBackend(ctx, f, loc)
+	if err != nil {
+		return nil, loc, nil, err
+	}
+	return cfg, loc, b, nil
+}
+
+// teamStateHint is what a team command run on local state says to do.
+const teamStateHint = "pass --state s3://BUCKET/PREFIX, or set state: in the config (docs/teams.md)"
+
 // openTeamBackend opens and, on first use of the endpoint, probes the team
 // bucket. A bucket that does not enforce conditional writes is refused.
 func openTeamBackend(ctx context.Context, f *Factory, loc state.Location) (*state.S3, error) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -26,20 +27,17 @@ type VersionOptions struct {
 }
 
 // NewCmdVersion builds `vastrun version`; runF replaces the run in tests.
-func NewCmdVersion(f *Factory, runF func(*VersionOptions) error) *cobra.Command {
+func NewCmdVersion(f *Factory, runF func(context.Context, *VersionOptions) error) *cobra.Command {
 	opts := &VersionOptions{IO: f.IO}
 	return &cobra.Command{
 		Use:     "version",
 		Short:   "Print the vastrun version",
 		Example: "  vastrun version\n  vastrun version --json",
 		Args:    usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: runCmd(opts, func(*cobra.Command, []string) error {
 			opts.JSON = f.JSON
-			if runF != nil {
-				return runF(opts)
-			}
-			return runVersion(opts)
-		},
+			return nil
+		}, runF, runVersion),
 	}
 }
 
@@ -52,7 +50,7 @@ type versionInfo struct {
 	Platform  string `json:"platform"`
 }
 
-func runVersion(opts *VersionOptions) error {
+func runVersion(_ context.Context, opts *VersionOptions) error {
 	v := versionInfo{Schema: "vastrun.version/v1", Version: Version, Commit: Commit, Date: Date, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {

@@ -108,18 +108,14 @@ func read(dir string, now time.Time) Run {
 	if r.Outcome == "" {
 		r.Outcome = OutcomeUnfinished
 	}
-	var sf stateFile
-	if b, err := os.ReadFile(filepath.Join(dir, "state.json")); err == nil {
-		json.Unmarshal(b, &sf)
-	}
-	r.EvidenceDir = sf.EvidenceDir
+	r.EvidenceDir = EvidenceDir(dir)
 	last := st.Started
 	if n := len(recs); n > 0 {
 		last = recs[n-1].Time
 	}
 	r.WallSeconds = seconds(last.Sub(st.Started))
 	r.CostUSD, r.CostSource = estimate(st, now), "estimate"
-	if rc := receipt(sf.EvidenceDir); rc != nil && rc.RunID == st.RunID {
+	if rc := receipt(r.EvidenceDir); rc != nil && rc.RunID == st.RunID {
 		// The receipt's figures are wall-clock even for a scaled simulator.
 		r.Simulated = rc.Simulated
 		if !rc.StartedAt.IsZero() {

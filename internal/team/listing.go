@@ -91,3 +91,17 @@ func List(ctx context.Context, b state.Backend) ([]Row, error) {
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Started.After(rows[j].Started) })
 	return rows, nil
 }
+
+// HeldFrom keeps the rows whose run is held, or was last held, by the
+// given user on the given host (`vastrun runs --all --mine`). The process
+// and lease ids are not compared: a run counts as mine after the
+// controller that held it has gone.
+func HeldFrom(rows []Row, me state.Holder) []Row {
+	var kept []Row
+	for _, r := range rows {
+		if r.Holder.Host == me.Host && r.Holder.User == me.User {
+			kept = append(kept, r)
+		}
+	}
+	return kept
+}
