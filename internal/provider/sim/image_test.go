@@ -202,6 +202,43 @@ func TestInstanceRunsInsideItsImage(t *testing.T) {
 		t.Fatalf("signal: %v %q", err, rest)
 	}
 
+	// A pseudo-terminal session gets a terminal inside the container.
+	sess, _ = c.NewSession()
+	if err := sess.RequestPty("xterm", 24, 80, gossh.TerminalModes{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = sess.CombinedOutput("test -t 0 && test -t 1 && echo \"tty $TERM\"; cat /opt/model/weights.txt")
+	sess.Close()
+	if err != nil || !strings.Contains(string(got), "tty xterm") || !strings.Contains(string(got), "only in the image") {
+		t.Fatalf("pty session: %v %q", err, got)
+	}
+
+	// ssh_drop cuts the live connection; ssh_stall hangs it; a new
+	// connection reaches the same container.
+	for _, kind := range []string{sim.FaultSSHDrop, sim.FaultSSHStall} {
+		sess, _ = c.NewSession()
+		stdout, _ := sess.StdoutPipe()
+		if err := sess.Start("echo up; sleep 300"); err != nil {
+			t.Fatal(err)
+		}
+		io.ReadFull(stdout, make([]byte, 3))
+		if err := e.sim.Inject(sim.Fault{Kind: kind, Instance: int64(id)}); err != nil {
+			t.Fatal(err)
+		}
+		if kind == sim.FaultSSHDrop {
+			if err := sess.Wait(); err == nil {
+				t.Fatal("a dropped connection's command ended cleanly")
+			}
+		}
+		c.Close()
+		if c, err = dialSSH(inst, signer); err != nil {
+			t.Fatalf("after %s: %v", kind, err)
+		}
+		if out, code := run(t, c, "cat /opt/model/weights.txt"); code != 0 || out != "only in the image\n" {
+			t.Fatalf("after %s: %d %q", kind, code, out)
+		}
+	}
+
 	// Stop kills what the sessions left behind (a detached job), keeps the
 	// files; start runs again in the same container.
 	run(t, c, "setsid nohup sleep 300 >/dev/null 2>&1 </dev/null & echo kept > kept.txt")
