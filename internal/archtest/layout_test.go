@@ -39,7 +39,7 @@ var layout = map[string][]string{
 	"internal/provider/openapitest":  {},
 	"internal/provider/providertest": {"internal/provider"},
 	"internal/provider/retry":        {"internal/clock", "internal/poll", "internal/provider"},
-	"internal/provider/sim":          {"internal/clock", "internal/provider"}, // the bid unit (provider.BidPerGPU) is one constant for client and simulator
+	"internal/provider/sim":          {"internal/clock", "internal/container", "internal/provider"}, // container: the image path (instances run inside their image); the bid unit (provider.BidPerGPU) is one constant for client and simulator
 	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider"},
 	"internal/receipt":               {},
 	"internal/redact":                {},

@@ -146,7 +146,15 @@ func (f *Factory) startSim() (url, key string, err error) {
 	if f.Clock == nil {
 		f.Clock = simClock
 	}
-	s, err := sim.New(sim.Config{Clock: f.Clock, Logger: f.Logger()})
+	// VASTRUN_SIM_IMAGES=podman: instances run inside their pinned image.
+	images, off, err := sim.ImageEngine(context.Background(), f.Getenv(sim.ImagesEnv))
+	if err != nil {
+		return "", "", &UsageError{Err: err, Hint: "unset it (the host sandbox) or set it to podman (the pinned image, pulled from its registry)"}
+	}
+	if f.Getenv(sim.ImagesEnv) == "podman" && images == nil {
+		f.IO.Infof("simulated instances run in a host sandbox, not inside the pinned image: %s", off)
+	}
+	s, err := sim.New(sim.Config{Clock: f.Clock, Logger: f.Logger(), Images: images, ImagesOff: off})
 	if err != nil {
 		return "", "", err
 	}

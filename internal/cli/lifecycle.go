@@ -17,7 +17,6 @@ import (
 	"github.com/vastrun/vastrun/internal/ci"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/team"
 	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
@@ -131,8 +130,8 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 	if d := f.startProgress(env); d != nil {
 		e.Observer, e.Stream = d, d.Writer()
 	}
-	if f.Sim {
-		e.SimInstance = sim.InstanceRuntime(sim.PodmanProbe{})
+	if s := f.SimServer(); s != nil {
+		e.SimInstance = s.InstanceRuntime(cfg.Image)
 	}
 	if err := attachTeam(ctx, f, o, cfg, e); err != nil {
 		return nil, err

@@ -40,6 +40,8 @@ type SimServeOptions struct {
 	Dir       string
 	// Instances seeds the account with this many running instances.
 	Instances int
+	// Images is VASTRUN_SIM_IMAGES: "podman" runs instances inside their image.
+	Images string
 }
 
 // NewCmdSimServe builds `vastrun sim serve`; runF replaces the run in tests.
@@ -59,6 +61,7 @@ live instances.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {
 			opts.JSON = f.JSON
+			opts.Images = f.Getenv(sim.ImagesEnv)
 			if opts.Speed <= 0 {
 				return &UsageError{Err: fmt.Errorf("--speed must be positive, got %v", opts.Speed), Hint: "simulated seconds per real second: 1 is real time, 10 ten times faster"}
 			}
@@ -94,7 +97,15 @@ func runSimServe(ctx context.Context, opts *SimServeOptions) error {
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return &UsageError{Err: fmt.Errorf("--listen %q is not a loopback address", opts.Listen), Hint: "the simulator serves loopback only: use 127.0.0.1:PORT"}
 	}
-	s, err := sim.New(sim.Config{Clock: clock.NewScaled(time.Now(), opts.Speed), Seed: opts.Seed, Offers: opts.Offers + opts.Instances, APIKey: opts.APIKey, Dir: opts.Dir})
+	images, off, err := sim.ImageEngine(ctx, opts.Images)
+	if err != nil {
+		return &UsageError{Err: err, Hint: "unset it (the host sandbox) or set it to podman (the pinned image, pulled from its registry)"}
+	}
+	if opts.Images == "podman" && images == nil {
+		opts.IO.Infof("instances run in a host sandbox, not inside their image: %s", off)
+	}
+	s, err := sim.New(sim.Config{Clock: clock.NewScaled(time.Now(), opts.Speed), Seed: opts.Seed, Offers: opts.Offers + opts.Instances, APIKey: opts.APIKey, Dir: opts.Dir,
+		Images: images, ImagesOff: off})
 	if err != nil {
 		return err
 	}

@@ -512,6 +512,9 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 	if err := in.makeSandbox(s.dir); err != nil {
 		s.log.Error("make sandbox", "instance", in.ID, "err", err)
 	}
+	if s.cfg.Images != nil && !in.pullFails {
+		s.startBox(in, b.ImageLogin)
+	}
 	return in
 }
 
@@ -976,6 +979,9 @@ func (s *Server) destroyLocked(in *instance) {
 	in.logf(now, "contract destroyed")
 	in.Offer.RentedBy = 0
 	s.killSessions(in)
+	if in.box != nil && in.box.destroy() {
+		s.removeBox(in.box)
+	}
 	for _, k := range s.keys {
 		if k.Instance == in.ID {
 			k.Deleted = true

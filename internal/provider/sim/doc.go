@@ -46,6 +46,10 @@
 //     hashes resolve to an image (404 no_such_template otherwise).
 //   - A v1 list page renders only its own rows; SeedInstances fills an
 //     account for listing at scale.
+//   - Instances run their SSH sessions in a host sandbox directory, or,
+//     with Config.Images (Podman), inside their image pulled from the
+//     registry the reference names (see image.go); a failed pull is
+//     docker's status message on a "created" instance.
 //   - Control endpoints live under /_sim/ (never under /api/), so a real
 //     client can never reach them by accident.
 package sim

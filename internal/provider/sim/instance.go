@@ -67,6 +67,8 @@ type instance struct {
 	sshRefuseConns int
 
 	sandbox  string
+	box      *imageBox // image path (Config.Images): the instance's container; nil: the host sandbox
+	awaitBox bool      // due to run, waiting for the image pull
 	sshMu    sync.Mutex
 	sshPort  int
 	ln       net.Listener
@@ -128,6 +130,13 @@ func (in *instance) runTo(now time.Time) {
 		in.nextAt = time.Time{}
 		in.enter(in.nextState, at)
 	}
+	if in.awaitBox {
+		if st, _ := in.box.status(); st != boxPulling {
+			in.accrue(now)
+			in.awaitBox = false
+			in.enter("running", now)
+		}
+	}
 	in.accrue(now)
 }
 
@@ -158,6 +167,17 @@ func (in *instance) enter(state string, at time.Time) {
 		in.killPending = true
 		in.logf(at, "instance paused: outbid")
 	case "running":
+		if in.box != nil {
+			switch st, msg := in.box.status(); st {
+			case boxPulling: // loading lasts as long as the pull (runTo checks again)
+				in.awaitBox = true
+				return
+			case boxFailed:
+				in.Actual, in.StatusMsg = "created", msg
+				in.logf(at, "%s", msg)
+				return
+			}
+		}
 		in.RunningSince = at
 		if f := in.outbidAfter; f.Seconds > 0 && in.mkt != nil {
 			in.outbidAfter = Fault{}
@@ -185,6 +205,7 @@ func (in *instance) enter(state string, at time.Time) {
 func (in *instance) setState(now time.Time, actual, intended, cur, next, msg string) {
 	in.advance(now)
 	in.nextAt = time.Time{}
+	in.awaitBox = false
 	in.Actual, in.Intended, in.Cur, in.Next, in.StatusMsg = actual, intended, cur, next, msg
 	in.logf(now, "state: actual=%s intended=%s", actual, intended)
 }
@@ -194,7 +215,7 @@ func (in *instance) running() bool { return !in.Destroyed && in.Actual == "runni
 // makeSandbox lays out the instance's private directories.
 func (in *instance) makeSandbox(root string) error {
 	in.sandbox = filepath.Join(root, fmt.Sprintf("instance-%d", in.ID))
-	for _, d := range []string{"workspace", "root", ".sim/bin"} {
+	for _, d := range []string{"workspace", "root", ".sim/bin", ".sim/run"} {
 		if err := os.MkdirAll(filepath.Join(in.sandbox, d), 0o700); err != nil {
 			return err
 		}

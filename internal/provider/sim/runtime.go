@@ -1,32 +1,53 @@
 package sim
 
 import (
+	"context"
 	"fmt"
-	"os/exec"
+
+	"github.com/vastrun/vastrun/internal/container"
 )
 
-// ImageRunner is a container engine that could run a simulated instance's
-// commands inside its pinned image. It is an interface so that the
-// container package (engine detection and run) can stand in for the probe
-// below.
-type ImageRunner interface {
-	// Available names the working engine, or says why none can be used.
-	Available() (engine string, err error)
+// ImagesEnv names the setting that chooses where simulated instances run
+// their commands: unset or "off", in a host sandbox (the default: no pull,
+// no engine, nothing slower than a directory); "podman", inside the
+// pinned image, pulled from its registry and run by Podman, when Podman
+// works here (otherwise the sandbox, and the receipts say why).
+const ImagesEnv = "VASTRUN_SIM_IMAGES"
+
+// ImageEngine reads the ImagesEnv value mode: the engine to run images
+// with, or nil and why not (for the receipts). An unknown mode is an error.
+func ImageEngine(ctx context.Context, mode string) (*container.Engine, string, error) {
+	switch mode {
+	case "", "off":
+		return nil, ImagesEnv + " is not set to podman", nil
+	case "podman":
+		eng, err := container.Detect(ctx, "podman")
+		if err != nil {
+			return nil, "no container engine (" + err.Error() + ")", nil
+		}
+		return eng, "", nil
+	}
+	return nil, "", fmt.Errorf("%s=%q: want podman or off", ImagesEnv, mode)
 }
 
-// PodmanProbe finds a podman that answers `podman info`.
-type PodmanProbe struct{}
+// Sandboxed is the start of the receipts' note when the commands ran in
+// the host sandbox.
+const Sandboxed = "the simulated instance ran its commands on this host in a sandbox (only the uploaded files, a fake nvidia-smi), not inside the pinned image"
 
-// Available implements [ImageRunner].
-func (PodmanProbe) Available() (string, error) {
-	path, err := exec.LookPath("podman")
-	if err != nil {
-		return "", fmt.Errorf("podman is not installed")
+// InstanceRuntime says, for every receipt of a simulated run of image,
+// where the simulated instance's commands ran: inside image (Config.Images)
+// or in the host sandbox, which sees only the uploaded files, so that a
+// smoke needing the image's contents fails there and one using host paths
+// passes there but would not in the real image. The sandbox note says why
+// the image did not run.
+func (s *Server) InstanceRuntime(image string) string {
+	if s.cfg.Images != nil {
+		return fmt.Sprintf("the simulated instance ran its commands inside the pinned image %s (pulled from its registry and run by %s, a fake nvidia-smi on PATH), not on a GPU", image, s.cfg.Images.Name)
 	}
-	if out, err := exec.Command(path, "info", "--format", "{{.Host.OCIRuntime.Name}}").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("podman info failed: %v: %s", err, lastLine(string(out)))
+	if s.cfg.ImagesOff != "" {
+		return Sandboxed + ": " + s.cfg.ImagesOff
 	}
-	return "podman", nil
+	return Sandboxed
 }
 
 func lastLine(s string) string {
@@ -39,23 +60,4 @@ func lastLine(s string) string {
 		}
 	}
 	return s
-}
-
-// InstanceRuntime says, for every receipt of a simulated run, where the
-// simulated instance's commands ran. Today they always run on this host in
-// a per-instance sandbox with a fake nvidia-smi, seeing only the uploaded
-// files, not inside the pinned image: a smoke that needs the image's
-// contents fails here, and one that uses host paths passes here but would
-// not in the real image. The note says so, and whether an engine that
-// could run the image is present.
-func InstanceRuntime(r ImageRunner) string {
-	const sandbox = "the simulated instance ran its commands on this host in a sandbox (only the uploaded files, a fake nvidia-smi), not inside the pinned image"
-	if r == nil {
-		return sandbox
-	}
-	if eng, err := r.Available(); err != nil {
-		return sandbox + ": no container engine (" + err.Error() + ")"
-	} else {
-		return sandbox + ": " + eng + " is available, but the simulator does not run images yet"
-	}
 }

@@ -1,30 +1,42 @@
 package sim
 
 import (
-	"errors"
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/vastrun/vastrun/internal/container"
 )
 
-type fakeRunner struct {
-	name string
-	err  error
-}
-
-func (f fakeRunner) Available() (string, error) { return f.name, f.err }
-
-func TestInstanceRuntimeAlwaysSaysTheImageDidNotRun(t *testing.T) {
+func TestInstanceRuntimeSaysWhereTheCommandsRan(t *testing.T) {
 	for _, tc := range []struct {
-		r    ImageRunner
+		cfg  Config
 		want string
 	}{
-		{nil, "not inside the pinned image"},
-		{fakeRunner{err: errors.New("podman is not installed")}, "no container engine (podman is not installed)"},
-		{fakeRunner{name: "podman"}, "podman is available, but the simulator does not run images yet"},
+		{Config{}, Sandboxed},
+		{Config{ImagesOff: "VASTRUN_SIM_IMAGES is not set to podman"}, Sandboxed + ": VASTRUN_SIM_IMAGES is not set to podman"},
+		{Config{Images: &container.Engine{Name: "podman"}}, "inside the pinned image reg.example/app@sha256:ab (pulled from its registry and run by podman"},
 	} {
-		got := InstanceRuntime(tc.r)
-		if !strings.Contains(got, tc.want) || !strings.Contains(got, "not inside the pinned image") {
-			t.Errorf("%v: %q", tc.r, got)
+		s := &Server{cfg: tc.cfg}
+		if got := s.InstanceRuntime("reg.example/app@sha256:ab"); !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: %q, want %q", tc.cfg, got, tc.want)
 		}
+	}
+}
+
+func TestImageEngineModes(t *testing.T) {
+	for _, mode := range []string{"", "off"} {
+		eng, off, err := ImageEngine(context.Background(), mode)
+		if eng != nil || err != nil || !strings.Contains(off, ImagesEnv) {
+			t.Errorf("%q: %v %q %v", mode, eng, off, err)
+		}
+	}
+	if _, _, err := ImageEngine(context.Background(), "docker"); err == nil || !strings.Contains(err.Error(), "want podman or off") {
+		t.Errorf("docker: %v", err)
+	}
+	t.Setenv("PATH", t.TempDir()) // no podman
+	eng, off, err := ImageEngine(context.Background(), "podman")
+	if eng != nil || err != nil || !strings.Contains(off, "podman: not installed") {
+		t.Errorf("podman missing: %v %q %v", eng, off, err)
 	}
 }

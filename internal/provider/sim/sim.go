@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/container"
 )
 
 // Config sets up a simulator. Zero values pick the defaults noted.
@@ -36,6 +38,13 @@ type Config struct {
 	// Market sets the interruptible market's competing bidders (zero: a
 	// still market; see MarketConfig).
 	Market MarketConfig
+	// Images, when set, runs each instance's commands inside its image
+	// with this engine (podman), pulled from the registry the reference
+	// names; nil: in a host sandbox (see image.go).
+	Images *container.Engine
+	// ImagesOff says why Images is nil, for the receipts' note (e.g.
+	// "VASTRUN_SIM_IMAGES is not set").
+	ImagesOff string
 }
 
 // Server is the simulator. Use it as an http.Handler; call Close when done.
@@ -67,6 +76,14 @@ type Server struct {
 	sshFaultsFired int
 	clouds         []*cloudIntegration // fixed at New: read without s.mu
 	mkt            *market
+
+	// The image path: token names this server's containers; boxCtx ends
+	// pulls in flight at Close; boxes counts the goroutines that start and
+	// remove containers.
+	token     string
+	boxCtx    context.Context
+	boxCancel context.CancelFunc
+	boxes     sync.WaitGroup
 }
 
 type apiKey struct {
@@ -115,6 +132,8 @@ func New(cfg Config) (*Server, error) {
 		startCredit: cfg.Credit, maxLive: map[string]int{},
 	}
 	s.faults.v0ListStatus = http.StatusGone
+	s.token = randomHex(4)
+	s.boxCtx, s.boxCancel = context.WithCancel(context.Background())
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "vastrun-sim-")
 		if err != nil {
@@ -181,6 +200,7 @@ func (s *Server) Close() error {
 	for _, in := range insts {
 		in.stopSSH()
 	}
+	s.closeBoxes(insts)
 	if s.ownsDir {
 		return os.RemoveAll(s.dir)
 	}

@@ -60,6 +60,9 @@ func (s *Server) killSessions(in *instance) {
 		c.Close()
 	}
 	killSandboxProcesses(in.sandbox)
+	if in.box != nil {
+		in.box.killAll()
+	}
 }
 
 // killSandboxProcesses kills every process whose working directory is in
@@ -256,16 +259,34 @@ var sshSignals = map[ssh.Signal]syscall.Signal{
 func (s *Server) sessionHandler(in *instance) ssh.Handler {
 	return func(sess ssh.Session) {
 		var cmd *exec.Cmd
-		if raw := sess.RawCommand(); raw != "" {
-			cmd = exec.Command("/bin/sh", "-c", raw)
+		var pidFile string // image path: where the shell in the container wrote its pid
+		envDone := func() {}
+		raw := sess.RawCommand()
+		if b := in.box; b != nil {
+			req, _, tty := sess.Pty()
+			var err error
+			cmd, pidFile, envDone, err = b.sessionCmd(in, raw, s.sessionEnv(in, sess.Environ()), req.Term, tty)
+			if err != nil {
+				fmt.Fprintf(sess.Stderr(), "sh: %v\n", err)
+				sess.Exit(255)
+				return
+			}
 		} else {
-			cmd = exec.Command("/bin/sh")
+			if raw != "" {
+				cmd = exec.Command("/bin/sh", "-c", raw)
+			} else {
+				cmd = exec.Command("/bin/sh")
+			}
+			cmd.Dir = in.workspace()
+			cmd.Env = s.sessionEnv(in, sess.Environ())
 		}
-		cmd.Dir = in.workspace()
-		cmd.Env = s.sessionEnv(in, sess.Environ())
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.WaitDelay = 2 * time.Second // a background child must not hold the session open forever
 		drain, err := startSession(sess, cmd)
+		if pidFile != "" {
+			defer os.Remove(pidFile)
+		}
+		defer envDone()
 		if err != nil {
 			fmt.Fprintf(sess.Stderr(), "sh: %v\n", err)
 			sess.Exit(127)
@@ -285,7 +306,11 @@ func (s *Server) sessionHandler(in *instance) ssh.Handler {
 				select {
 				case sig := <-sigs:
 					if ss, ok := sshSignals[sig]; ok {
-						syscall.Kill(-pgid, ss)
+						if in.box != nil {
+							in.box.signal(pidFile, ss)
+						} else {
+							syscall.Kill(-pgid, ss)
+						}
 					}
 				case <-done:
 					return

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"io"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -30,6 +31,9 @@ func startSession(sess ssh.Session, cmd *exec.Cmd) (drain func(), err error) {
 		}
 		go func() { io.Copy(stdin, sess); stdin.Close() }()
 		return func() {}, nil
+	}
+	if cmd.Env == nil { // a nil Env means the host's: keep it
+		cmd.Env = os.Environ()
 	}
 	cmd.Env = append(cmd.Env, "TERM="+req.Term)
 	// Setsid makes the shell its own process group too, so the session's

@@ -7,10 +7,13 @@ package registrytest
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -120,4 +123,80 @@ func WriteLayout(dir string, img v1.Image) error {
 		return err
 	}
 	return p.AppendImage(img)
+}
+
+// BusyboxImage builds a runnable image with no engine and no registry: a
+// base layer holding the static busybox at busybox (with its applet
+// links, /etc/passwd and /tmp), then a layer holding files (path →
+// content). Its command is sh.
+func BusyboxImage(busybox string, files map[string]string) (v1.Image, error) {
+	bin, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, err
+	}
+	applets, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list: %w", busybox, err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"bin/", "etc/", "tmp/", "root/"} {
+		mode := int64(0o755)
+		if d == "tmp/" {
+			mode = 0o1777
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: d, Mode: mode, Typeflag: tar.TypeDir}); err != nil {
+			return nil, err
+		}
+	}
+	entries := []struct {
+		name string
+		body []byte
+		mode int64
+	}{{"bin/busybox", bin, 0o755}, {"etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644}}
+	for _, e := range entries {
+		if err := tw.WriteHeader(&tar.Header{Name: e.name, Mode: e.mode, Size: int64(len(e.body)), Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(e.body); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range strings.Fields(string(applets)) {
+		if a == "busybox" {
+			continue
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: "bin/" + a, Linkname: "busybox", Mode: 0o777, Typeflag: tar.TypeSymlink}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	base := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(base)), nil })
+	if err != nil {
+		return nil, err
+	}
+	top, err := Image(files, "sh")
+	if err != nil {
+		return nil, err
+	}
+	topLayers, err := top.Layers()
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, append([]v1.Layer{layer}, topLayers...)...)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config.Cmd = []string{"sh"}
+	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	return mutate.ConfigFile(img, cf)
 }
