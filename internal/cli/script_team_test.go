@@ -57,7 +57,7 @@ func cmdTeamS3(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("AWS_DEFAULT_REGION", "us-east-1")
 }
 
-// waitLeaseExpired waits (up to 20 s) until the server's clock says the
+// waitLeaseExpired waits (up to waitLimit) until the server's clock says the
 // run's lease in $BUCKET/prefix is expired or released.
 func waitLeaseExpired(ts *testscript.TestScript, prefix, run string) {
 	b, err := state.NewS3(ts.Getenv("BUCKET"), prefix, state.S3Options{Endpoint: ts.Getenv("S3ENDPOINT"),

@@ -76,7 +76,7 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim start KEY [SPEED]   serve a simulator accepting KEY; sets VAST_URL
 //	sim live N              assert N live (not destroyed) instances
 //	sim rented N            assert N instances were ever rented
-//	sim wait-live N         wait (up to 20 s) until N instances are live
+//	sim wait-live N         wait (up to waitLimit) until N instances are live
 //	sim wait-file NAME      wait until a live instance's workspace has NAME
 //	sim fault JSON          inject a fault (see sim.Fault)
 //	sim label               set $LABEL to the newest instance's label
@@ -157,15 +157,20 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// waitLimit bounds a script's wait for a condition. It only ends a wait
+// that is stuck: a loaded runner took more than 20 s to commit two
+// checkpoints (receipt_story failed so at a load average of 20).
+const waitLimit = 3 * time.Minute
+
 // waitFor polls a real server in real time (the process under test runs
-// on its own); it gives up after 20 s.
+// on its own); it gives up after waitLimit.
 func waitFor(ts *testscript.TestScript, cond func() bool, what string) {
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if cond() {
 			return
 		}
 	}
-	ts.Fatalf("timed out waiting for %s", what)
+	ts.Fatalf("timed out waiting %s for %s", waitLimit, what)
 }
 
 type hookKey struct{}

@@ -14,6 +14,8 @@
 // user has after a killed CI job: the label in the CI's dotenv state.
 //
 //	go test ./test/chaos -seeds 1000 -v
+//
+// Seed counts also come from the environment (family_test.go).
 package chaos
 
 import (
@@ -47,7 +49,7 @@ import (
 )
 
 var (
-	seeds     = flag.Int("seeds", 150, "randomized fault schedules to run")
+	seeds     = seedCount("seeds", envSeeds, 150, "randomized fault schedules to run")
 	firstSeed = flag.Uint64("seed", 1, "first seed (a violation's seed reruns it alone with -seeds 1)")
 )
 
@@ -410,19 +412,5 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 }
 
 func TestChaos(t *testing.T) {
-	var failed []string
-	for i := 0; i < *seeds; i++ {
-		seed := *firstSeed + uint64(i)
-		v, summary := runSchedule(t, seed)
-		if len(v) > 0 {
-			failed = append(failed, fmt.Sprintf("seed %d (%s): %s", seed, summary, strings.Join(v, "; ")))
-		}
-	}
-	fmt.Printf("chaos: %d schedules, %d violations\n", *seeds, len(failed))
-	for _, f := range failed {
-		fmt.Println("  " + f)
-	}
-	if len(failed) > 0 {
-		t.Fatalf("%d of %d schedules violated an invariant (rerun one with -seed N -seeds 1)", len(failed), *seeds)
-	}
+	runFamily(t, "ci", *seeds, func(seed uint64) ([]string, string) { return runSchedule(t, seed) })
 }

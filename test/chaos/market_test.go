@@ -1,11 +1,8 @@
 package chaos
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,28 +10,11 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/sim"
 )
 
-var marketSeeds = flag.Int("market-seeds", 2, "randomized interruptible training schedules on a moving market")
+var marketSeeds = seedCount("market-seeds", envMarketSeeds, 2, "randomized interruptible training schedules on a moving market")
 
 // marketYAML is trainYAML rented by bid; the policy and the ceiling vary.
-const marketYAML = `
-image: ` + image + `
-upload: [train.py]
-gpu: {models: [RTX_4090, RTX_3090, RTX_3060], interruptible: true, max_bid: MAXBID, bid: {margin: MARGIN}}
-budget: {max_spend: 5}
-timeouts: {ready: 10m, teardown: 4m}
-env: {TRAIN_STEPS: "300", TRAIN_STEP_DELAY: "0.01"}
-secrets: [CANARY_SECRET]
-train:
-  command: echo "secret $CANARY_SECRET" >&2; python3 train.py
-  checkpoint_uri: STORE
-  cadence: 50
-  keep: 3
-  poll: 1s
-  heartbeat_ttl: 5m
-  max_attempts: 8
-  on_outbid: POLICY
-  outbid_wait: 2m
-`
+var marketYAML = trainYAMLFor("{models: [RTX_4090, RTX_3090, RTX_3060], interruptible: true, max_bid: MAXBID, bid: {margin: MARGIN}}",
+	"max_attempts: 8", "on_outbid: POLICY", "outbid_wait: 2m")
 
 // randomMarketSchedule is a training run by bid on a moving market (a
 // random walk with spikes), with outbids scheduled on the first rentals,
@@ -66,25 +46,10 @@ func randomMarketSchedule(seed uint64) trainSchedule {
 // proven, nothing left live, one live contract per label, no secret
 // written), plus spend within the budget and no bid above gpu.max_bid.
 func TestChaosTrainMarket(t *testing.T) {
-	bin := agentBinary(t)
-	script, err := os.ReadFile(filepath.Join("..", "..", "examples", "train", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var failed []string
-	for i := 0; i < *marketSeeds; i++ {
-		seed := *firstSeed + uint64(i)
+	bin, script := trainInputs(t)
+	runFamily(t, "market", *marketSeeds, func(seed uint64) ([]string, string) {
 		v, summary := runTrain(t, seed, bin, script, randomMarketSchedule(seed))
 		t.Logf("market seed %d: %s: %d violations", seed, summary, len(v))
-		if len(v) > 0 {
-			failed = append(failed, fmt.Sprintf("seed %d (%s): %s", seed, summary, strings.Join(v, "; ")))
-		}
-	}
-	fmt.Printf("chaos market: %d schedules, %d violations\n", *marketSeeds, len(failed))
-	for _, f := range failed {
-		fmt.Println("  " + f)
-	}
-	if len(failed) > 0 {
-		t.Fatalf("%d of %d market schedules violated an invariant", len(failed), *marketSeeds)
-	}
+		return v, summary
+	})
 }

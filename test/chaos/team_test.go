@@ -23,7 +23,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -36,7 +35,7 @@ import (
 	"github.com/vastrun/vastrun/internal/team"
 )
 
-var teamSeeds = flag.Int("team-seeds", 200, "randomized racing-controller schedules to run (team state)")
+var teamSeeds = seedCount("team-seeds", envTeamSeeds, 200, "randomized racing-controller schedules to run (team state)")
 
 const (
 	teamTTL    = 3 * time.Second
@@ -513,6 +512,7 @@ func (f clockFunc) Now() time.Time                         { return f() }
 func (f clockFunc) After(d time.Duration) <-chan time.Time { panic("not used") }
 
 func TestTeamRacingControllers(t *testing.T) {
+	checkEnv(t)
 	bad, takeovers, kills, cuts := 0, 0, 0, 0
 	for i := 0; i < *teamSeeds; i++ {
 		seed := *firstSeed + uint64(i)
@@ -528,6 +528,7 @@ func TestTeamRacingControllers(t *testing.T) {
 		}
 	}
 	t.Logf("chaos team: %d schedules, %d with a takeover, %d SIGKILLs, %d partitions, %d with violations", *teamSeeds, takeovers, kills, cuts, bad)
+	report(t, familyReport{Family: "team", Schedules: *teamSeeds, FirstSeed: *firstSeed, Violations: bad})
 	if *teamSeeds >= 50 && (takeovers == 0 || kills == 0 || cuts == 0) {
 		t.Errorf("the faults never bit (takeovers %d, kills %d, partitions %d)", takeovers, kills, cuts)
 	}

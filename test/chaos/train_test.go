@@ -30,7 +30,7 @@ import (
 )
 
 var (
-	trainSeeds = flag.Int("train-seeds", 3, "randomized schedules for training runs (each takes seconds of wall time)")
+	trainSeeds = seedCount("train-seeds", envTrainSeeds, 3, "randomized schedules for training runs (each takes seconds of wall time)")
 	trainDebug = flag.Bool("train-debug", false, "on a violation, log the instances' agent and workload files, the store and the controller's messages")
 )
 
@@ -60,10 +60,25 @@ func agentBinary(t *testing.T) string {
 	return agentBin
 }
 
-const trainYAML = `
+// trainInputs is what every training schedule runs: the agent binary and
+// the README example's train.py.
+func trainInputs(t *testing.T) (bin string, script []byte) {
+	bin = agentBinary(t)
+	script, err := os.ReadFile(filepath.Join("..", "..", "examples", "train", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin, script
+}
+
+// trainYAMLFor is the config every training schedule shares: gpu is the
+// gpu: value; more are the train: keys that differ (the market family's
+// bid policy). STORE is replaced by the run's checkpoint store.
+func trainYAMLFor(gpu string, more ...string) string {
+	y := `
 image: ` + image + `
 upload: [train.py]
-gpu: {models: [RTX_4090, RTX_3090, RTX_3060], max_dph: 1.0}
+gpu: ` + gpu + `
 budget: {max_spend: 5}
 timeouts: {ready: 10m, teardown: 4m}
 env: {TRAIN_STEPS: "300", TRAIN_STEP_DELAY: "0.01"}
@@ -75,31 +90,23 @@ train:
   keep: 3
   poll: 1s
   heartbeat_ttl: 5m
-  max_attempts: 6
 `
+	for _, kv := range more {
+		y += "  " + kv + "\n"
+	}
+	return y
+}
+
+// trainYAML is the on-demand training schedules' config.
+var trainYAML = trainYAMLFor("{models: [RTX_4090, RTX_3090, RTX_3060], max_dph: 1.0}", "max_attempts: 6")
 
 func TestChaosTrain(t *testing.T) {
-	bin := agentBinary(t)
-	script, err := os.ReadFile(filepath.Join("..", "..", "examples", "train", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var failed []string
-	for i := 0; i < *trainSeeds; i++ {
-		seed := *firstSeed + uint64(i)
+	bin, script := trainInputs(t)
+	runFamily(t, "train", *trainSeeds, func(seed uint64) ([]string, string) {
 		v, summary := runTrainSchedule(t, seed, bin, script)
 		t.Logf("train seed %d: %s: %d violations", seed, summary, len(v))
-		if len(v) > 0 {
-			failed = append(failed, fmt.Sprintf("seed %d (%s): %s", seed, summary, strings.Join(v, "; ")))
-		}
-	}
-	fmt.Printf("chaos train: %d schedules, %d violations\n", *trainSeeds, len(failed))
-	for _, f := range failed {
-		fmt.Println("  " + f)
-	}
-	if len(failed) > 0 {
-		t.Fatalf("%d of %d training schedules violated an invariant", len(failed), *trainSeeds)
-	}
+		return v, summary
+	})
 }
 
 // trainSchedule is one training run's faults and crash point.
@@ -317,11 +324,7 @@ func receiptRunID(r *run.Receipt) string {
 // rented a replacement beside it. Here the freeze is pinned to that destroy
 // (the first and the second preemption), so it does not depend on timing.
 func TestChaosTrainSeed2DoubleRental(t *testing.T) {
-	bin := agentBinary(t)
-	script, err := os.ReadFile(filepath.Join("..", "..", "examples", "train", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, script := trainInputs(t)
 	sc := trainSchedule{faults: []sim.Fault{{Kind: sim.FaultPreemptAfter, Seconds: 23, Count: 2}}}
 	for _, nth := range []int{1, 2} {
 		t.Run(fmt.Sprintf("frozen_at_destroy_%d", nth), func(t *testing.T) {
@@ -342,11 +345,7 @@ func TestChaosTrainSeed2DoubleRental(t *testing.T) {
 // TestChaosTrainRegressionSeeds reruns training seeds that once violated
 // an invariant, whatever -seed and -train-seeds say.
 func TestChaosTrainRegressionSeeds(t *testing.T) {
-	bin := agentBinary(t)
-	script, err := os.ReadFile(filepath.Join("..", "..", "examples", "train", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, script := trainInputs(t)
 	for _, c := range []struct {
 		seed uint64
 		why  string
