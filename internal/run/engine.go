@@ -37,6 +37,14 @@ type Market interface {
 	Charges(ctx context.Context, q provider.ChargeQuery) ([]provider.Charge, error)
 }
 
+// BidChanger is a Market's optional change-bid route (the real client and
+// the retry decorator have it). A workflow finds it by type assertion, so
+// a decorator of Market must offer it exactly when what it wraps does, or
+// re-bidding is silently off behind it.
+type BidChanger interface {
+	ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error
+}
+
 // Reporter shows progress to people (stderr).
 type Reporter interface {
 	Infof(format string, args ...any)

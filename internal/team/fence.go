@@ -17,9 +17,28 @@ type FencedMarket struct {
 	Lease func() *state.Lease
 }
 
-// Fence wraps m; calls made before the lease exists are refused too.
+// Fence wraps m; calls made before the lease exists are refused too. The
+// result offers ChangeBid (fenced like every mutating call) exactly when m
+// does, so re-bidding works under team state as it does without it.
 func (c *Controller) Fence(m run.Market) run.Market {
-	return &FencedMarket{Market: m, Lease: c.Lease}
+	f := &FencedMarket{Market: m, Lease: c.Lease}
+	if bc, ok := m.(run.BidChanger); ok {
+		return &fencedBidMarket{FencedMarket: f, bids: bc}
+	}
+	return f
+}
+
+// fencedBidMarket is a FencedMarket over a market with a change-bid route.
+type fencedBidMarket struct {
+	*FencedMarket
+	bids run.BidChanger
+}
+
+func (f *fencedBidMarket) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {
+	if err := f.check(fmt.Sprintf("change the bid of instance %d", id)); err != nil {
+		return err
+	}
+	return f.bids.ChangeBid(ctx, id, price)
 }
 
 func (f *FencedMarket) check(op string) error {

@@ -125,6 +125,18 @@ func (m *crashMarket) AttachSSHKey(ctx context.Context, id provider.InstanceID, 
 	return m.Market.AttachSSHKey(ctx, id, k)
 }
 
+// ChangeBid forwards the change-bid route (run.BidChanger), which the
+// engine finds by type assertion: hiding it would silently turn re-bidding
+// off in every schedule.
+func (m *crashMarket) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {
+	m.hit("change_bid")
+	bc, ok := m.Market.(run.BidChanger)
+	if !ok {
+		return fmt.Errorf("change the bid of instance %d: the wrapped market has no change-bid route", id)
+	}
+	return bc.ChangeBid(ctx, id, price)
+}
+
 func (m *crashMarket) Charges(ctx context.Context, q provider.ChargeQuery) ([]provider.Charge, error) {
 	m.hit("charges")
 	return m.Market.Charges(ctx, q)
@@ -146,6 +158,14 @@ func (m slowMarket) wait(ctx context.Context) { clock.Sleep(ctx, m.clk, m.delay(
 func (m slowMarket) SearchOffers(ctx context.Context, q provider.Query) ([]provider.Offer, error) {
 	m.wait(ctx)
 	return m.Market.SearchOffers(ctx, q)
+}
+func (m slowMarket) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {
+	m.wait(ctx)
+	bc, ok := m.Market.(run.BidChanger)
+	if !ok {
+		return fmt.Errorf("change the bid of instance %d: the wrapped market has no change-bid route", id)
+	}
+	return bc.ChangeBid(ctx, id, price)
 }
 func (m slowMarket) CreateInstance(ctx context.Context, r provider.CreateRequest) (provider.CreateResult, error) {
 	m.wait(ctx)

@@ -20,11 +20,6 @@ func (e *flow) isOutbid(inst provider.Instance) bool {
 	return a != nil && a.Bid != nil && inst.Paused()
 }
 
-// bidChanger is the change-bid route, which the real client has.
-type bidChanger interface {
-	ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error
-}
-
 // onOutbid journals the interruption and applies train.on_outbid. It
 // returns true when the same instance runs again (re-bid or waited), false
 // when it must be replaced (the caller destroys it, confirmed, and rents
@@ -78,7 +73,7 @@ func (e *flow) onOutbid(ctx context.Context, inst provider.Instance, deadline ti
 // ceiling. false: the ceiling does not allow a winning bid (replace).
 func (e *flow) rebid(ctx context.Context, inst provider.Instance) (bool, error) {
 	a := e.State().AttemptFor(inst.ID)
-	bc, ok := e.Market.(bidChanger)
+	bc, ok := e.Market.(run.BidChanger)
 	if !ok || a == nil || a.Bid == nil {
 		return false, nil
 	}
