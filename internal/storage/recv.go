@@ -155,6 +155,25 @@ func expectEOF(key string, r io.Reader, size int64) error {
 	return nil
 }
 
+// oneETag checks that every request of a download saw one object.
+type oneETag struct {
+	key  string
+	mu   sync.Mutex
+	etag string
+	have bool
+}
+
+func (o *oneETag) check(e string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.have {
+		o.etag, o.have = e, true
+	} else if e != o.etag {
+		return fmt.Errorf("get %s: the object changed during the download (ETag %s, then %s)", o.key, o.etag, e)
+	}
+	return nil
+}
+
 // partQueue hands out parts: the head stream takes them from the front,
 // ranged streams from the back, until they meet.
 type partQueue struct {
@@ -200,21 +219,7 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 	}
 	nparts := len(want.SHA256)
 	q := &partQueue{hi: nparts}
-	var (
-		etagMu   sync.Mutex
-		etag     string
-		haveEtag bool
-	)
-	sameObject := func(e string) error {
-		etagMu.Lock()
-		defer etagMu.Unlock()
-		if !haveEtag {
-			etag, haveEtag = e, true
-		} else if e != etag {
-			return fmt.Errorf("get %s: the object changed during the download (ETag %s, then %s)", key, etag, e)
-		}
-		return nil
-	}
+	sameObject := (&oneETag{key: key}).check
 	g, gctx := errgroup.WithContext(ctx)
 	bounds := func(i int) (off, n int64) {
 		off = int64(i) * want.Size

@@ -329,22 +329,10 @@ func download(ctx context.Context, t transferer, key string, f *os.File, size in
 	}
 
 	var (
-		next     atomic.Int64
-		etagMu   sync.Mutex
-		etag     string
-		haveEtag bool
-		wg       sync.WaitGroup
+		next atomic.Int64
+		wg   sync.WaitGroup
 	)
-	sameObject := func(e string) error {
-		etagMu.Lock()
-		defer etagMu.Unlock()
-		if !haveEtag {
-			etag, haveEtag = e, true
-		} else if e != etag {
-			return fmt.Errorf("get %s: the object changed during the download (ETag %s, then %s)", key, etag, e)
-		}
-		return nil
-	}
+	sameObject := (&oneETag{key: key}).check
 	fetch := func(i int, buf []byte) error {
 		c := chunks[i]
 		end := c.off + c.n
