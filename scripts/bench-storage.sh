@@ -11,8 +11,11 @@
 # file and a 64 x 4 MiB checkpoint. Each comparison runs one warm-up of each
 # side, then N pairs A B A B ...; it prints min/median/max wall seconds of
 # each side and the median (min-max) of the per-pair ratios A/B (< 1: vastrun
-# is faster), plus peak RSS, and the single-core SHA-256 rate as the physical
-# limit of a verifying restore. Only ratios from one run mean anything on a
+# is faster), plus each side's CPU seconds (user+sys) and the server's CPU
+# seconds meanwhile (medians), peak RSS, the 1-minute load average after each
+# comparison, and the single-core SHA-256 rate as the physical limit of a
+# verifying restore. On a busy machine wall time follows CPU time: read the
+# CPU columns beside the ratios. Only ratios from one run mean anything on a
 # shared machine; alternating the sides spreads background load over both.
 #
 #   scripts/bench-storage.sh              # N=5, both servers, both shapes
@@ -78,6 +81,7 @@ start_versitygw() {
   mkdir -p "$work/vgw"
   versitygw --access testkey --secret testsecret --port "127.0.0.1:$port" posix "$work/vgw" >"$work/vgw.log" 2>&1 &
   pids+=($!)
+  SRV=$!
   wait_http "http://127.0.0.1:$port" "$work/vgw.log"
   EP="http://127.0.0.1:$port"
 }
@@ -86,6 +90,7 @@ start_moto() {
   local port; port=$(freeport)
   moto_server -H 127.0.0.1 -p "$port" >"$work/moto.log" 2>&1 &
   pids+=($!)
+  SRV=$!
   wait_http "http://127.0.0.1:$port" "$work/moto.log"
   EP="http://127.0.0.1:$port"
 }
@@ -104,14 +109,18 @@ for i in $(seq -w 1 "$shard_count"); do head -c $((shard_mib << 20)) /dev/urando
 
 # ---- timing ----
 # run LABEL: runs "${CMD[@]}" as one timed process; appends "wall rss_kib
-# cpu_s" to $work/LABEL.
+# cpu_s server_cpu_s" to $work/LABEL (cpu: the process's user+sys; server:
+# the S3 server's user+sys meanwhile, from /proc, in clock ticks).
+srvticks() { awk '{print $14+$15}' "/proc/$SRV/stat"; }
 run() {
-  local t0 t1
+  local t0 t1 s0 s1
+  s0=$(srvticks)
   t0=$EPOCHREALTIME
   /usr/bin/time -f '%M %U %S' -o "$work/rss" "${CMD[@]}" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; die "failed: ${CMD[*]}"; }
   t1=$EPOCHREALTIME
+  s1=$(srvticks)
   read -r rss u sy < <(tail -1 "$work/rss")
-  echo "$(python3 -c "print(f'{$t1-$t0:.4f} $rss {$u+$sy:.2f}')")" >> "$work/$1"
+  echo "$(python3 -c "print(f'{$t1-$t0:.4f} $rss {$u+$sy:.2f} {($s1-$s0)/$(getconf CLK_TCK):.2f}')")" >> "$work/$1"
 }
 
 rows=()
@@ -132,9 +141,11 @@ name, a, b = sys.argv[1], [l.split() for l in open(sys.argv[2])], [l.split() for
 aw, bw = [float(x[0]) for x in a], [float(x[0]) for x in b]
 ar, br = max(int(x[1]) for x in a) / 1024, max(int(x[1]) for x in b) / 1024
 ac, bc = statistics.median(float(x[2]) for x in a), statistics.median(float(x[2]) for x in b)
+asv, bsv = statistics.median(float(x[3]) for x in a), statistics.median(float(x[3]) for x in b)
+load = open("/proc/loadavg").read().split()[0]
 r = [x / y for x, y in zip(aw, bw)]
 f = lambda v: f"{statistics.median(v):.3f} ({min(v):.3f}–{max(v):.3f})"
-print(f"| {name} | {len(r)} | {f(aw)} | {f(bw)} | **{statistics.median(r):.2f}** ({min(r):.2f}–{max(r):.2f}) | {ac:.2f} / {bc:.2f} | {ar:.0f} / {br:.0f} MiB |")
+print(f"| {name} | {len(r)} | {f(aw)} | {f(bw)} | **{statistics.median(r):.2f}** ({min(r):.2f}–{max(r):.2f}) | {ac:.2f} / {bc:.2f} | {asv:.2f} / {bsv:.2f} | {ar:.0f} / {br:.0f} MiB | {load} |")
 PY
 )")
   echo "${rows[-1]}" >&2
@@ -215,6 +226,6 @@ echo
 echo "vastrun $built, $(nproc) cores, load average at the start: $load0, at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "single-core SHA-256 (Go crypto/sha256, best of 5 × 256 MiB): $(sha_rate) MiB/s"
 echo
-echo "| comparison (A vs B) | pairs | A wall s, median (min–max) | B wall s | A/B wall, median of pairs (min–max) | CPU s A / B (median) | peak RSS A / B |"
-echo "|---|---|---|---|---|---|---|"
+echo "| comparison (A vs B) | pairs | A wall s, median (min–max) | B wall s | A/B wall, median of pairs (min–max) | CPU s A / B (median) | server CPU s A / B (median) | peak RSS A / B | load (1 min) after |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -50,9 +50,10 @@ var layout = map[string][]string{
 		"internal/redact", "internal/remote", "internal/spec", "internal/storage", "internal/workdir"},
 	"internal/runs":                {"internal/journal", "internal/provider", "internal/run"},
 	"internal/spec":                {"internal/config", "internal/policy"}, // spec.Build: the one place a config becomes a spec
-	"internal/state":               {"internal/clock"},
+	"internal/s3client":            {},
+	"internal/state":               {"internal/clock", "internal/s3client"},
 	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/run", "internal/state"},
-	"internal/storage":             {},
+	"internal/storage":             {"internal/s3client"},
 	"internal/storage/storagetest": {"internal/storage"},
 	"internal/sweep":               {},
 	"internal/workdir":             {},

@@ -11,7 +11,7 @@
 // Commit uploads the files, then the manifest, then creates COMMITTED with a
 // conditional create. A checkpoint without a COMMITTED marker whose content
 // matches its manifest does not exist, whatever files it has. Restore
-// re-hashes every byte (a file of several parts range by range, against the
+// re-hashes every byte (a file of several parts part by part, against the
 // manifest's part digests) and refuses a mismatch; RestoreLatest then falls back
 // to the previous committed checkpoint. Prune deletes old checkpoints only
 // beyond the newest `keep` committed ones, marker first, so a half-deleted

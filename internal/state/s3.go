@@ -7,15 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"os"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/vastrun/vastrun/internal/s3client"
 )
 
 // S3Options configure NewS3. Empty values come from the standard AWS
@@ -50,52 +49,17 @@ var _ Backend = (*S3)(nil)
 
 // NewS3 opens s3://bucket/prefix.
 func NewS3(bucket, prefix string, o S3Options) (*S3, error) {
-	getenv := o.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	first := func(vals ...string) string {
-		for _, v := range vals {
-			if v != "" {
-				return v
-			}
-		}
-		return ""
-	}
-	endpoint := first(o.Endpoint, getenv("AWS_ENDPOINT_URL_S3"), getenv("AWS_ENDPOINT_URL"), "https://s3.amazonaws.com")
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("state S3 endpoint %q: want https://host[:port]\nhint: set AWS_ENDPOINT_URL_S3 or leave it unset for AWS", endpoint)
-	}
-	region := first(o.Region, getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"), "us-east-1")
-	lookup := minio.BucketLookupAuto
-	if strings.EqualFold(getenv("AWS_S3_FORCE_PATH_STYLE"), "true") || !strings.HasSuffix(u.Host, "amazonaws.com") {
-		lookup = minio.BucketLookupPath
-	}
-	var creds *credentials.Credentials
-	if o.AccessKey != "" {
-		creds = credentials.NewStaticV4(o.AccessKey, o.SecretKey, "")
-	} else {
-		creds = credentials.NewChainCredentials([]credentials.Provider{
-			&credentials.EnvAWS{}, &credentials.FileAWSCredentials{Profile: getenv("AWS_PROFILE")},
-		})
-	}
-	base := o.Transport
-	if base == nil {
-		tr, err := minio.DefaultTransport(u.Scheme == "https")
-		if err != nil {
-			return nil, fmt.Errorf("state S3 client: %w", err)
-		}
-		base = tr
-	}
-	dates := &dateTracker{next: base}
-	c, err := minio.New(u.Host, &minio.Options{Creds: creds, Secure: u.Scheme == "https", Region: region,
-		BucketLookup: lookup, Transport: dates, MaxRetries: 1})
+	dates := &dateTracker{}
+	c, err := s3client.New(s3client.Config{
+		Endpoint: o.Endpoint, Region: o.Region, AccessKey: o.AccessKey, SecretKey: o.SecretKey,
+		Getenv: o.Getenv, Transport: o.Transport, MaxRetries: 1,
+		Wrap: func(rt http.RoundTripper) http.RoundTripper { dates.next = rt; return dates },
+	})
 	if err != nil {
-		return nil, fmt.Errorf("state S3 client: %w", err)
+		return nil, fmt.Errorf("state: %w", err)
 	}
-	return &S3{core: minio.Core{Client: c}, bucket: bucket, prefix: strings.Trim(prefix, "/"),
-		endpoint: u.Scheme + "://" + u.Host, dates: dates}, nil
+	return &S3{core: minio.Core{Client: c.Client}, bucket: bucket, prefix: strings.Trim(prefix, "/"),
+		endpoint: c.Endpoint, dates: dates}, nil
 }
 
 // Endpoint is the server's scheme://host, the key of the probe cache.

@@ -16,3 +16,25 @@ func RecvBudgetFree() bool {
 	recvMem.Release(recvBudget)
 	return true
 }
+
+// ForceRangedStreams makes every verified download (join) or none (!join)
+// take ranged streams beside its head stream; the returned func restores
+// the default rule.
+func ForceRangedStreams(join bool) func() {
+	old := joinRanged
+	joinRanged = func(int, int) bool { return join }
+	return func() { joinRanged = old }
+}
+
+// JoinRanged is the default rule: does a stream with reads, short of
+// them short, get ranged streams beside it?
+var JoinRanged = joinRanged
+
+// ChunksFree reports whether every receive chunk is back in the pool.
+func ChunksFree() bool {
+	if !chunkSem.TryAcquire(maxChunks) {
+		return false
+	}
+	chunkSem.Release(maxChunks)
+	return true
+}

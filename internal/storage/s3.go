@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -18,17 +17,15 @@ import (
 	"sync/atomic"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/vastrun/vastrun/internal/s3client"
 )
 
 // S3Store keeps objects in an S3-compatible bucket under a prefix.
 //
 // Configuration, when not given in Options, comes from the standard AWS
-// variables: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (default AWS),
-// AWS_REGION or AWS_DEFAULT_REGION, AWS_S3_FORCE_PATH_STYLE, and credentials
-// from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN or the
-// shared credentials file (~/.aws/credentials, AWS_PROFILE).
+// variables and files, read by package s3client.
 type S3Store struct {
 	core         minio.Core
 	bucket       string
@@ -47,38 +44,8 @@ func NewS3Store(bucket, prefix string, o Options) (*S3Store, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	first := func(vals ...string) string {
-		for _, v := range vals {
-			if v != "" {
-				return v
-			}
-		}
-		return ""
-	}
-	endpoint := first(o.Endpoint, getenv("AWS_ENDPOINT_URL_S3"), getenv("AWS_ENDPOINT_URL"), "https://s3.amazonaws.com")
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("S3 endpoint %q: want https://host[:port]", endpoint)
-	}
-	region := first(o.Region, getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"), "us-east-1")
-	lookup := minio.BucketLookupAuto
-	pathStyle := o.PathStyle != nil && *o.PathStyle
-	if o.PathStyle == nil {
-		// Custom endpoints (MinIO, moto, SeaweedFS, Ceph) mostly want path style.
-		pathStyle = strings.EqualFold(getenv("AWS_S3_FORCE_PATH_STYLE"), "true") || !strings.HasSuffix(u.Host, "amazonaws.com")
-	}
-	if pathStyle {
-		lookup = minio.BucketLookupPath
-	}
-	var creds *credentials.Credentials
-	if o.AccessKey != "" {
-		creds = credentials.NewStaticV4(o.AccessKey, o.SecretKey, o.SessionToken)
-	} else {
-		creds = credentials.NewChainCredentials([]credentials.Provider{
-			&credentials.EnvAWS{}, &credentials.FileAWSCredentials{Profile: getenv("AWS_PROFILE")},
-		})
-	}
 	threads, part := o.Threads, o.PartSize
+	var err error
 	if threads <= 0 {
 		if v := getenv("VASTRUN_S3_THREADS"); v != "" {
 			if threads, err = strconv.Atoi(v); err != nil || threads < 1 || threads > 256 {
@@ -101,20 +68,21 @@ func NewS3Store(bucket, prefix string, o Options) (*S3Store, error) {
 	if part > 0 {
 		part = max(part, minPartSize)
 	}
-	tr, err := minio.DefaultTransport(u.Scheme == "https")
+	c, err := s3client.New(s3client.Config{
+		Endpoint: o.Endpoint, Region: o.Region, PathStyle: o.PathStyle,
+		AccessKey: o.AccessKey, SecretKey: o.SecretKey, SessionToken: o.SessionToken, Getenv: getenv,
+		Tune: func(tr *http.Transport) {
+			// Keep a warm connection for every request slot (and the files
+			// being set up beside them) instead of re-dialling between parts.
+			tr.MaxIdleConnsPerHost = 2 * threads
+			tr.ReadBufferSize, tr.WriteBufferSize = 64<<10, 64<<10
+		},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("S3 client: %w", err)
+		return nil, err
 	}
-	// Keep a warm connection for every request slot (and the files being
-	// set up beside them) instead of re-dialling between parts.
-	tr.MaxIdleConnsPerHost = 2 * threads
-	tr.ReadBufferSize, tr.WriteBufferSize = 64<<10, 64<<10
-	c, err := minio.New(u.Host, &minio.Options{Creds: creds, Secure: u.Scheme == "https", Region: region, BucketLookup: lookup, Transport: tr})
-	if err != nil {
-		return nil, fmt.Errorf("S3 client: %w", err)
-	}
-	s := &S3Store{core: minio.Core{Client: c}, bucket: bucket, prefix: strings.Trim(prefix, "/"), partOverride: part,
-		nthreads: threads, sem: make(chan struct{}, threads), endpoint: u.Scheme + "://" + u.Host}
+	s := &S3Store{core: minio.Core{Client: c.Client}, bucket: bucket, prefix: strings.Trim(prefix, "/"), partOverride: part,
+		nthreads: threads, sem: make(chan struct{}, threads), endpoint: c.Endpoint}
 	return s, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 )
 
 func TestFileStore(t *testing.T) {
-	storagetest.Run(t, func(t *testing.T) storage.Store {
+	suite(t, func(t *testing.T) storage.Store {
 		s, err := storage.Open("file://"+t.TempDir(), storage.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -34,12 +35,26 @@ func TestFileStore(t *testing.T) {
 	})
 }
 
+// suite runs the conformance suite, then its file transfers again with
+// ranged streams joining every verified download (as they do when the
+// head stream waits on the network), so both paths meet every server.
+func suite(t *testing.T, newStore func(t *testing.T) storage.Store) {
+	storagetest.Run(t, newStore)
+	t.Run("RangedStreams", func(t *testing.T) {
+		defer storage.ForceRangedStreams(true)()
+		storagetest.RunTransfers(t, newStore)
+	})
+	if !storage.ChunksFree() {
+		t.Fatal("a download kept receive chunks")
+	}
+}
+
 // TestS3Fake runs the suite against an in-process S3 fake (gofakes3). It
 // checks the client's wire behaviour, not integrity or auth, which only a
 // real server enforces (see TestS3Real).
 func TestS3Fake(t *testing.T) {
 	var n atomic.Int64
-	storagetest.Run(t, func(t *testing.T) storage.Store {
+	suite(t, func(t *testing.T) storage.Store {
 		backend := s3mem.New()
 		srv := httptest.NewServer(gofakes3.New(backend).Server())
 		t.Cleanup(srv.Close)
@@ -74,7 +89,7 @@ func realSuite(t *testing.T, endpointVar, requiredVar string) {
 		t.Skipf("set %s (and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY) to test against a real S3 server", endpointVar)
 	}
 	var n atomic.Int64
-	storagetest.Run(t, func(t *testing.T) storage.Store {
+	suite(t, func(t *testing.T) storage.Store {
 		bucket := fmt.Sprintf("vastrun-suite-%d-%d", os.Getpid(), n.Add(1))
 		s := s3Store(t, endpoint, bucket)
 		if err := s.(*storage.S3Store).EnsureBucket(context.Background()); err != nil {
@@ -271,5 +286,76 @@ func TestRangedGetReleasesReceiveBuffers(t *testing.T) {
 	}
 	if !storage.RecvBudgetFree() {
 		t.Fatal("part buffers were not given back to the receive budget")
+	}
+}
+
+// TestVerifiedDownloadStreams: a download verified against part digests
+// is one plain GET while its reads find the bytes waiting (here, always:
+// an in-process server), and is shared with ranged GETs from the end of
+// the object when ranged streams join; the bytes and the verification are
+// the same either way.
+func TestVerifiedDownloadStreams(t *testing.T) {
+	var gets, ranged atomic.Int64
+	backend := s3mem.New()
+	fake := gofakes3.New(backend).Server()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/big") {
+			gets.Add(1)
+			if r.Header.Get("Range") != "" {
+				ranged.Add(1)
+			}
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	if err := backend.CreateBucket("streams"); err != nil {
+		t.Fatal(err)
+	}
+	s := s3Store(t, srv.URL, "streams")
+	ctx := context.Background()
+	dir := t.TempDir()
+	data := make([]byte, 26<<20+5) // six parts of 5 MiB, the last short
+	rand.Read(data)
+	src := filepath.Join(dir, "src")
+	os.WriteFile(src, data, 0o600)
+	put, err := storage.PutFile(ctx, s, "big", src)
+	if err != nil || put.Parts == nil || len(put.Parts.SHA256) != 6 {
+		t.Fatalf("PutFile: %+v %v", put, err)
+	}
+	get := func() error {
+		ft := []storage.FileTransfer{{Key: "big", Path: filepath.Join(dir, "dst"), Size: int64(len(data)), Parts: put.Parts}}
+		_, err := storage.GetFiles(ctx, s, ft)
+		if err == nil {
+			if b, _ := os.ReadFile(ft[0].Path); !bytes.Equal(b, data) {
+				t.Fatal("downloaded bytes differ")
+			}
+		}
+		return err
+	}
+	for _, join := range []bool{false, true} {
+		restore := storage.ForceRangedStreams(join)
+		gets.Store(0)
+		ranged.Store(0)
+		if err := get(); err != nil {
+			t.Fatalf("join=%v: %v", join, err)
+		}
+		if !join && (gets.Load() != 1 || ranged.Load() != 0) {
+			t.Errorf("alone, the head stream made %d GETs (%d ranged), want one plain GET", gets.Load(), ranged.Load())
+		}
+		if join && ranged.Load() == 0 {
+			t.Errorf("with ranged streams joining, %d GETs and none ranged", gets.Load())
+		}
+		restore()
+	}
+	if !storage.ChunksFree() {
+		t.Fatal("a download kept receive chunks")
+	}
+	for reads, short := range map[int]int{32: 0, 100: 25} {
+		if storage.JoinRanged(reads, short) {
+			t.Errorf("%d short reads of %d: ranged streams join, want the head stream alone", short, reads)
+		}
+	}
+	if !storage.JoinRanged(32, 9) || !storage.JoinRanged(10, 10) {
+		t.Error("a stream whose reads mostly come back short is left alone, want ranged streams to join")
 	}
 }

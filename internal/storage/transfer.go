@@ -31,16 +31,16 @@ import (
 //     the next file is hashed or opened while the slots are busy.
 //
 // Memory: file uploads read parts straight from the file (no part buffers).
-// A ranged download with part digests (a checkpoint manifest's) verifies
-// each range on its worker from one 1 MiB buffer: Threads × 1 MiB in all.
-// Without them, a ranged download receives each part into a buffer of its own, taken
-// from one process-wide budget of 64 MiB (recvBudget) before the part
-// starts, so ranged downloads hold at most 64 MiB of receive buffers
-// however many files are in flight; a single-part download holds one 1 MiB
-// buffer per request in flight. Peak heap is therefore about 64 MiB +
-// Threads × 1 MiB (72 MiB at the defaults), plus the HTTP transport's
-// per-connection buffers. Only Put of a plain stream (not a file) buffers
-// parts: at most Threads+2 parts of 16 MiB.
+// A download verified against part digests (a checkpoint manifest's) and a
+// single-part download receive into 256 KiB chunks from one process-wide
+// pool of 64 (recv.go): 16 MiB however many files and streams are in
+// flight. Without part digests, a ranged download receives each part into
+// a buffer of its own, taken from one process-wide budget of 64 MiB
+// (recvBudget) before the part starts. Peak heap is therefore at most
+// 16 MiB + 64 MiB (the second only for manifests written before part
+// digests), plus the HTTP transport's per-connection buffers. Only Put of
+// a plain stream (not a file) buffers parts: at most Threads+2 parts of
+// 16 MiB.
 const (
 	DefaultThreads  = 8
 	basePartSize    = 8 << 20
@@ -178,12 +178,13 @@ func filesInFlight(s Store) int {
 // returns what it wrote: the size and the SHA-256 of the bytes in the file.
 // Objects larger than one part are fetched as parallel ranged requests
 // (all of one ETag, so a concurrent overwrite cannot be mixed in), written
-// in place from per-part receive buffers; the hash is taken from those
-// buffers in stream order as the parts arrive (part k as soon as parts
-// 0..k are in), so hashing overlaps the transfer. A single-part object is
-// hashed piece by piece right after each piece is written. size is the expected size: any other object
-// size fails with ErrSizeMismatch (size < 0: unknown, one stream). The
-// file is not synced: callers that need it durable sync it themselves.
+// in place from per-part receive buffers and hashed from them in stream
+// order as the parts arrive, so hashing overlaps the transfer. A
+// single-part object is hashed chunk by chunk right after each chunk is
+// written. size is the expected size: any other object size fails with
+// ErrSizeMismatch (size < 0: unknown, one stream). GetFiles given part
+// digests verifies each part instead (recv.go, downloadParts). The file is
+// not synced: callers that need it durable sync it themselves.
 func GetFile(ctx context.Context, s Store, key, path string, size int64) (Object, error) {
 	return getFile(ctx, s, FileTransfer{Key: key, Path: path, Size: size})
 }
@@ -205,106 +206,6 @@ func getFile(ctx context.Context, s Store, ft FileTransfer) (Object, error) {
 		return downloadParts(ctx, t, ft.Key, f, ft.Size, ft.Parts)
 	}
 	return download(ctx, t, ft.Key, f, ft.Size)
-}
-
-// downloadParts fetches the ranges given by want (one per part digest) on
-// up to threads workers; each range is hashed piece by piece from a 1 MiB
-// receive buffer right after the piece is written, and its digest compared
-// when the range ends. Nothing waits on stream order, so hashing runs on
-// as many cores as there are ranges in flight, and memory is one buffer
-// per request in flight.
-func downloadParts(ctx context.Context, t transferer, key string, f *os.File, size int64, want *PartDigests) (Object, error) {
-	if want.Size <= 0 || int64(len(want.SHA256)) != max(1, (size+want.Size-1)/want.Size) {
-		return Object{}, fmt.Errorf("get %s: %d part digests of %d bytes do not cover %d bytes: %w", key, len(want.SHA256), want.Size, size, ErrDigestMismatch)
-	}
-	var (
-		next     atomic.Int64
-		etagMu   sync.Mutex
-		etag     string
-		haveEtag bool
-	)
-	g, gctx := errgroup.WithContext(ctx)
-	fetch := func(i int) error {
-		off := int64(i) * want.Size
-		n := min(want.Size, size-off)
-		end := off + n
-		if i == len(want.SHA256)-1 {
-			end = -1 // read to the end, so a longer object shows
-		}
-		release, err := t.slot(gctx)
-		if err != nil {
-			return err
-		}
-		defer release()
-		rc, e, err := t.getRange(gctx, key, off, end)
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		etagMu.Lock()
-		if !haveEtag {
-			etag, haveEtag = e, true
-		} else if e != etag {
-			err = fmt.Errorf("get %s: the object changed during the download (ETag %s, then %s)", key, etag, e)
-		}
-		etagMu.Unlock()
-		if err != nil {
-			return err
-		}
-		// The buffer is taken with the request slot, so buffers never
-		// outnumber the requests in flight, however many files are.
-		bp := copyBufs.Get().(*[]byte)
-		defer copyBufs.Put(bp)
-		buf := *bp
-		h := sha256.New()
-		var w int64
-		for w < n {
-			m, rerr := io.ReadFull(rc, buf[:min(int64(len(buf)), n-w)])
-			if m > 0 {
-				if _, err := f.WriteAt(buf[:m], off+w); err != nil {
-					return fmt.Errorf("get %s: %w", key, err)
-				}
-				h.Write(buf[:m])
-				w += int64(m)
-			}
-			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-				return fmt.Errorf("get %s: %d bytes short of the expected %d: %w", key, n-w, size, ErrSizeMismatch)
-			}
-			if rerr != nil {
-				return fmt.Errorf("get %s: %w", key, rerr)
-			}
-		}
-		var probe [1]byte
-		if m, err := io.ReadFull(rc, probe[:]); m > 0 {
-			return fmt.Errorf("get %s: more than the expected %d bytes: %w", key, size, ErrSizeMismatch)
-		} else if err != io.EOF {
-			return fmt.Errorf("get %s: %w", key, err)
-		}
-		if got := hex.EncodeToString(h.Sum(nil)); got != want.SHA256[i] {
-			return fmt.Errorf("get %s: part %d (bytes %d-%d) has SHA-256 %s, want %s: %w", key, i+1, off, off+n-1, got, want.SHA256[i], ErrDigestMismatch)
-		}
-		return nil
-	}
-	for range min(max(t.threads(), 1), len(want.SHA256)) {
-		g.Go(func() error {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(want.SHA256) {
-					return nil
-				}
-				if err := gctx.Err(); err != nil {
-					return fmt.Errorf("get %s: %w", key, err)
-				}
-				if err := fetch(i); err != nil {
-					return err
-				}
-			}
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return Object{}, err
-	}
-	return Object{Key: key, Size: size, Parts: want}, nil
 }
 
 // plainGetter adapts a Store without ranges: one stream per file.
@@ -428,22 +329,10 @@ func download(ctx context.Context, t transferer, key string, f *os.File, size in
 	}
 
 	var (
-		next     atomic.Int64
-		etagMu   sync.Mutex
-		etag     string
-		haveEtag bool
-		wg       sync.WaitGroup
+		next atomic.Int64
+		wg   sync.WaitGroup
 	)
-	sameObject := func(e string) error {
-		etagMu.Lock()
-		defer etagMu.Unlock()
-		if !haveEtag {
-			etag, haveEtag = e, true
-		} else if e != etag {
-			return fmt.Errorf("get %s: the object changed during the download (ETag %s, then %s)", key, etag, e)
-		}
-		return nil
-	}
+	sameObject := (&oneETag{key: key}).check
 	fetch := func(i int, buf []byte) error {
 		c := chunks[i]
 		end := c.off + c.n
@@ -602,49 +491,6 @@ hash:
 		return Object{}, herr
 	}
 	return Object{Key: key, Size: total, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
-}
-
-// downloadOne fetches an object of one part (or of unknown size) as one
-// stream, hashing each piece from the receive buffer right after writing it.
-func downloadOne(ctx context.Context, t transferer, key string, f *os.File, size int64) (Object, error) {
-	release, err := t.slot(ctx)
-	if err != nil {
-		return Object{}, err
-	}
-	defer release()
-	rc, _, err := t.getRange(ctx, key, 0, -1)
-	if err != nil {
-		return Object{}, err
-	}
-	defer rc.Close()
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	buf := *bp
-	h := sha256.New()
-	var w int64
-	for {
-		n, rerr := io.ReadFull(rc, buf)
-		if n > 0 {
-			if size >= 0 && w+int64(n) > size {
-				return Object{}, fmt.Errorf("get %s: more than the expected %d bytes: %w", key, size, ErrSizeMismatch)
-			}
-			if _, err := f.WriteAt(buf[:n], w); err != nil {
-				return Object{}, fmt.Errorf("get %s: %w", key, err)
-			}
-			h.Write(buf[:n])
-			w += int64(n)
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			return Object{}, fmt.Errorf("get %s: %w", key, rerr)
-		}
-	}
-	if size >= 0 && w != size {
-		return Object{}, fmt.Errorf("get %s: %d bytes short of the expected %d: %w", key, size-w, size, ErrSizeMismatch)
-	}
-	return Object{Key: key, Size: w, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // hashFile hashes f from the start, reading at offsets (f's own offset is

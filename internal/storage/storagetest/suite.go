@@ -46,6 +46,20 @@ func Run(t *testing.T, newStore func(t *testing.T) storage.Store) {
 	}
 }
 
+// RunTransfers runs only the file-transfer cases (PutFile/GetFile(s),
+// with part digests and without), for a second pass under another
+// transfer setting (storage_test.go runs it with ranged streams forced to
+// join every download).
+func RunTransfers(t *testing.T, newStore func(t *testing.T) storage.Store) {
+	for name, fn := range map[string]func(*testing.T, storage.Store){
+		"FileRoundTripParallel": testFileRoundTrip,
+		"GetFileSizeMismatch":   testGetFileMismatch,
+		"PutFilesGetFilesBatch": testBatch,
+	} {
+		t.Run(name, func(t *testing.T) { fn(t, newStore(t)) })
+	}
+}
+
 var ctx = context.Background()
 
 func sum(b []byte) string {
