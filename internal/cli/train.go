@@ -454,7 +454,7 @@ with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 		},
 	}
 	manifest.Flags().BoolVar(&asJSON, "json", true, "print JSON (always on)")
-	cmd.AddCommand(watch, start, supervise, statusCmd, restore, upload, manifest, newAgentRetireCmd(f))
+	cmd.AddCommand(watch, start, supervise, statusCmd, restore, upload, manifest, newAgentRetireCmd(f), newAgentHeartbeatCmd(f, nil))
 	return cmd
 }
 

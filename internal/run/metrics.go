@@ -21,7 +21,7 @@ const MetricsFile = "metrics.jsonl"
 // askAgentLogs is one status request that also brings back the log and
 // the metrics from where this attempt's collection stands.
 func (e *Engine) askAgentLogs(ctx context.Context, c *remote.Client, inst provider.InstanceID, l *attemptLog) (agent.Report, error) {
-	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --touch-heartbeat --log-offset %d --log-max %d --metrics-offset %d", l.offset, logChunk, l.metrics))
+	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --log-offset %d --log-max %d --metrics-offset %d", l.offset, logChunk, l.metrics))
 	if err != nil {
 		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
 	}

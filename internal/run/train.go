@@ -329,10 +329,10 @@ func (e *Engine) agentJSON(ctx context.Context, c *remote.Client, env map[string
 	return []byte(strings.TrimSpace(out.String())), nil
 }
 
-// askAgent is one status request: it also touches the heartbeat and
-// brings back the log from offset.
+// askAgent is one status request: it brings back the log from offset
+// (the heartbeat has its own channel: heartbeat.go).
 func (e *Engine) askAgent(ctx context.Context, c *remote.Client, inst provider.InstanceID, offset int64) (agent.Report, error) {
-	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --touch-heartbeat --log-offset %d --log-max %d", offset, logChunk))
+	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --log-offset %d --log-max %d", offset, logChunk))
 	if err != nil {
 		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
 	}
@@ -441,6 +441,7 @@ func (e *Engine) trainOn(ctx context.Context, c *remote.Client, inst provider.In
 	t := e.Config.Train
 	poll := max(t.Poll.Duration(), minTrainPoll)
 	alog := e.newAttemptLog()
+	defer e.startHeartbeat(ctx, c)() // heartbeat.go: its own channel, not the polls
 	seen := map[string]bool{}
 	started := false        // this controller started or found the workload
 	var lastCheck time.Time // the last pass's money check

@@ -1,0 +1,289 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/clock"
+)
+
+// HeartbeatPipe is one open `agent heartbeat --serve` session, as the
+// controller's transport gives it: requests are written to it, answers
+// read from it.
+type HeartbeatPipe interface {
+	io.Reader
+	io.Writer
+	// Close ends the session. broken says it stopped answering: the
+	// transport then checks its connection too and drops it when it is
+	// dead, so that the next Open redials instead of waiting on a stall.
+	Close(broken bool) error
+}
+
+// ErrBeatTimeout means a beat (opening the session included) was not
+// answered within [Heartbeater.Timeout].
+var ErrBeatTimeout = errors.New("heartbeat not answered in time")
+
+// Heartbeater is the controller's side of the dead-man switch: it beats
+// every Every over a session that Open opens (and opens again after any
+// failure), so the agent on the instance knows the controller lives. A
+// failed beat is an error, never a "no": it is retried at the next beat on
+// a new session, and a transport failure redials (through Open). Only an
+// answer in another schema stops it (see Err): that agent speaks another
+// protocol and no retry will change it.
+//
+// Contract: Every is well under the agent's TTL (TTL/3 is what training
+// uses), so one failed beat, or one redial, never lets the heartbeat lapse.
+type Heartbeater struct {
+	Open  func(ctx context.Context) (HeartbeatPipe, error)
+	Every time.Duration // between beats
+	// Timeout bounds one beat, opening its session included (default
+	// Every): a stalled session is abandoned, not waited on.
+	Timeout time.Duration
+	// Retry is the wait after a failed beat (default Every/3), so a lost
+	// beat is made up well before the next regular one.
+	Retry time.Duration
+	// Clock paces the beats. It must run like the clock the agent checks
+	// the TTL on (the instance's wall clock).
+	Clock clock.Clock
+	// Logf, when set, hears about failed beats (for debugging).
+	Logf func(format string, args ...any)
+
+	mu     sync.Mutex
+	stats  HeartbeatStats
+	err    error
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// HeartbeatStats count what a Heartbeater did.
+type HeartbeatStats struct {
+	Beats    int // answered with ok
+	Failed   int // not answered, refused, or answered not ok
+	Sessions int // sessions opened (the first, then one per failure)
+	Last     time.Time
+	LastErr  error
+	// LastAgeSeconds is the heartbeat's age the agent saw before the last
+	// answered beat touched it.
+	LastAgeSeconds *float64
+}
+
+// Start begins beating (the first beat at once) until ctx ends or Stop.
+func (h *Heartbeater) Start(ctx context.Context) {
+	if h.Clock == nil {
+		h.Clock = clock.Real{}
+	}
+	if h.Timeout <= 0 {
+		h.Timeout = h.Every
+	}
+	if h.Retry <= 0 {
+		h.Retry = max(h.Every/3, time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	h.mu.Lock()
+	h.cancel, h.done = cancel, make(chan struct{})
+	h.mu.Unlock()
+	go h.loop(ctx)
+}
+
+// Stop ends the beats, closes the session and returns what was done. It
+// does not wait on a stalled session: the transport's Close ends that.
+func (h *Heartbeater) Stop() HeartbeatStats {
+	h.mu.Lock()
+	cancel, done := h.cancel, h.done
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return h.Stats()
+}
+
+// Stats is what was done so far.
+func (h *Heartbeater) Stats() HeartbeatStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stats
+}
+
+// Err is the protocol error that stopped the beats (ErrSchema), if any.
+func (h *Heartbeater) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// session is an open pipe and the lines read from it.
+type session struct {
+	p     HeartbeatPipe
+	lines chan []byte // closed when the pipe ends
+}
+
+func (h *Heartbeater) loop(ctx context.Context) {
+	defer close(h.done)
+	var s *session
+	defer func() {
+		if s != nil {
+			s.p.Close(false)
+		}
+	}()
+	var seq uint64
+	for {
+		seq++
+		a, err := h.beat(ctx, &s, seq)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := h.Every
+		h.mu.Lock()
+		h.stats.Last = h.Clock.Now()
+		switch {
+		case err == nil:
+			h.stats.Beats++
+			h.stats.LastAgeSeconds = a.PreviousAgeSeconds
+		default:
+			h.stats.Failed++
+			h.stats.LastErr = err
+			wait = h.Retry
+		}
+		h.mu.Unlock()
+		if err != nil && h.Logf != nil {
+			h.Logf("heartbeat %d failed: %v", seq, err)
+		}
+		if errors.Is(err, ErrSchema) {
+			h.mu.Lock()
+			h.err = err
+			h.mu.Unlock()
+			return
+		}
+		if err := clock.Sleep(ctx, h.Clock, wait); err != nil {
+			return
+		}
+	}
+}
+
+// beat sends request seq and waits for its answer, all within Timeout. On
+// any failure the session is closed (as broken when it did not answer), so
+// the next beat opens a new one.
+func (h *Heartbeater) beat(ctx context.Context, sp **session, seq uint64) (HeartbeatAnswer, error) {
+	deadline := h.Clock.After(h.Timeout)
+	fail := func(broken bool, err error) (HeartbeatAnswer, error) {
+		if *sp != nil {
+			(*sp).p.Close(broken)
+			*sp = nil
+		}
+		return HeartbeatAnswer{}, err
+	}
+	if *sp == nil {
+		s, err := h.open(ctx, deadline)
+		if err != nil {
+			return HeartbeatAnswer{}, err
+		}
+		*sp = s
+	}
+	s := *sp
+	line, _ := json.Marshal(NewHeartbeatRequest(seq))
+	// A request line is far below any SSH window, so the write does not
+	// wait on the peer; only the answer can stall.
+	if _, err := s.p.Write(append(line, '\n')); err != nil {
+		return fail(true, fmt.Errorf("send heartbeat %d: %w", seq, err))
+	}
+	select {
+	case <-ctx.Done():
+		return HeartbeatAnswer{}, ctx.Err()
+	case <-deadline:
+		return fail(true, fmt.Errorf("heartbeat %d: %w (%s)", seq, ErrBeatTimeout, h.Timeout))
+	case b, ok := <-s.lines:
+		if !ok {
+			return fail(false, fmt.Errorf("heartbeat %d: the session ended without an answer", seq))
+		}
+		a, err := DecodeHeartbeatAnswer(b, seq)
+		if err != nil {
+			return fail(false, err)
+		}
+		if !a.OK {
+			return fail(false, fmt.Errorf("heartbeat %d: the agent did not touch the heartbeat: %v", seq, a.Errors))
+		}
+		return a, nil
+	}
+}
+
+// opened is the result of one Open.
+type opened struct {
+	p   HeartbeatPipe
+	err error
+}
+
+// open opens a session before deadline; one that opens late is closed.
+func (h *Heartbeater) open(ctx context.Context, deadline <-chan time.Time) (*session, error) {
+	octx, cancel := context.WithCancel(ctx)
+	ch := make(chan opened, 1)
+	go func() {
+		p, err := h.Open(octx)
+		ch <- opened{p, err}
+	}()
+	h.mu.Lock()
+	h.stats.Sessions++
+	h.mu.Unlock()
+	var o opened
+	select {
+	case o = <-ch:
+	case <-ctx.Done():
+		cancel()
+		go closeLate(ch)
+		return nil, ctx.Err()
+	case <-deadline:
+		cancel()
+		go closeLate(ch)
+		return nil, fmt.Errorf("open the heartbeat session: %w (%s)", ErrBeatTimeout, h.Timeout)
+	}
+	if o.err != nil {
+		cancel()
+		return nil, fmt.Errorf("open the heartbeat session: %w", o.err)
+	}
+	stop := make(chan struct{})
+	s := &session{p: &closer{HeartbeatPipe: o.p, cancel: cancel, stop: stop}, lines: make(chan []byte, 1)}
+	go func() {
+		defer close(s.lines)
+		sc := bufio.NewScanner(o.p)
+		sc.Buffer(make([]byte, 0, 512), 64<<10)
+		for sc.Scan() {
+			select {
+			case s.lines <- append([]byte(nil), sc.Bytes()...):
+			case <-stop: // closed: a late answer is nobody's
+				return
+			}
+		}
+	}()
+	return s, nil
+}
+
+// closeLate closes a session that opened after its beat gave up on it.
+func closeLate(ch chan opened) {
+	if o := <-ch; o.p != nil {
+		o.p.Close(true)
+	}
+}
+
+// closer releases the open's context and the reader with the session.
+type closer struct {
+	HeartbeatPipe
+	cancel context.CancelFunc
+	stop   chan struct{}
+	once   sync.Once
+}
+
+func (c *closer) Close(broken bool) error {
+	var err error
+	c.once.Do(func() {
+		close(c.stop)
+		err = c.HeartbeatPipe.Close(broken)
+		c.cancel()
+	})
+	return err
+}
