@@ -1,6 +1,7 @@
 package run
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -55,6 +56,10 @@ func (e *Engine) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 		if json.Unmarshal([]byte(line), &m) != nil || m == nil {
 			continue
 		}
+		if l.skipMetrics > 0 { // recorded before this controller re-attached
+			l.skipMetrics--
+			continue
+		}
 		m["attempt"] = attempt
 		if v, ok := m["step"].(float64); ok {
 			step = int64(v)
@@ -79,4 +84,29 @@ func (e *Engine) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 	if step > 0 {
 		e.observeSteps(step, total)
 	}
+}
+
+// recordedMetrics counts the lines metrics.jsonl already holds from
+// attempt: addMetrics writes exactly one line per JSON object of the
+// instance's file, in order, so a controller that re-attaches to the same
+// instance (and reads that file from its start again) skips this many
+// instead of recording them twice.
+func (e *Engine) recordedMetrics(attempt int) int {
+	f, err := os.Open(filepath.Join(e.EvidenceDir, MetricsFile))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 2*logChunk)
+	for sc.Scan() {
+		var m struct {
+			Attempt *int `json:"attempt"`
+		}
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m.Attempt != nil && *m.Attempt == attempt {
+			n++
+		}
+	}
+	return n
 }

@@ -350,6 +350,9 @@ type attemptLog struct {
 	offset int64
 	// metrics is how much of the instance's metrics file is collected.
 	metrics int64
+	// skipMetrics: lines of the instance's metrics file the evidence already
+	// holds from this attempt (a re-attached controller reads from 0).
+	skipMetrics int
 }
 
 func (e *Engine) newAttemptLog() *attemptLog {
@@ -362,7 +365,7 @@ func (e *Engine) newAttemptLog() *attemptLog {
 	if f, err := os.Create(p); err == nil {
 		f.Close()
 	}
-	return &attemptLog{path: p}
+	return &attemptLog{path: p, skipMetrics: e.recordedMetrics(n)}
 }
 
 // add appends a chunk up to its last newline (a secret is masked whole,
