@@ -129,7 +129,7 @@ func (h *Heartbeater) loop(ctx context.Context) {
 	var s *session
 	defer func() {
 		if s != nil {
-			s.p.Close(false)
+			go s.p.Close(false) // never wait on a stalled transport to stop
 		}
 	}()
 	var seq uint64
@@ -174,7 +174,9 @@ func (h *Heartbeater) beat(ctx context.Context, sp **session, seq uint64) (Heart
 	deadline := h.Clock.After(h.Timeout)
 	fail := func(broken bool, err error) (HeartbeatAnswer, error) {
 		if *sp != nil {
-			(*sp).p.Close(broken)
+			// In the background: closing writes to the connection, and a
+			// stalled one must not hold the next beat.
+			go (*sp).p.Close(broken)
 			*sp = nil
 		}
 		return HeartbeatAnswer{}, err

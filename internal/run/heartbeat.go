@@ -35,7 +35,7 @@ func (e *Engine) startHeartbeat(ctx context.Context, c *remote.Client) (stop fun
 			return heartbeatPipe{s}, nil
 		},
 		Logf: func(format string, args ...any) {
-			e.Log.Debug("heartbeat", "msg", e.Redactor.String(fmt.Sprintf(format, args...)))
+			e.Log.Debug("heartbeat", "detail", e.Redactor.String(fmt.Sprintf(format, args...)))
 		},
 	}
 	h.Start(ctx)
