@@ -59,17 +59,22 @@ func NewHeartbeatRequest(seq uint64) HeartbeatRequest {
 
 // DecodeHeartbeatAnswer parses and checks one answer line for beat seq.
 func DecodeHeartbeatAnswer(b []byte, seq uint64) (HeartbeatAnswer, error) {
-	var a HeartbeatAnswer
-	if err := json.Unmarshal(b, &a); err != nil {
-		return HeartbeatAnswer{}, fmt.Errorf("%w: %v", ErrSchema, err)
-	}
-	if err := checkSchema(a.Schema, a.SchemaVersion, HeartbeatSchema); err != nil {
+	a, err := decodeHeartbeatAnswer(b)
+	if err != nil {
 		return HeartbeatAnswer{}, err
 	}
 	if a.Seq != seq {
 		return HeartbeatAnswer{}, fmt.Errorf("%w: heartbeat answer %d for request %d", ErrSchema, a.Seq, seq)
 	}
 	return a, nil
+}
+
+func decodeHeartbeatAnswer(b []byte) (HeartbeatAnswer, error) {
+	var a HeartbeatAnswer
+	if err := json.Unmarshal(b, &a); err != nil {
+		return HeartbeatAnswer{}, fmt.Errorf("%w: %v", ErrSchema, err)
+	}
+	return a, checkSchema(a.Schema, a.SchemaVersion, HeartbeatSchema)
 }
 
 // ErrHeartbeatRefused means a heartbeat request was not one this agent

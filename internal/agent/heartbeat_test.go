@@ -180,29 +180,51 @@ type fakeTransport struct {
 	opens int
 	cur   *fakeSession
 	// stall: sessions open but never answer (a hung connection).
-	stall  bool
+	stall bool
+	// gate, when set, holds every session's answers until it is closed (a
+	// serve process slow to start).
+	gate chan struct{}
+	// serve, when set, answers instead of ServeHeartbeat.
+	serve  func(r io.Reader, w io.Writer)
 	broken int // sessions closed as broken
+	writes int // requests written
 }
 
 type fakeSession struct {
-	t      *fakeTransport
-	toR    *io.PipeReader
-	toW    *io.PipeWriter
-	fromR  *io.PipeReader
-	fromW  *io.PipeWriter
-	closed chan struct{}
-	once   sync.Once
+	t       *fakeTransport
+	pending chan []byte // requests, forwarded in order to the serve loop
+	toR     *io.PipeReader
+	toW     *io.PipeWriter
+	fromR   *io.PipeReader
+	fromW   *io.PipeWriter
+	closed  chan struct{}
+	once    sync.Once
 }
 
 func (f *fakeTransport) open(ctx context.Context) (HeartbeatPipe, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.opens++
-	s := &fakeSession{t: f, closed: make(chan struct{})}
+	s := &fakeSession{t: f, closed: make(chan struct{}), pending: make(chan []byte, 64)}
 	s.toR, s.toW = io.Pipe()
 	s.fromR, s.fromW = io.Pipe()
+	go func() {
+		for b := range s.pending {
+			if _, err := s.toW.Write(b); err != nil {
+				return
+			}
+		}
+	}()
 	if !f.stall {
+		gate := f.gate
 		go func() {
+			if gate != nil {
+				<-gate
+			}
+			if f.serve != nil {
+				f.serve(s.toR, s.fromW)
+				return
+			}
 			err := ServeHeartbeat(f.l, s.toR, s.fromW, f.clk)
 			s.fromW.CloseWithError(errors.Join(err, io.EOF))
 		}()
@@ -216,6 +238,7 @@ func (f *fakeTransport) drop() {
 	s := f.cur
 	f.mu.Unlock()
 	err := errors.New("connection reset")
+	s.once.Do(func() { close(s.closed) }) // later writes fail, as on a reset socket
 	s.toW.CloseWithError(err)
 	s.fromR.CloseWithError(err)
 	s.fromW.CloseWithError(err)
@@ -229,15 +252,20 @@ func (f *fakeTransport) counts() (opens, broken int) {
 
 func (s *fakeSession) Read(p []byte) (int, error) { return s.fromR.Read(p) }
 func (s *fakeSession) Write(p []byte) (int, error) {
-	if s.t.stall {
-		select {
-		case <-s.closed:
-			return 0, io.ErrClosedPipe
-		default:
-			return len(p), nil // into the void
-		}
+	select {
+	case <-s.closed:
+		return 0, io.ErrClosedPipe
+	default:
 	}
-	return s.toW.Write(p)
+	s.t.mu.Lock()
+	s.t.writes++
+	s.t.mu.Unlock()
+	select {
+	case s.pending <- append([]byte(nil), p...): // as a socket buffers it
+		return len(p), nil
+	default:
+		return 0, errors.New("fake session: too many requests in flight")
+	}
 }
 func (s *fakeSession) Close(broken bool) error {
 	s.once.Do(func() {
@@ -247,7 +275,7 @@ func (s *fakeSession) Close(broken bool) error {
 			s.t.broken++
 		}
 		s.t.mu.Unlock()
-		s.toW.Close()
+		s.toW.CloseWithError(io.ErrClosedPipe)
 		s.fromR.Close()
 		s.fromW.Close()
 	})
@@ -314,7 +342,7 @@ func TestHeartbeaterAbandonsAStalledSession(t *testing.T) {
 	l := Layout{Home: t.TempDir()}
 	clk := clock.NewFake(t0)
 	ft := &fakeTransport{l: l, clk: clk, stall: true}
-	h := &Heartbeater{Open: ft.open, Every: 10 * time.Second, Retry: 2 * time.Second, Timeout: 3 * time.Second, Clock: clk}
+	h := &Heartbeater{Open: ft.open, Every: 10 * time.Second, Retry: 2 * time.Second, Timeout: 3 * time.Second, Stall: 3 * time.Second, Clock: clk}
 	h.Start(context.Background())
 	defer h.Stop()
 
@@ -340,21 +368,43 @@ func TestHeartbeaterAbandonsAStalledSession(t *testing.T) {
 // retrying cannot change it.
 func TestHeartbeaterStopsOnAnotherProtocol(t *testing.T) {
 	clk := clock.NewFake(t0)
-	open := func(ctx context.Context) (HeartbeatPipe, error) {
-		s := &fakeSession{t: &fakeTransport{}, closed: make(chan struct{})}
-		s.toR, s.toW = io.Pipe()
-		s.fromR, s.fromW = io.Pipe()
-		go func() {
-			bufio.NewReader(s.toR).ReadString('\n')
-			s.fromW.Write([]byte(`{"schema":"vastrun.agent.heartbeat","schema_version":9,"seq":1,"ok":true}` + "\n"))
-		}()
-		return s, nil
-	}
-	h := &Heartbeater{Open: open, Every: time.Second, Timeout: time.Hour, Clock: clk}
+	ft := &fakeTransport{clk: clk, serve: func(r io.Reader, w io.Writer) {
+		bufio.NewReader(r).ReadString('\n')
+		w.Write([]byte(`{"schema":"vastrun.agent.heartbeat","schema_version":9,"seq":1,"ok":true}` + "\n"))
+	}}
+	h := &Heartbeater{Open: ft.open, Every: time.Second, Timeout: time.Hour, Clock: clk}
 	h.Start(context.Background())
 	eventually(t, func() bool { return h.Err() != nil })
 	st := h.Stop()
 	if !errors.Is(h.Err(), ErrSchema) || st.Beats != 0 || st.Failed != 1 {
 		t.Fatalf("another protocol: %v, %+v", h.Err(), st)
+	}
+}
+
+// A serve process slow to start (a busy instance) costs a failed beat, not
+// a new session: the next beat goes on the same one, and the late answer to
+// the first counts as the session's sign of life.
+func TestHeartbeaterKeepsASlowSession(t *testing.T) {
+	l := Layout{Home: t.TempDir()}
+	clk := clock.NewFake(t0)
+	gate := make(chan struct{})
+	ft := &fakeTransport{l: l, clk: clk, gate: gate}
+	h := &Heartbeater{Open: ft.open, Every: 10 * time.Second, Retry: 2 * time.Second, Timeout: time.Second, Stall: 30 * time.Second, Clock: clk}
+	h.Start(context.Background())
+	defer h.Stop()
+
+	eventually(t, func() bool { ft.mu.Lock(); defer ft.mu.Unlock(); return ft.writes == 1 && clk.Waiters() == 1 })
+	clk.Advance(time.Second) // beat 1 times out; the session is kept
+	waitIdle(t, h, clk, 1, 1)
+	if st := h.Stats(); st.Failed != 1 || !errors.Is(st.LastErr, ErrBeatTimeout) {
+		t.Fatalf("beat 1: %+v", st)
+	}
+	close(gate) // the serve process is up: it answers beat 1, late
+	clk.Advance(2 * time.Second)
+	waitIdle(t, h, clk, 2, 2)
+	st := h.Stop()
+	opens, broken := ft.counts()
+	if st.Beats != 1 || st.Failed != 1 || st.Sessions != 1 || opens != 1 || broken != 0 {
+		t.Fatalf("a slow session: %+v, %d opens, %d broken; want one session kept", st, opens, broken)
 	}
 }

@@ -43,8 +43,15 @@ type Heartbeater struct {
 	Open  func(ctx context.Context) (HeartbeatPipe, error)
 	Every time.Duration // between beats
 	// Timeout bounds one beat, opening its session included (default
-	// Every): a stalled session is abandoned, not waited on.
+	// Every): a beat not answered by then has failed, and the next one is
+	// sent on the same session (a slow start of the serve process on a busy
+	// instance costs beats, not a new process each time).
 	Timeout time.Duration
+	// Stall is how long a session may leave every beat unanswered before
+	// it is abandoned as broken and a new one opened (default 3×Every,
+	// about the agent's TTL): a hung session or connection is never waited
+	// on for longer.
+	Stall time.Duration
 	// Retry is the wait after a failed beat (default Every/3), so a lost
 	// beat is made up well before the next regular one.
 	Retry time.Duration
@@ -80,6 +87,9 @@ func (h *Heartbeater) Start(ctx context.Context) {
 	}
 	if h.Timeout <= 0 {
 		h.Timeout = h.Every
+	}
+	if h.Stall <= 0 {
+		h.Stall = 3 * h.Every
 	}
 	if h.Retry <= 0 {
 		h.Retry = max(h.Every/3, time.Millisecond)
@@ -122,6 +132,8 @@ func (h *Heartbeater) Err() error {
 type session struct {
 	p     HeartbeatPipe
 	lines chan []byte // closed when the pipe ends
+	// heard is when the session last answered (or opened).
+	heard time.Time
 }
 
 func (h *Heartbeater) loop(ctx context.Context) {
@@ -167,9 +179,10 @@ func (h *Heartbeater) loop(ctx context.Context) {
 	}
 }
 
-// beat sends request seq and waits for its answer, all within Timeout. On
-// any failure the session is closed (as broken when it did not answer), so
-// the next beat opens a new one.
+// beat sends request seq and waits for its answer, all within Timeout. A
+// session that ended or answered wrongly is closed; one that left beats
+// unanswered for Stall is closed as broken; either way the next beat opens
+// a new one.
 func (h *Heartbeater) beat(ctx context.Context, sp **session, seq uint64) (HeartbeatAnswer, error) {
 	deadline := h.Clock.After(h.Timeout)
 	fail := func(broken bool, err error) (HeartbeatAnswer, error) {
@@ -195,23 +208,36 @@ func (h *Heartbeater) beat(ctx context.Context, sp **session, seq uint64) (Heart
 	if _, err := s.p.Write(append(line, '\n')); err != nil {
 		return fail(true, fmt.Errorf("send heartbeat %d: %w", seq, err))
 	}
-	select {
-	case <-ctx.Done():
-		return HeartbeatAnswer{}, ctx.Err()
-	case <-deadline:
-		return fail(true, fmt.Errorf("heartbeat %d: %w (%s)", seq, ErrBeatTimeout, h.Timeout))
-	case b, ok := <-s.lines:
-		if !ok {
-			return fail(false, fmt.Errorf("heartbeat %d: the session ended without an answer", seq))
+	for {
+		select {
+		case <-ctx.Done():
+			return HeartbeatAnswer{}, ctx.Err()
+		case <-deadline:
+			err := fmt.Errorf("heartbeat %d: %w (%s)", seq, ErrBeatTimeout, h.Timeout)
+			if silent := h.Clock.Now().Sub(s.heard); silent >= h.Stall {
+				return fail(true, fmt.Errorf("%w; the session has not answered for %s", err, silent))
+			}
+			return HeartbeatAnswer{}, err
+		case b, ok := <-s.lines:
+			if !ok {
+				return fail(false, fmt.Errorf("heartbeat %d: the session ended without an answer", seq))
+			}
+			a, err := decodeHeartbeatAnswer(b)
+			if err == nil && a.Seq > seq {
+				err = fmt.Errorf("%w: heartbeat answer %d for request %d", ErrSchema, a.Seq, seq)
+			}
+			if err != nil {
+				return fail(false, err)
+			}
+			s.heard = h.Clock.Now()
+			if a.Seq < seq {
+				continue // a late answer to a beat that timed out: it did touch
+			}
+			if !a.OK {
+				return fail(false, fmt.Errorf("heartbeat %d: the agent did not touch the heartbeat: %v", seq, a.Errors))
+			}
+			return a, nil
 		}
-		a, err := DecodeHeartbeatAnswer(b, seq)
-		if err != nil {
-			return fail(false, err)
-		}
-		if !a.OK {
-			return fail(false, fmt.Errorf("heartbeat %d: the agent did not touch the heartbeat: %v", seq, a.Errors))
-		}
-		return a, nil
 	}
 }
 
@@ -249,7 +275,7 @@ func (h *Heartbeater) open(ctx context.Context, deadline <-chan time.Time) (*ses
 		return nil, fmt.Errorf("open the heartbeat session: %w", o.err)
 	}
 	stop := make(chan struct{})
-	s := &session{p: &closer{HeartbeatPipe: o.p, cancel: cancel, stop: stop}, lines: make(chan []byte, 1)}
+	s := &session{p: &closer{HeartbeatPipe: o.p, cancel: cancel, stop: stop}, lines: make(chan []byte, 1), heard: h.Clock.Now()}
 	go func() {
 		defer close(s.lines)
 		sc := bufio.NewScanner(o.p)

@@ -139,7 +139,7 @@ func TestHeartbeatStreamRedialsAfterAStall(t *testing.T) {
 	defer c.Close()
 	clk := clock.NewFake(time.Unix(1785300000, 0))
 	h := heartbeater(c, serveScript(t), clk)
-	h.Timeout = 3 * time.Second
+	h.Timeout, h.Stall = 3*time.Second, 3*time.Second
 	h.Start(context.Background())
 	defer h.Stop()
 	waitUntil(t, "beat 1", func() bool { return h.Stats().Beats == 1 && clk.Waiters() == 2 })
