@@ -786,7 +786,7 @@ func (c *Client) Stream(ctx context.Context, script string) (*Stream, error) {
 		if err != nil {
 			// Nothing ran unless the start was answered: safe to try again
 			// on a new connection when this one is gone.
-			return ctx.Err() == nil && cn.isDead(), err
+			return ctx.Err() == nil && transport(cn, err), err
 		}
 		st = s
 		return false, nil
