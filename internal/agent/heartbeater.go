@@ -15,15 +15,11 @@ import (
 
 // HeartbeatPipe is one open `agent heartbeat --serve` session, as the
 // controller's transport gives it: requests are written to it, answers
-// read from it.
-type HeartbeatPipe interface {
-	io.Reader
-	io.Writer
-	// Close ends the session. broken says it stopped answering: the
-	// transport then checks its connection too and drops it when it is
-	// dead, so that the next Open redials instead of waiting on a stall.
-	Close(broken bool) error
-}
+// read from it, and Close ends the session. Open redials when the
+// connection is gone; finding a stalled connection dead is the
+// transport's own keepalive's job (remote.Dialer.KeepAlive), never a guess
+// from one slow beat, which would cut every other call on it.
+type HeartbeatPipe = io.ReadWriteCloser
 
 // ErrBeatTimeout means a beat (opening the session included) was not
 // answered within [Heartbeater.Timeout].
@@ -48,7 +44,7 @@ type Heartbeater struct {
 	// instance costs beats, not a new process each time).
 	Timeout time.Duration
 	// Stall is how long a session may leave every beat unanswered before
-	// it is abandoned as broken and a new one opened (default 3×Every,
+	// it is closed and a new one opened (default 3×Every,
 	// about the agent's TTL): a hung session or connection is never waited
 	// on for longer.
 	Stall time.Duration
@@ -139,15 +135,19 @@ type session struct {
 func (h *Heartbeater) loop(ctx context.Context) {
 	defer close(h.done)
 	var s *session
+	var op *opening
 	defer func() {
 		if s != nil {
-			go s.p.Close(false) // never wait on a stalled transport to stop
+			go s.p.Close() // never wait on a stalled transport to stop
+		}
+		if op != nil {
+			op.drop()
 		}
 	}()
 	var seq uint64
 	for {
 		seq++
-		a, err := h.beat(ctx, &s, seq)
+		a, err := h.beat(ctx, &s, &op, seq)
 		if ctx.Err() != nil {
 			return
 		}
@@ -180,22 +180,21 @@ func (h *Heartbeater) loop(ctx context.Context) {
 }
 
 // beat sends request seq and waits for its answer, all within Timeout. A
-// session that ended or answered wrongly is closed; one that left beats
-// unanswered for Stall is closed as broken; either way the next beat opens
-// a new one.
-func (h *Heartbeater) beat(ctx context.Context, sp **session, seq uint64) (HeartbeatAnswer, error) {
+// session that ended, answered wrongly, or left beats unanswered for Stall
+// is closed, and the next beat opens a new one.
+func (h *Heartbeater) beat(ctx context.Context, sp **session, op **opening, seq uint64) (HeartbeatAnswer, error) {
 	deadline := h.Clock.After(h.Timeout)
-	fail := func(broken bool, err error) (HeartbeatAnswer, error) {
+	fail := func(err error) (HeartbeatAnswer, error) {
 		if *sp != nil {
 			// In the background: closing writes to the connection, and a
 			// stalled one must not hold the next beat.
-			go (*sp).p.Close(broken)
+			go (*sp).p.Close()
 			*sp = nil
 		}
 		return HeartbeatAnswer{}, err
 	}
 	if *sp == nil {
-		s, err := h.open(ctx, deadline)
+		s, err := h.open(ctx, op, deadline)
 		if err != nil {
 			return HeartbeatAnswer{}, err
 		}
@@ -206,7 +205,7 @@ func (h *Heartbeater) beat(ctx context.Context, sp **session, seq uint64) (Heart
 	// A request line is far below any SSH window, so the write does not
 	// wait on the peer; only the answer can stall.
 	if _, err := s.p.Write(append(line, '\n')); err != nil {
-		return fail(true, fmt.Errorf("send heartbeat %d: %w", seq, err))
+		return fail(fmt.Errorf("send heartbeat %d: %w", seq, err))
 	}
 	for {
 		select {
@@ -215,26 +214,26 @@ func (h *Heartbeater) beat(ctx context.Context, sp **session, seq uint64) (Heart
 		case <-deadline:
 			err := fmt.Errorf("heartbeat %d: %w (%s)", seq, ErrBeatTimeout, h.Timeout)
 			if silent := h.Clock.Now().Sub(s.heard); silent >= h.Stall {
-				return fail(true, fmt.Errorf("%w; the session has not answered for %s", err, silent))
+				return fail(fmt.Errorf("%w; the session has not answered for %s", err, silent))
 			}
 			return HeartbeatAnswer{}, err
 		case b, ok := <-s.lines:
 			if !ok {
-				return fail(false, fmt.Errorf("heartbeat %d: the session ended without an answer", seq))
+				return fail(fmt.Errorf("heartbeat %d: the session ended without an answer", seq))
 			}
 			a, err := decodeHeartbeatAnswer(b)
 			if err == nil && a.Seq > seq {
 				err = fmt.Errorf("%w: heartbeat answer %d for request %d", ErrSchema, a.Seq, seq)
 			}
 			if err != nil {
-				return fail(false, err)
+				return fail(err)
 			}
 			s.heard = h.Clock.Now()
 			if a.Seq < seq {
 				continue // a late answer to a beat that timed out: it did touch
 			}
 			if !a.OK {
-				return fail(false, fmt.Errorf("heartbeat %d: the agent did not touch the heartbeat: %v", seq, a.Errors))
+				return fail(fmt.Errorf("heartbeat %d: the agent did not touch the heartbeat: %v", seq, a.Errors))
 			}
 			return a, nil
 		}
@@ -247,38 +246,63 @@ type opened struct {
 	err error
 }
 
-// open opens a session before deadline; one that opens late is closed.
-func (h *Heartbeater) open(ctx context.Context, deadline <-chan time.Time) (*session, error) {
-	octx, cancel := context.WithCancel(ctx)
-	ch := make(chan opened, 1)
+// opening is an Open in flight: a beat that gives up on it leaves it to the
+// next beat, so a session slow to open on a busy machine is not thrown away
+// (and its process started again) at every beat.
+type opening struct {
+	ch     chan opened
+	since  time.Time
+	cancel context.CancelFunc
+}
+
+// drop gives up on the open: what it opens later is closed.
+func (o *opening) drop() {
+	o.cancel()
 	go func() {
-		p, err := h.Open(octx)
-		ch <- opened{p, err}
+		if r := <-o.ch; r.p != nil {
+			r.p.Close()
+		}
 	}()
-	h.mu.Lock()
-	h.stats.Sessions++
-	h.mu.Unlock()
-	var o opened
+}
+
+// open opens a session (or waits on the open in flight) before deadline.
+// An open in flight for Stall is given up and started again.
+func (h *Heartbeater) open(ctx context.Context, op **opening, deadline <-chan time.Time) (*session, error) {
+	if *op != nil && h.Clock.Now().Sub((*op).since) >= h.Stall {
+		(*op).drop()
+		*op = nil
+	}
+	if *op == nil {
+		octx, cancel := context.WithCancel(ctx)
+		o := &opening{ch: make(chan opened, 1), since: h.Clock.Now(), cancel: cancel}
+		go func() {
+			p, err := h.Open(octx)
+			o.ch <- opened{p, err}
+		}()
+		h.mu.Lock()
+		h.stats.Sessions++
+		h.mu.Unlock()
+		*op = o
+	}
+	o := *op
+	var r opened
 	select {
-	case o = <-ch:
+	case r = <-o.ch:
+		*op = nil
 	case <-ctx.Done():
-		cancel()
-		go closeLate(ch)
-		return nil, ctx.Err()
+		return nil, ctx.Err() // the loop drops the open
 	case <-deadline:
-		cancel()
-		go closeLate(ch)
 		return nil, fmt.Errorf("open the heartbeat session: %w (%s)", ErrBeatTimeout, h.Timeout)
 	}
-	if o.err != nil {
-		cancel()
-		return nil, fmt.Errorf("open the heartbeat session: %w", o.err)
+	if r.err != nil {
+		o.cancel()
+		return nil, fmt.Errorf("open the heartbeat session: %w", r.err)
 	}
 	stop := make(chan struct{})
-	s := &session{p: &closer{HeartbeatPipe: o.p, cancel: cancel, stop: stop}, lines: make(chan []byte, 1), heard: h.Clock.Now()}
+	s := &session{p: &closer{HeartbeatPipe: r.p, cancel: o.cancel, stop: stop}, lines: make(chan []byte, 1), heard: h.Clock.Now()}
 	go func() {
 		defer close(s.lines)
-		sc := bufio.NewScanner(o.p)
+		sc := bufio.NewScanner(r.p)
 		sc.Buffer(make([]byte, 0, 512), 64<<10)
 		for sc.Scan() {
 			select {
@@ -291,13 +315,6 @@ func (h *Heartbeater) open(ctx context.Context, deadline <-chan time.Time) (*ses
 	return s, nil
 }
 
-// closeLate closes a session that opened after its beat gave up on it.
-func closeLate(ch chan opened) {
-	if o := <-ch; o.p != nil {
-		o.p.Close(true)
-	}
-}
-
 // closer releases the open's context and the reader with the session.
 type closer struct {
 	HeartbeatPipe
@@ -306,11 +323,11 @@ type closer struct {
 	once   sync.Once
 }
 
-func (c *closer) Close(broken bool) error {
+func (c *closer) Close() error {
 	var err error
 	c.once.Do(func() {
 		close(c.stop)
-		err = c.HeartbeatPipe.Close(broken)
+		err = c.HeartbeatPipe.Close()
 		c.cancel()
 	})
 	return err

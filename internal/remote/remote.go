@@ -776,9 +776,9 @@ type Stream struct {
 
 // Stream starts script on a live connection (redialling, as every call does,
 // when the connection is gone) and returns once the command has started.
-// The session ends with ctx, or with Close. Opening is bounded by ctx: a
-// connection that does not answer the session request before ctx ends is
-// checked with a keepalive and dropped when dead.
+// The session ends with ctx, or with Close. Opening is bounded by ctx; a
+// stalled connection is found dead by its keepalive and the next call
+// redials.
 func (c *Client) Stream(ctx context.Context, script string) (*Stream, error) {
 	var st *Stream
 	err := c.retry(ctx, func(cn *conn) (bool, error) {
@@ -841,20 +841,11 @@ func (c *Client) openStream(ctx context.Context, cn *conn, script string) (*Stre
 				r.s.sess.Close()
 			}
 		}()
-		c.checkLater(cn)
+		// The connection itself is left to its keepalive (Dialer.KeepAlive):
+		// one slow session request on a busy machine is no proof it is dead,
+		// and dropping it would cut every call on it.
 		return nil, ctx.Err()
 	}
-}
-
-// checkLater drops cn, in the background, unless it answers a keepalive:
-// a call on it stopped answering, and the next call should redial rather
-// than wait on a stall.
-func (c *Client) checkLater(cn *conn) {
-	go func() {
-		if !cn.alive(5 * time.Second) {
-			c.drop(cn)
-		}
-	}()
 }
 
 // Read reads the command's stdout.
@@ -873,12 +864,4 @@ func (s *Stream) Close() error {
 		s.sess.Close()
 	})
 	return nil
-}
-
-// Abandon closes a stream that stopped answering and drops its connection
-// too unless the connection still answers a keepalive, so the next call
-// redials instead of waiting on a stall.
-func (s *Stream) Abandon() {
-	s.Close()
-	s.c.checkLater(s.cn)
 }

@@ -42,17 +42,6 @@ func serveScript(t *testing.T) string {
 	return serveEnv + "=1 exec " + remote.ShellQuote(exe)
 }
 
-// streamPipe is a Stream as the Heartbeater's session.
-type streamPipe struct{ *remote.Stream }
-
-func (p streamPipe) Close(broken bool) error {
-	if broken {
-		p.Abandon()
-		return nil
-	}
-	return p.Stream.Close()
-}
-
 func heartbeater(c *remote.Client, script string, clk clock.Clock) *agent.Heartbeater {
 	return &agent.Heartbeater{Every: 10 * time.Second, Retry: 2 * time.Second, Timeout: time.Hour, Clock: clk,
 		Open: func(ctx context.Context) (agent.HeartbeatPipe, error) {
@@ -60,7 +49,7 @@ func heartbeater(c *remote.Client, script string, clk clock.Clock) *agent.Heartb
 			if err != nil {
 				return nil, err
 			}
-			return streamPipe{s}, nil
+			return s, nil
 		}}
 }
 
@@ -126,13 +115,12 @@ func TestHeartbeatStreamSurvivesADropWithOneRedial(t *testing.T) {
 	}
 }
 
-// A stalled connection does not hold the beats: the beat's deadline
-// abandons the session, the connection that no longer answers a keepalive
-// is dropped, and the next beat redials.
+// A stalled connection does not hold the beats: the beat's deadline ends
+// the wait, the silent session is closed, the connection's keepalive finds
+// it dead, and the next beat redials.
 func TestHeartbeatStreamRedialsAfterAStall(t *testing.T) {
 	s, _, id, eps, kp, dir := instance(t)
-	// No keepalive of its own: only the heartbeat's deadline finds the stall.
-	c, err := remote.Dialer{Key: kp.Signer, KnownHostsPath: filepath.Join(dir, "known_hosts"), KeepAlive: -1}.Dial(context.Background(), eps)
+	c, err := remote.Dialer{Key: kp.Signer, KnownHostsPath: filepath.Join(dir, "known_hosts"), KeepAlive: 100 * time.Millisecond}.Dial(context.Background(), eps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,8 +142,8 @@ func TestHeartbeatStreamRedialsAfterAStall(t *testing.T) {
 	if st := h.Stats(); !errors.Is(st.LastErr, agent.ErrBeatTimeout) {
 		t.Fatalf("a stalled beat: %+v", st)
 	}
-	// The keepalive check (5 s of real time) drops the stalled connection;
-	// the beats then go on over a new one.
+	// The keepalive (real time) drops the stalled connection; the beats then
+	// go on over a new one.
 	for i := 0; h.Stats().Beats < 2; i++ {
 		if i > 600 {
 			t.Fatalf("the beats never resumed after the stall: %+v", h.Stats())

@@ -30,9 +30,9 @@ func (e *Engine) startHeartbeat(ctx context.Context, c *remote.Client) (stop fun
 		Open: func(ctx context.Context) (agent.HeartbeatPipe, error) {
 			s, err := c.Stream(ctx, remoteBin+" agent heartbeat --serve")
 			if err != nil {
-				return nil, err
+				return nil, err // a nil *Stream is not a nil pipe
 			}
-			return heartbeatPipe{s}, nil
+			return s, nil
 		},
 		Logf: func(format string, args ...any) {
 			e.Log.Debug("heartbeat", "detail", e.Redactor.String(fmt.Sprintf(format, args...)))
@@ -46,18 +46,4 @@ func (e *Engine) startHeartbeat(ctx context.Context, c *remote.Client) (stop fun
 			e.infof("the agent's heartbeat channel speaks another protocol: %v", err)
 		}
 	}
-}
-
-// heartbeatPipe is a remote stream as the Heartbeater's session: a broken
-// one is abandoned, so a stalled connection is dropped and redialled.
-type heartbeatPipe struct{ s *remote.Stream }
-
-func (p heartbeatPipe) Read(b []byte) (int, error)  { return p.s.Read(b) }
-func (p heartbeatPipe) Write(b []byte) (int, error) { return p.s.Write(b) }
-func (p heartbeatPipe) Close(broken bool) error {
-	if broken {
-		p.s.Abandon()
-		return nil
-	}
-	return p.s.Close()
 }
