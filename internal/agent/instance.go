@@ -347,7 +347,7 @@ func alive(pid int, ticks uint64) bool {
 
 // ReportOptions are the inputs of BuildReport.
 type ReportOptions struct {
-	Touch     bool  // touch the heartbeat after reading its age
+	Touch     bool  // touch the heartbeat after reading its age (controllers before the heartbeat channel)
 	LogOffset int64 // return the log from here
 	LogMax    int64 // at most this much of it
 	// MetricsOffset, with LogMax, returns the metrics file from here.
@@ -410,16 +410,16 @@ func BuildReport(l Layout, o ReportOptions) Report {
 		r.Disk = diskOf(l.Home, 0, false)
 	}
 	r.Resume = readResume(l)
-	hb := l.Abs(Heartbeat)
-	if fi, err := os.Stat(hb); err == nil {
-		age := now.Sub(fi.ModTime()).Seconds()
-		r.HeartbeatAgeSeconds = &age
-	}
+	// Touch is what controllers before the heartbeat channel (heartbeat.go)
+	// asked for with every poll; it is still honoured.
 	if o.Touch {
-		if f, err := os.OpenFile(hb, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-			f.Close()
+		age, err := touchHeartbeat(l, now)
+		r.HeartbeatAgeSeconds = age
+		if err != nil {
+			r.Agent.Errors = append(r.Agent.Errors, err.Error())
 		}
-		os.Chtimes(hb, now, now)
+	} else {
+		r.HeartbeatAgeSeconds = heartbeatAge(l, now)
 	}
 	r.Log = readLog(l.Abs(LogFile), o.LogOffset, o.LogMax)
 	if o.LogMax > 0 {

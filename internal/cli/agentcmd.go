@@ -37,7 +37,7 @@ variables in its environment; the dead-man switch destroys this instance
 with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	}
 	cmd.AddCommand(NewCmdAgentWatch(f, nil), NewCmdAgentStart(f, nil), NewCmdAgentSupervise(f, nil), NewCmdAgentStatus(f, nil),
-		NewCmdAgentRestore(f, nil), NewCmdAgentUpload(f, nil), NewCmdAgentManifest(f, nil), NewCmdAgentRetireLost(f, nil))
+		NewCmdAgentRestore(f, nil), NewCmdAgentUpload(f, nil), NewCmdAgentManifest(f, nil), NewCmdAgentRetireLost(f, nil), NewCmdAgentHeartbeat(f, nil))
 	return cmd
 }
 

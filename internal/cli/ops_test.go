@@ -14,7 +14,7 @@ import (
 // captured through runF — no simulator, no network, no state directory.
 
 func opsFactory() *Factory {
-	return &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard}}
+	return &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: io.Discard}, Getenv: func(string) string { return "" }}
 }
 
 func TestNewCmdDown(t *testing.T) {

@@ -760,3 +760,108 @@ func download(cn *conn, remote, local string, limit int64) error {
 	}
 	return nil
 }
+
+// Stream is a long-lived remote command the caller talks to over its
+// stdin and stdout (the agent's heartbeat channel). It reads the command's
+// stdout and writes its stdin; stderr is discarded.
+type Stream struct {
+	c      *Client
+	cn     *conn
+	sess   *ssh.Session
+	stdin  io.WriteCloser
+	stdout io.Reader
+	stop   func() bool
+	once   sync.Once
+}
+
+// Stream starts script on a live connection (redialling, as every call does,
+// when the connection is gone) and returns once the command has started.
+// The session ends with ctx, or with Close. Opening is bounded by ctx; a
+// stalled connection is found dead by its keepalive and the next call
+// redials.
+func (c *Client) Stream(ctx context.Context, script string) (*Stream, error) {
+	var st *Stream
+	err := c.retry(ctx, func(cn *conn) (bool, error) {
+		s, err := c.openStream(ctx, cn, script)
+		if err != nil {
+			// Nothing ran unless the start was answered: safe to try again
+			// on a new connection when this one is gone.
+			return ctx.Err() == nil && transport(cn, err), err
+		}
+		st = s
+		return false, nil
+	})
+	return st, err
+}
+
+func (c *Client) openStream(ctx context.Context, cn *conn, script string) (*Stream, error) {
+	type res struct {
+		s   *Stream
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		sess, err := cn.c.NewSession()
+		if err != nil {
+			ch <- res{nil, fmt.Errorf("ssh session: %w", err)}
+			return
+		}
+		stdin, err := sess.StdinPipe()
+		if err != nil {
+			sess.Close()
+			ch <- res{nil, err}
+			return
+		}
+		stdout, err := sess.StdoutPipe()
+		if err != nil {
+			sess.Close()
+			ch <- res{nil, err}
+			return
+		}
+		sess.Stderr = io.Discard
+		// The command line is the script itself: stdin is the command's own
+		// input here, so unlike Run no environment (no secret) travels.
+		if err := sess.Start(script); err != nil {
+			sess.Close()
+			ch <- res{nil, fmt.Errorf("start remote command: %w", err)}
+			return
+		}
+		ch <- res{&Stream{c: c, cn: cn, sess: sess, stdin: stdin, stdout: stdout}, nil}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		r.s.stop = context.AfterFunc(ctx, func() { r.s.Close() })
+		return r.s, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.s != nil {
+				r.s.sess.Close()
+			}
+		}()
+		// The connection itself is left to its keepalive (Dialer.KeepAlive):
+		// one slow session request on a busy machine is no proof it is dead,
+		// and dropping it would cut every call on it.
+		return nil, ctx.Err()
+	}
+}
+
+// Read reads the command's stdout.
+func (s *Stream) Read(p []byte) (int, error) { return s.stdout.Read(p) }
+
+// Write writes the command's stdin.
+func (s *Stream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
+
+// Close ends the session: the command's stdin is closed, then the session.
+func (s *Stream) Close() error {
+	s.once.Do(func() {
+		if s.stop != nil {
+			s.stop()
+		}
+		s.stdin.Close()
+		s.sess.Close()
+	})
+	return nil
+}

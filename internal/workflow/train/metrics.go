@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,7 +18,7 @@ import (
 // askAgentLogs is one status request that also brings back the log and
 // the metrics from where this attempt's collection stands.
 func (e *flow) askAgentLogs(ctx context.Context, c *remote.Client, inst provider.InstanceID, l *attemptLog) (agent.Report, error) {
-	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --touch-heartbeat --log-offset %d --log-max %d --metrics-offset %d", l.offset, logChunk, l.metrics))
+	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --log-offset %d --log-max %d --metrics-offset %d", l.offset, logChunk, l.metrics))
 	if err != nil {
 		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
 	}
@@ -43,7 +44,6 @@ func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 	}
 	data = data[:i+1]
 	l.metrics += int64(len(data))
-	attempt := max(len(e.State().Attempts), 1)
 	var out strings.Builder
 	var step, total int64
 	for _, line := range strings.Split(strings.TrimSuffix(data, "\n"), "\n") {
@@ -51,7 +51,11 @@ func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 		if json.Unmarshal([]byte(line), &m) != nil || m == nil {
 			continue
 		}
-		m["attempt"] = attempt
+		if l.skipMetrics > 0 { // recorded before this controller re-attached
+			l.skipMetrics--
+			continue
+		}
+		m["attempt"] = l.attempt
 		if v, ok := m["step"].(float64); ok {
 			step = int64(v)
 		}
@@ -75,4 +79,29 @@ func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 	if step > 0 {
 		e.ObserveSteps(step, total)
 	}
+}
+
+// recordedMetrics counts the lines metrics.jsonl already holds from
+// attempt: addMetrics writes exactly one line per JSON object of the
+// instance's file, in order, so a controller that re-attaches to the same
+// instance (and reads that file from its start again) skips this many
+// instead of recording them twice.
+func (e *flow) recordedMetrics(attempt int) int {
+	f, err := os.Open(filepath.Join(e.EvidenceDir, run.MetricsFile))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 2*logChunk)
+	for sc.Scan() {
+		var m struct {
+			Attempt *int `json:"attempt"`
+		}
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m.Attempt != nil && *m.Attempt == attempt {
+			n++
+		}
+	}
+	return n
 }

@@ -239,10 +239,10 @@ func (e *flow) agentJSON(ctx context.Context, c *remote.Client, env map[string]s
 	return []byte(strings.TrimSpace(out.String())), nil
 }
 
-// askAgent is one status request: it also touches the heartbeat and
-// brings back the log from offset.
+// askAgent is one status request: it brings back the log from offset
+// (the heartbeat has its own channel: heartbeat.go).
 func (e *flow) askAgent(ctx context.Context, c *remote.Client, inst provider.InstanceID, offset int64) (agent.Report, error) {
-	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --touch-heartbeat --log-offset %d --log-max %d", offset, logChunk))
+	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --log-offset %d --log-max %d", offset, logChunk))
 	if err != nil {
 		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
 	}
@@ -260,10 +260,19 @@ type attemptLog struct {
 	offset int64
 	// metrics is how much of the instance's metrics file is collected.
 	metrics int64
+	// skipMetrics: lines of the instance's metrics file the evidence already
+	// holds from this attempt (a re-attached controller reads from 0).
+	skipMetrics int
+	// attempt is the attempt (1-based) whose instance this log collects.
+	attempt int
 }
 
 func (e *flow) newAttemptLog() *attemptLog {
-	n := max(len(e.State().Attempts), 1)
+	return e.attemptLogFor(max(len(e.State().Attempts), 1))
+}
+
+// attemptLogFor is the log collection of attempt n (1-based).
+func (e *flow) attemptLogFor(n int) *attemptLog {
 	os.MkdirAll(e.EvidenceDir, 0o755)
 	p := filepath.Join(e.EvidenceDir, fmt.Sprintf("train.attempt-%d.log", n))
 	// Truncated: a re-attached controller reads the remote log again from its
@@ -272,7 +281,7 @@ func (e *flow) newAttemptLog() *attemptLog {
 	if f, err := os.Create(p); err == nil {
 		f.Close()
 	}
-	return &attemptLog{path: p}
+	return &attemptLog{path: p, attempt: n, skipMetrics: e.recordedMetrics(n)}
 }
 
 // add appends a chunk up to its last newline (a secret is masked whole,
@@ -351,6 +360,7 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 	t := e.trainSpec()
 	poll := max(t.Poll.Duration(), minTrainPoll)
 	alog := e.newAttemptLog()
+	defer e.startHeartbeat(ctx, c)() // heartbeat.go: its own channel, not the polls
 	seen := map[string]bool{}
 	started := false        // this controller started or found the workload
 	var lastCheck time.Time // the last pass's money check
