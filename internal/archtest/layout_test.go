@@ -15,7 +15,8 @@ import (
 //
 // The direction: cli → {run, janitor, report, receipt, …} → run (the
 // lifecycle core) → {provider, provider/retry, poll, remote, agent, journal,
-// storage, checkpoint, …}; receipt imports nothing of ours, janitor only
+// storage, checkpoint, …}; receipt (the receipt's schema) imports only the
+// leaf packages whose types its sections carry, janitor only
 // provider and label, and nothing but cmd/vastrun imports cli.
 var layout = map[string][]string{
 	"cmd/vastrun":                    {"internal/cli"},
@@ -41,11 +42,11 @@ var layout = map[string][]string{
 	"internal/provider/retry":        {"internal/clock", "internal/poll", "internal/provider"},
 	"internal/provider/sim":          {"internal/clock", "internal/container", "internal/provider"}, // container: the image path (instances run inside their image); the bid unit (provider.BidPerGPU) is one constant for client and simulator
 	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider"},
-	"internal/receipt":               {},
+	"internal/receipt":               {"internal/canary", "internal/checkpoint", "internal/provider"}, // the sections' schema names the canary's server report and field delta, the checkpoint's skips, the instance ids
 	"internal/redact":                {},
 	"internal/remote":                {"internal/clock"},
 	"internal/report":                {"internal/journal", "internal/receipt", "internal/run"},
-	"internal/run": {"internal/canary", "internal/checkpoint", "internal/ci", "internal/clock", "internal/config", "internal/journal",
+	"internal/run": {"internal/ci", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
 		"internal/redact", "internal/remote", "internal/spec", "internal/storage", "internal/workdir"},
 	"internal/runs":                {"internal/journal", "internal/provider", "internal/run"},

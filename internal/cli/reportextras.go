@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/report"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/runs"
@@ -19,7 +20,7 @@ func reportExtras(r *run.Receipt) report.Extras {
 	if r.EvidenceDir == "" {
 		return x
 	}
-	if f, err := os.Open(filepath.Join(r.EvidenceDir, run.MetricsFile)); err == nil {
+	if f, err := os.Open(filepath.Join(r.EvidenceDir, receipt.MetricsFile)); err == nil {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {

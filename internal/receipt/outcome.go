@@ -3,8 +3,18 @@
 // class of exit it maps to; the engine, the Markdown summary, the HTML
 // report and the CLI's exit codes all ask it rather than keeping lists.
 //
-// receipt imports nothing of vastrun's run engine: the report and ci
-// packages can depend on it without depending on the lifecycle.
+// It is also the schema of the workflows' own sections of receipt.json
+// (docs/receipt.md): Sections (train, canary), the types they are made of,
+// and how each renders for people (Part: its rows of summary.md and its
+// part of the story). The lifecycle core embeds Sections in its Receipt
+// and renders them through Part without naming any; each workflow fills
+// its own. A section's JSON is a contract, so its types live with the
+// document rather than in the workflow that fills them, and a receipt read
+// back from disk renders with no workflow at hand.
+//
+// receipt imports nothing of vastrun's run engine (only the leaf packages
+// whose types its sections carry): the report and ci packages can depend
+// on it without depending on the lifecycle.
 package receipt
 
 // Outcome is how a run ended, as the journal and receipt.json name it.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
 )
 
@@ -34,8 +35,8 @@ func sample() (*run.Receipt, []journal.Record) {
 		},
 		Cost:    run.Receipt{}.Cost,
 		Cleanup: run.ReceiptCleanup{Confirmed: true},
-		Train: &run.TrainReport{CheckpointURI: "s3://b/p/mx1run", LastCheckpoint: &run.CheckpointRef{Step: 600, ManifestSHA256: strings.Repeat("cd", 32)},
-			Resumes: []run.ResumeProof{{Instance: 102, RestoredStep: 200, ReportedStep: &step, Proven: true}}},
+		Sections: receipt.Sections{Train: &receipt.TrainReport{CheckpointURI: "s3://b/p/mx1run", LastCheckpoint: &receipt.CheckpointRef{Step: 600, ManifestSHA256: strings.Repeat("cd", 32)},
+			Resumes: []receipt.ResumeProof{{Instance: 102, RestoredStep: 200, ReportedStep: &step, Proven: true}}}},
 	}
 	r.Cost.EstimateUSD, r.Cost.ChargedUSD, r.Cost.MaxSpendUSD = 0.0195, &charged, 0.05
 	data := func(v any) json.RawMessage { b, _ := json.Marshal(v); return b }

@@ -11,6 +11,7 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // Journal steps of interruptible rentals.
@@ -89,11 +90,11 @@ type BidData struct {
 }
 
 type InterruptedData struct {
-	Instance       provider.InstanceID `json:"instance_id"`
-	Reason         string              `json:"reason"`
-	LastCheckpoint *CheckpointRef      `json:"last_checkpoint"`
-	MinBid         float64             `json:"min_bid,omitempty"`
-	Policy         string              `json:"on_outbid,omitempty"`
+	Instance       provider.InstanceID    `json:"instance_id"`
+	Reason         string                 `json:"reason"`
+	LastCheckpoint *receipt.CheckpointRef `json:"last_checkpoint"`
+	MinBid         float64                `json:"min_bid,omitempty"`
+	Policy         string                 `json:"on_outbid,omitempty"`
 }
 
 type ResumedData struct {

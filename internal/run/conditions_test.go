@@ -182,9 +182,9 @@ func TestStepsReadTheFrozenSpec(t *testing.T) {
 // The canary's comparison classes are outcomes the receipt package knows,
 // with the same exit classes as the rest: one answer to "succeeded?".
 func TestCanaryClassesAreKnownOutcomes(t *testing.T) {
-	for _, c := range []string{run.CanaryMatch, run.CanaryGPUOnlyFailure, run.CanaryLocalOnlyFailure, run.CanaryBothFailed, run.CanaryOutputDelta, run.OutcomeLocalFailed} {
+	for _, c := range []string{receipt.CanaryMatch, receipt.CanaryGPUOnlyFailure, receipt.CanaryLocalOnlyFailure, receipt.CanaryBothFailed, receipt.CanaryOutputDelta, receipt.OutcomeLocalFailed} {
 		o := receipt.Outcome(c)
-		if !o.Known() || o.Succeeded() != (c == run.CanaryMatch) {
+		if !o.Known() || o.Succeeded() != (c == receipt.CanaryMatch) {
 			t.Errorf("canary class %q: known %v, succeeded %v", c, o.Known(), o.Succeeded())
 		}
 	}

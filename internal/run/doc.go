@@ -10,8 +10,9 @@
 // [Engine.Drive] and [Engine.Resume] (one verified instance, then its
 // Body) or [Engine.Manage] (a workflow that attaches and replaces
 // instances itself), doing its own work through the small API in core.go.
-// The receipt is one versioned document, so its section types
-// (TrainReport, CanaryReport) are declared here; each workflow fills its own.
+// The receipt is one versioned document: its workflow sections' types and
+// their rendering live with its schema (internal/receipt, embedded as
+// receipt.Sections); each workflow fills its own through Workflow.Section.
 //
 // Contracts:
 //   - Intent goes to the journal (fsync'd) before every marketplace side

@@ -44,23 +44,24 @@ type costReport struct {
 
 // Receipt is the run's evidence summary (docs/receipt.md).
 type Receipt struct {
-	Schema         string             `json:"schema"`
-	Workflow       string             `json:"workflow"`
-	RunID          string             `json:"run_id"`
-	Label          string             `json:"label"`
-	Outcome        receipt.Outcome    `json:"outcome"`
-	Error          string             `json:"error,omitempty"`
-	Simulated      bool               `json:"simulated"`
-	SimInstance    string             `json:"sim_instance,omitempty"`
-	CI             ReceiptCI          `json:"ci"`
-	Commit         string             `json:"commit"`
-	Image          string             `json:"image"`
-	ManifestSHA256 string             `json:"manifest_sha256"`
-	Attempts       []*Attempt         `json:"attempts"`
-	Test           *TestOutcome       `json:"test,omitempty"`
-	Verify         *verifyReport      `json:"verify,omitempty"`
-	Train          *TrainReport       `json:"train,omitempty"`
-	Canary         *CanaryReport      `json:"canary,omitempty"`
+	Schema         string          `json:"schema"`
+	Workflow       string          `json:"workflow"`
+	RunID          string          `json:"run_id"`
+	Label          string          `json:"label"`
+	Outcome        receipt.Outcome `json:"outcome"`
+	Error          string          `json:"error,omitempty"`
+	Simulated      bool            `json:"simulated"`
+	SimInstance    string          `json:"sim_instance,omitempty"`
+	CI             ReceiptCI       `json:"ci"`
+	Commit         string          `json:"commit"`
+	Image          string          `json:"image"`
+	ManifestSHA256 string          `json:"manifest_sha256"`
+	Attempts       []*Attempt      `json:"attempts"`
+	Test           *TestOutcome    `json:"test,omitempty"`
+	Verify         *verifyReport   `json:"verify,omitempty"`
+	// The workflows' own sections (train, canary), in their place in
+	// the JSON; the core renders them without naming one.
+	receipt.Sections
 	Timings        map[string]float64 `json:"timings_s"`
 	Cost           costReport         `json:"cost"`
 	Cleanup        ReceiptCleanup     `json:"cleanup"`
@@ -292,7 +293,9 @@ func Summary(r *Receipt) string {
 		parts = append(parts, fmt.Sprintf("%s %.1fs", k, r.Timings[k]))
 	}
 	fmt.Fprintf(&b, "| timings | %s |\n", strings.Join(parts, ", "))
-	b.WriteString(canarySummary(r.Canary))
+	for _, p := range r.Parts() {
+		b.WriteString(p.SummaryRows())
+	}
 	b.WriteString(storyMarkdown(r))
 	return b.String()
 }

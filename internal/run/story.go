@@ -2,28 +2,20 @@ package run
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
-// Section is one part of a receipt's story for people: a title and rows
-// of (key, value), and optionally a block of verbatim text (a log tail).
-// Summary renders it as Markdown; the command line aligns it on a terminal.
-type Section struct {
-	Title string
-	Rows  [][2]string
-	Block string
-}
+// Section is one part of a receipt's story for people (receipt.Section).
+type Section = receipt.Section
 
-// Story is what a person needs from a receipt beyond its facts, per
-// workflow: ci — the verify checks and, on failure, the last 20 lines of
-// the test log; canary — the compared fields and their values; train —
-// each attempt with its cost and how it ended, the resume, the last
-// committed checkpoint and the final metrics. Logs are read from the
-// receipt's evidence directory (already redacted there).
+// Story is what a person needs from a receipt beyond its facts: each
+// attempt with its cost and how it ended, the verify checks and, on a
+// failed test, the last 20 lines of its log; then each workflow section's
+// own part (receipt.Part), which the core renders without naming it. Logs
+// are read from the receipt's evidence directory (already redacted there).
 func Story(r *Receipt) []Section {
 	var out []Section
 	if len(r.Attempts) > 0 {
@@ -49,82 +41,12 @@ func Story(r *Receipt) []Section {
 		out = append(out, s)
 	}
 	if t := r.Test; t != nil && (t.ExitCode != 0 || t.TimedOut) {
-		if tail := logTail(r.EvidenceDir, t.Log, 20); tail != "" {
+		if tail := receipt.LogTail(r.EvidenceDir, t.Log, 20); tail != "" {
 			out = append(out, Section{Title: fmt.Sprintf("Last lines of %s (exit %d)", t.Log, t.ExitCode), Block: tail})
 		}
 	}
-	if c := r.Canary; c != nil {
-		s := Section{Title: "Canary comparison: " + orNone(c.Comparison)}
-		fields := map[string]bool{}
-		for k := range c.Local.Result {
-			fields[k] = true
-		}
-		if c.GPU != nil {
-			for k := range c.GPU.Result {
-				fields[k] = true
-			}
-		}
-		var names []string
-		for k := range fields {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			gpu := "—"
-			if c.GPU != nil {
-				if v, ok := c.GPU.Result[k]; ok {
-					gpu = fmt.Sprint(v)
-				}
-			}
-			local := "—"
-			if v, ok := c.Local.Result[k]; ok {
-				local = fmt.Sprint(v)
-			}
-			s.Rows = append(s.Rows, [2]string{k, fmt.Sprintf("cpu %s · gpu %s", local, gpu)})
-		}
-		if len(s.Rows) == 0 {
-			s.Rows = append(s.Rows, [2]string{"fields", "none reported"})
-		}
-		out = append(out, s)
-	}
-	if t := r.Train; t != nil {
-		s := Section{Title: "Training"}
-		for _, rs := range t.Resumes {
-			v := fmt.Sprintf("restored step %d on instance %d", rs.RestoredStep, rs.Instance)
-			switch {
-			case rs.Proven:
-				v += fmt.Sprintf("; the workload reported resuming from %d (proven)", rs.RestoredStep)
-			case rs.ReportedStep != nil:
-				v += fmt.Sprintf("; the workload reported %d (NOT proven)", *rs.ReportedStep)
-			default:
-				v += "; the workload reported nothing (NOT proven)"
-			}
-			s.Rows = append(s.Rows, [2]string{"resumed", v})
-		}
-		if c := t.LastCheckpoint; c != nil {
-			s.Rows = append(s.Rows, [2]string{"last committed", fmt.Sprintf("step %d, manifest sha256 %s", c.Step, c.ManifestSHA256)})
-		} else {
-			s.Rows = append(s.Rows, [2]string{"last committed", "no checkpoint"})
-		}
-		if len(t.Result) > 0 {
-			var keys []string
-			for k := range t.Result {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			var parts []string
-			for _, k := range keys {
-				parts = append(parts, fmt.Sprintf("%s %v", k, t.Result[k]))
-			}
-			s.Rows = append(s.Rows, [2]string{"final metrics", strings.Join(parts, ", ")})
-		}
-		if t.ExitCode != nil && *t.ExitCode != 0 {
-			if tail := logTail(r.EvidenceDir, "train.log", 20); tail != "" {
-				out = append(out, s, Section{Title: fmt.Sprintf("Last lines of train.log (exit %d)", *t.ExitCode), Block: tail})
-				return out
-			}
-		}
-		out = append(out, s)
+	for _, p := range r.Parts() {
+		out = append(out, p.Story(r.EvidenceDir)...)
 	}
 	return out
 }
@@ -149,29 +71,6 @@ func attemptCost(r *Receipt, a *Attempt) string {
 	return fmt.Sprintf("~$%.4f", a.DPHTotal*max(0, d.Hours()))
 }
 
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
-
-// logTail is the last n lines of an evidence log, or "".
-func logTail(dir, name string, n int) string {
-	if dir == "" || name == "" {
-		return ""
-	}
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // storyMarkdown renders the story for Summary.
 func storyMarkdown(r *Receipt) string {
 	var b strings.Builder
@@ -183,7 +82,7 @@ func storyMarkdown(r *Receipt) string {
 		if len(s.Rows) > 0 {
 			b.WriteString("| | |\n|---|---|\n")
 			for _, row := range s.Rows {
-				fmt.Fprintf(&b, "| %s | %s |\n", mdCell(row[0]), mdCell(row[1]))
+				fmt.Fprintf(&b, "| %s | %s |\n", receipt.MDCell(row[0]), receipt.MDCell(row[1]))
 			}
 		}
 		if s.Block != "" {

@@ -7,18 +7,6 @@ import (
 	"testing"
 )
 
-func TestStoryCanaryShowsComparedFieldsAndValues(t *testing.T) {
-	r := &Receipt{Workflow: "canary", Outcome: CanaryMatch, Canary: &CanaryReport{Comparison: CanaryMatch,
-		Local: SmokeOutcome{Result: map[string]any{"checksum": 333833500.0, "device": "cpu"}},
-		GPU:   &SmokeOutcome{Result: map[string]any{"checksum": 333833500.0, "device": "gpu"}}}}
-	md := Summary(r)
-	for _, want := range []string{"### Canary comparison: match", "| checksum | cpu 3.338335e+08 · gpu 3.338335e+08 |", "| device | cpu cpu · gpu gpu |"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("summary lacks %q:\n%s", want, md)
-		}
-	}
-}
-
 func TestStoryCILogTailOnlyOnFailure(t *testing.T) {
 	dir := t.TempDir()
 	var log strings.Builder

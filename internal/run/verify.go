@@ -12,15 +12,12 @@ import (
 	"strings"
 
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 )
 
-// GPUInfo is one GPU as nvidia-smi reports it.
-type GPUInfo struct {
-	Name      string `json:"name"`
-	MemoryMiB int    `json:"memory_mib"`
-	Driver    string `json:"driver_version"`
-}
+// GPUInfo is one GPU as nvidia-smi reports it (receipt.GPUInfo).
+type GPUInfo = receipt.GPUInfo
 
 // Check is one verification and its verdict.
 type Check struct {

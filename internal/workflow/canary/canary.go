@@ -11,6 +11,7 @@ import (
 
 	smoke "github.com/vastrun/vastrun/internal/canary"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/run"
 )
@@ -42,14 +43,14 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			e.report.Local = run.SmokeOutcome{Where: "host", ExitCode: code, Log: "unit.log", TimedOut: timedOut}
+			e.report.Local = receipt.SmokeOutcome{Where: "host", ExitCode: code, Log: "unit.log", TimedOut: timedOut}
 			if timedOut {
-				return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests ran past canary.timeouts.unit %s and were stopped", run.ErrLocalFailed, localTimeout(cc.Timeouts.Unit.Duration()))}
+				return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests ran past canary.timeouts.unit %s and were stopped", ErrLocalFailed, localTimeout(cc.Timeouts.Unit.Duration()))}
 			}
 			if err != nil {
-				return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests: %w", run.ErrLocalFailed, err)}
+				return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests: %w", ErrLocalFailed, err)}
 			}
-			return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests exited %d", run.ErrLocalFailed, code)}
+			return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests exited %d", ErrLocalFailed, code)}
 		}
 	}
 	resultPath, _ := filepath.Abs(filepath.Join(e.EvidenceDir, "local-result.json"))
@@ -63,7 +64,7 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 	// bounded together by canary.timeouts.smoke.
 	eng, file, note, err := e.localContainer(ctx)
 	if err != nil {
-		return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: err}
+		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: err}
 	}
 	limit := localTimeout(cc.Timeouts.Smoke.Duration())
 	sctx, cancel := e.withClockTimeout(ctx, limit)
@@ -83,8 +84,8 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 		return ctx.Err()
 	}
 	if err != nil && eng != nil && !late {
-		e.report.Local = run.SmokeOutcome{Where: where, ExitCode: code, Log: "local-smoke.log"}
-		return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: err}
+		e.report.Local = receipt.SmokeOutcome{Where: where, ExitCode: code, Log: "local-smoke.log"}
+		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: err}
 	}
 	out := e.judgeSmoke(where, code, resultPath, "local-smoke.log")
 	if late {
@@ -93,12 +94,12 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 	e.report.Local = out
 	if !out.Passed && !allowFailure {
 		if late {
-			return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: the smoke ran past canary.timeouts.smoke %s and was stopped", run.ErrLocalFailed, limit)}
+			return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: the smoke ran past canary.timeouts.smoke %s and was stopped", ErrLocalFailed, limit)}
 		}
 		if err != nil {
-			return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke: %w", run.ErrLocalFailed, err)}
+			return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke: %w", ErrLocalFailed, err)}
 		}
-		return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke exited %d (want %d), missing fields %v", run.ErrLocalFailed, code, cc.ExpectExit, out.MissingFields)}
+		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke exited %d (want %d), missing fields %v", ErrLocalFailed, code, cc.ExpectExit, out.MissingFields)}
 	}
 	return nil
 }
@@ -117,8 +118,8 @@ func (e *flow) localRun(ctx context.Context, script, logName string, env map[str
 	return smoke.Local{Dir: e.RepoDir}.Run(ctx, script, full, w)
 }
 
-func (e *flow) judgeSmoke(where string, code int, resultPath, log string) run.SmokeOutcome {
-	out := run.SmokeOutcome{Where: where, ExitCode: code, Log: log}
+func (e *flow) judgeSmoke(where string, code int, resultPath, log string) receipt.SmokeOutcome {
+	out := receipt.SmokeOutcome{Where: where, ExitCode: code, Log: log}
 	if b, err := os.ReadFile(resultPath); err == nil {
 		json.Unmarshal(e.Redactor.JSON(b), &out.Result)
 	}
@@ -148,13 +149,13 @@ func lookup(m map[string]any, field string) (any, bool) {
 
 // Delta compares two JSON results field by field, skipping ignored fields
 // (and everything under them), exactly (no tolerance).
-func Delta(local, gpu map[string]any, ignore []string) []run.FieldDelta {
+func Delta(local, gpu map[string]any, ignore []string) []receipt.FieldDelta {
 	return smoke.Compare(local, gpu, smoke.CompareOptions{Ignore: ignore})
 }
 
 // compareResults compares under canary.compare (tolerance, ignore) and the
 // older canary.ignore_fields.
-func (e *flow) compareResults(local, gpu map[string]any) []run.FieldDelta {
+func (e *flow) compareResults(local, gpu map[string]any) []receipt.FieldDelta {
 	cc := e.canarySpec()
 	return smoke.Compare(local, gpu, smoke.CompareOptions{Tolerance: cc.Compare.Tolerance, Ignore: append(append([]string{}, cc.IgnoreFields...), cc.Compare.Ignore...)})
 }
@@ -173,7 +174,7 @@ func (e *flow) gpuCanary(ctx context.Context, c *remote.Client, inst provider.In
 	env["VASTRUN_DEVICE"] = "gpu"
 	cc := e.canarySpec()
 	e.Infof("GPU smoke on instance %d: %s", inst.ID, cc.Smoke)
-	var gpu run.SmokeOutcome
+	var gpu receipt.SmokeOutcome
 	if cc.IsServer() {
 		e.Mark("test_start")
 		out, err := e.gpuServerSmoke(ctx, c, env)
@@ -189,7 +190,7 @@ func (e *flow) gpuCanary(ctx context.Context, c *remote.Client, inst provider.In
 		if err != nil {
 			return err
 		}
-		gpu = run.SmokeOutcome{Where: "gpu", ExitCode: res.ExitCode, Result: res.Result, Log: "test.log"}
+		gpu = receipt.SmokeOutcome{Where: "gpu", ExitCode: res.ExitCode, Result: res.Result, Log: "test.log"}
 		for _, f := range cc.ExpectFields {
 			if _, ok := lookup(gpu.Result, f); !ok {
 				gpu.MissingFields = append(gpu.MissingFields, f)
@@ -203,28 +204,28 @@ func (e *flow) gpuCanary(ctx context.Context, c *remote.Client, inst provider.In
 	local := e.report.Local
 	switch {
 	case local.Passed && (!gpu.Passed || !e.report.CUDA.Passed):
-		e.report.Comparison = run.CanaryGPUOnlyFailure
+		e.report.Comparison = receipt.CanaryGPUOnlyFailure
 		e.collectFailureEvidence(ctx, c, inst)
 	case !local.Passed && gpu.Passed:
-		e.report.Comparison = run.CanaryLocalOnlyFailure
+		e.report.Comparison = receipt.CanaryLocalOnlyFailure
 	case !local.Passed:
-		e.report.Comparison = run.CanaryBothFailed
+		e.report.Comparison = receipt.CanaryBothFailed
 	default:
 		if d := e.compareResults(local.Result, gpu.Result); len(d) > 0 {
-			e.report.Comparison, e.report.Delta = run.CanaryOutputDelta, d
+			e.report.Comparison, e.report.Delta = receipt.CanaryOutputDelta, d
 		} else {
-			e.report.Comparison = run.CanaryMatch
+			e.report.Comparison = receipt.CanaryMatch
 		}
 	}
 	e.Infof("canary: %s", e.report.Comparison)
-	if e.report.Comparison != run.CanaryMatch {
+	if e.report.Comparison != receipt.CanaryMatch {
 		return &Error{Class: e.report.Comparison}
 	}
 	return nil
 }
 
-func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]string) *run.CUDACheck {
-	chk := &run.CUDACheck{Command: e.canarySpec().CUDACheck}
+func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]string) *receipt.CUDACheck {
+	chk := &receipt.CUDACheck{Command: e.canarySpec().CUDACheck}
 	// The script always exits 0 (a missing nvidia-smi is an empty answer,
 	// "no GPU"), so an error is the transport's: the answer is unknown.
 	out, err := c.Output(ctx, `echo "==csv"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits; echo "==smi"; nvidia-smi; true`)
@@ -237,7 +238,7 @@ func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]st
 		if len(parts) >= 3 {
 			var mem int
 			fmt.Sscan(strings.TrimSpace(parts[1]), &mem)
-			chk.GPUs = append(chk.GPUs, run.GPUInfo{Name: strings.TrimSpace(parts[0]), MemoryMiB: mem, Driver: strings.TrimSpace(parts[2])})
+			chk.GPUs = append(chk.GPUs, receipt.GPUInfo{Name: strings.TrimSpace(parts[0]), MemoryMiB: mem, Driver: strings.TrimSpace(parts[2])})
 		}
 	}
 	chk.CUDA = run.CUDAVersion(sec["smi"])

@@ -47,13 +47,13 @@ func TestCanaryCaptureFailureIsReportedNotDecided(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "capture failed: ") {
 		t.Fatalf("evidence file: %q %v", b, err)
 	}
-	md := run.Summary(&run.Receipt{Workflow: Name, Canary: e.report})
+	md := run.Summary(&run.Receipt{Workflow: Name, Sections: receipt.Sections{Canary: e.report}})
 	if !strings.Contains(md, "| not captured | the GPU's identity (nvidia-smi): ssh: connection lost") {
 		t.Fatalf("summary:\n%s", md)
 	}
 
 	// A capture that answers is not reported.
-	ok := &run.CanaryReport{}
+	ok := &receipt.CanaryReport{}
 	e.report = ok
 	chk = e.cudaCheck(context.Background(), answer("==csv\nNVIDIA H100, 81559, 550.54\n==smi\n| CUDA Version: 12.4 |\n"), nil)
 	if chk.CaptureError != "" || len(ok.CaptureErrors) != 0 || !chk.Passed || chk.CUDA != 12.4 || chk.GPUs[0].MemoryMiB != 81559 {
@@ -87,14 +87,14 @@ func TestDeltaFieldLevel(t *testing.T) {
 // shared class otherwise; its Error carries the class to run.Outcome.
 func TestOutcomeIsTheComparison(t *testing.T) {
 	f := newFlow(&run.Engine{}, false)
-	f.report.Comparison = run.CanaryOutputDelta
-	if got := f.Outcome(nil, receipt.Passed); got != receipt.Outcome(run.CanaryOutputDelta) {
+	f.report.Comparison = receipt.CanaryOutputDelta
+	if got := f.Outcome(nil, receipt.Passed); got != receipt.Outcome(receipt.CanaryOutputDelta) {
 		t.Fatalf("went through: %s", got)
 	}
 	if got := f.Outcome(errors.New("rent failed"), receipt.Error); got != receipt.Error {
 		t.Fatalf("did not go through: %s", got)
 	}
-	if got := run.Outcome(fmt.Errorf("wrapped: %w", &Error{Class: run.CanaryGPUOnlyFailure})); got != receipt.Outcome(run.CanaryGPUOnlyFailure) {
+	if got := run.Outcome(fmt.Errorf("wrapped: %w", &Error{Class: receipt.CanaryGPUOnlyFailure})); got != receipt.Outcome(receipt.CanaryGPUOnlyFailure) {
 		t.Fatalf("run.Outcome of a canary Error: %s", got)
 	}
 }

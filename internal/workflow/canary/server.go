@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"io"
 	"net"
 	"os"
@@ -120,8 +121,8 @@ func (e *flow) evidenceLog(name string) (io.Writer, func(), error) {
 }
 
 // serverOutcome turns a server smoke report into the smoke outcome.
-func (e *flow) serverOutcome(where string, rep *smoke.ServerReport, result map[string]any, log string) run.SmokeOutcome {
-	out := run.SmokeOutcome{Where: where, Result: result, Log: log, Server: rep}
+func (e *flow) serverOutcome(where string, rep *smoke.ServerReport, result map[string]any, log string) receipt.SmokeOutcome {
+	out := receipt.SmokeOutcome{Where: where, Result: result, Log: log, Server: rep}
 	if rep.Request != nil {
 		out.ExitCode = rep.Request.ExitCode
 	}
@@ -173,7 +174,7 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 	cc := e.canarySpec()
 	env, err := e.localEnv(extra)
 	if err != nil {
-		return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", run.ErrLocalFailed, err)}
+		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", ErrLocalFailed, err)}
 	}
 	log, closeLog, err := e.evidenceLog("local-smoke.log")
 	if err != nil {
@@ -215,26 +216,26 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 		if why == "" && rep.Request != nil {
 			why = fmt.Sprintf("request failed: exit %d, status %d %s", rep.Request.ExitCode, rep.Request.Status, rep.Request.Error)
 		}
-		return &run.StepError{Step: "canary local", Outcome: run.OutcomeLocalFailed, Err: fmt.Errorf("%w: server smoke: %s", run.ErrLocalFailed, why)}
+		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: server smoke: %s", ErrLocalFailed, why)}
 	}
 	return nil
 }
 
 // gpuServerSmoke runs the same contract on the instance itself, under
 // timeouts.job.
-func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[string]string) (run.SmokeOutcome, error) {
+func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[string]string) (receipt.SmokeOutcome, error) {
 	log, closeLog, err := e.evidenceLog("test.log")
 	if err != nil {
-		return run.SmokeOutcome{}, err
+		return receipt.SmokeOutcome{}, err
 	}
 	defer closeLog()
 	probe, closeProbe, err := e.evidenceLog("gpu-request.log")
 	if err != nil {
-		return run.SmokeOutcome{}, err
+		return receipt.SmokeOutcome{}, err
 	}
 	defer closeProbe()
 	if err := e.Record("intent", run.StepWork, map[string]any{"command": e.canarySpec().Smoke, "server": true}); err != nil {
-		return run.SmokeOutcome{}, &run.StepError{Step: run.StepWork, Err: err}
+		return receipt.SmokeOutcome{}, &run.StepError{Step: run.StepWork, Err: err}
 	}
 	// $VASTRUN_RESULT is absolute on the instance, as for a plain smoke.
 	prefix := `VASTRUN_RESULT="$PWD/` + run.ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; `
@@ -248,11 +249,11 @@ func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[str
 	late := timedOut(jctx)
 	cancel()
 	if ctx.Err() != nil {
-		return run.SmokeOutcome{}, ctx.Err()
+		return receipt.SmokeOutcome{}, ctx.Err()
 	}
 	if late {
 		jerr := e.Record("failed", run.StepWork, map[string]any{"timeout": e.jobTimeout().String()})
-		return run.SmokeOutcome{}, errors.Join(&run.StepError{Step: run.StepWork, Outcome: run.OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.jobTimeout())}, jerr)
+		return receipt.SmokeOutcome{}, errors.Join(&run.StepError{Step: run.StepWork, Outcome: run.OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.jobTimeout())}, jerr)
 	}
 	if result == nil && (!e.canarySpec().Request.IsSet() || e.canarySpec().Request.Command != "") {
 		res := &run.TestOutcome{}
@@ -260,10 +261,10 @@ func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[str
 		result = res.Result
 	}
 	if err := e.Record("done", run.StepWork, map[string]any{"ready": rep.Ready, "passed": rep.Passed}); err != nil {
-		return run.SmokeOutcome{}, &run.StepError{Step: run.StepWork, Err: err}
+		return receipt.SmokeOutcome{}, &run.StepError{Step: run.StepWork, Err: err}
 	}
 	out := e.serverOutcome("gpu", rep, result, "test.log")
-	e.report.Health = &run.HealthCheck{URL: rep.HealthURL, Status: rep.HealthStatus, Attempts: rep.Attempts, Passed: rep.Ready, Error: rep.Error}
+	e.report.Health = &receipt.HealthCheck{URL: rep.HealthURL, Status: rep.HealthStatus, Attempts: rep.Attempts, Passed: rep.Ready, Error: rep.Error}
 	e.Infof("GPU server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
 	return out, nil
 }

@@ -1,7 +1,7 @@
 // Package canary is the canary workflow: the smoke contract is proved
 // locally first (its unit tests, then the smoke on this machine or in a
 // local container), then on the smallest GPU rental, and the two results
-// are compared. Its receipt section is run.CanaryReport (receipt
+// are compared. Its receipt section is receipt.CanaryReport (receipt
 // "canary"); its outcome is the comparison's class (match,
 // gpu_only_failure, local_only_failure, both_failed, output_delta) once
 // the run went through, else the shared classification.
@@ -12,11 +12,15 @@ package canary
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
 )
+
+// ErrLocalFailed means the local contract failed, so nothing was rented.
+var ErrLocalFailed = errors.New("the local contract failed: nothing was rented")
 
 // Name is the workflow's name in the journal, manifest and receipt.
 const Name = "canary"
@@ -25,12 +29,12 @@ const Name = "canary"
 // report. It is the run's run.Workflow.
 type flow struct {
 	*run.Engine
-	report            *run.CanaryReport
+	report            *receipt.CanaryReport
 	allowLocalFailure bool
 }
 
 func newFlow(e *run.Engine, allowLocalFailure bool) *flow {
-	return &flow{Engine: e, report: &run.CanaryReport{}, allowLocalFailure: allowLocalFailure}
+	return &flow{Engine: e, report: &receipt.CanaryReport{}, allowLocalFailure: allowLocalFailure}
 }
 
 func (e *flow) Name() string { return Name }

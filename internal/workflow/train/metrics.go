@@ -11,8 +11,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // askAgentLogs is one status request that also brings back the log and
@@ -72,7 +72,7 @@ func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 		return
 	}
 	os.MkdirAll(e.EvidenceDir, 0o755)
-	if f, err := os.OpenFile(filepath.Join(e.EvidenceDir, run.MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+	if f, err := os.OpenFile(filepath.Join(e.EvidenceDir, receipt.MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 		f.Write(e.Redactor.Bytes([]byte(out.String())))
 		f.Close()
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/checkpoint"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/spec"
@@ -317,17 +318,17 @@ func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[st
 			e.Infof("checkpoint %d committed", cp.LastStep)
 			e.Record("event", "checkpoint", map[string]any{"step": cp.LastStep, "manifest_sha256": cp.LastSHA256})
 		}
-		e.report.LastCheckpoint = &run.CheckpointRef{Step: cp.LastStep, ManifestSHA256: cp.LastSHA256}
+		e.report.LastCheckpoint = &receipt.CheckpointRef{Step: cp.LastStep, ManifestSHA256: cp.LastSHA256}
 	}
 	if rs := st.Resume; rs != nil {
-		var r *run.ResumeProof
+		var r *receipt.ResumeProof
 		for i := range e.report.Resumes {
 			if e.report.Resumes[i].Instance == inst {
 				r = &e.report.Resumes[i]
 			}
 		}
 		if r == nil { // restored by a controller that died since: the agent remembers
-			e.report.Resumes = append(e.report.Resumes, run.ResumeProof{Instance: inst, RestoredStep: rs.RestoredStep})
+			e.report.Resumes = append(e.report.Resumes, receipt.ResumeProof{Instance: inst, RestoredStep: rs.RestoredStep})
 			r = &e.report.Resumes[len(e.report.Resumes)-1]
 		}
 		if rs.ReportedStep != nil {
@@ -568,7 +569,7 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		for _, p := range rs.Placed {
 			e.Infof("put %s back at its path for the workload's own resume", p)
 		}
-		e.report.Resumes = append(e.report.Resumes, run.ResumeProof{Instance: inst.ID, RestoredStep: rs.Step, Skipped: rs.Skipped})
+		e.report.Resumes = append(e.report.Resumes, receipt.ResumeProof{Instance: inst.ID, RestoredStep: rs.Step, Skipped: rs.Skipped})
 		e.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)})
 	}
 	args := fmt.Sprintf("start --json --command %s %s --heartbeat %s --ttl %s --deadline %s --poll 1s",
@@ -694,7 +695,7 @@ func (e *flow) fillTrainReport(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if list, err := (checkpoint.Store{S: st}).Committed(cctx); err == nil && len(list) > 0 {
-		e.report.LastCheckpoint = &run.CheckpointRef{Step: list[0].Step, ManifestSHA256: list[0].ManifestSHA256}
+		e.report.LastCheckpoint = &receipt.CheckpointRef{Step: list[0].Step, ManifestSHA256: list[0].ManifestSHA256}
 	}
 }
 

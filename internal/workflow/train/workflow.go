@@ -3,7 +3,7 @@
 // run's store; an interrupted instance (preempted, outbid, unreachable) is
 // destroyed, confirmed, and replaced, and the workload resumes from the
 // last committed checkpoint, proven by the workload's own report. Its
-// receipt section is run.TrainReport (receipt "train"); a workload that
+// receipt section is receipt.TrainReport (receipt "train"); a workload that
 // exits non-zero is "failed" (ErrTrainFailed).
 //
 // The workflow reads its settings from the run's frozen spec
@@ -32,7 +32,7 @@ var ErrTrainFailed = errors.New("the training workload failed")
 // own report. It is the run's run.Workflow.
 type flow struct {
 	*run.Engine
-	report *run.TrainReport
+	report *receipt.TrainReport
 }
 
 func newFlow(e *run.Engine) *flow { return &flow{Engine: e} }
@@ -77,7 +77,7 @@ func (e *flow) Section(r *run.Receipt) {
 // `resume` finds its own again by run id.
 func (e *flow) ensureReport() {
 	if e.report == nil {
-		e.report = &run.TrainReport{CheckpointURI: e.trainSpec().CheckpointURI, Resumes: []run.ResumeProof{}}
+		e.report = &receipt.TrainReport{CheckpointURI: e.trainSpec().CheckpointURI, Resumes: []receipt.ResumeProof{}}
 	}
 }
 

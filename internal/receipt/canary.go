@@ -1,14 +1,11 @@
-package run
+package receipt
 
 import (
-	"errors"
-
 	"github.com/vastrun/vastrun/internal/canary"
 )
 
-// The canary's section of the receipt and its outcome classes: the
-// receipt is one versioned document (docs/receipt.md), so its schema
-// lives with it; the canary workflow (internal/workflow/canary) fills it.
+// The canary's section of the receipt (`canary`, docs/receipt.md) and its
+// outcome classes: the canary workflow (internal/workflow/canary) fills it.
 
 // Canary comparison classes.
 const (
@@ -37,6 +34,14 @@ type SmokeOutcome struct {
 // FieldDelta is one field that differs between the CPU and GPU results.
 type FieldDelta = canary.FieldDelta
 
+// GPUInfo is one GPU as nvidia-smi reports it (the core's verify step and
+// the canary's CUDA check both record it).
+type GPUInfo struct {
+	Name      string `json:"name"`
+	MemoryMiB int    `json:"memory_mib"`
+	Driver    string `json:"driver_version"`
+}
+
 // CUDACheck is what the GPU-only check saw.
 type CUDACheck struct {
 	GPUs     []GPUInfo `json:"gpus"`
@@ -49,6 +54,17 @@ type CUDACheck struct {
 	// instance (a transport failure, not the GPU's answer): the GPU list is
 	// then unknown, which is reported, never taken as "no GPU".
 	CaptureError string `json:"capture_error,omitempty"`
+}
+
+// HealthCheck is what the canary's health_url answered on the instance,
+// during the server smoke contract (see canary.RunServer): the URL names
+// a host:port as the instance sees it, usually its own loopback.
+type HealthCheck struct {
+	URL      string `json:"url"`
+	Status   int    `json:"status,omitempty"`
+	Attempts int    `json:"attempts"`
+	Passed   bool   `json:"passed"`
+	Error    string `json:"error,omitempty"`
 }
 
 // CanaryReport is the canary part of the receipt.
@@ -68,6 +84,3 @@ type CanaryReport struct {
 	// why. Evidence, not a decision: the outcome does not change.
 	CaptureErrors []string `json:"capture_errors,omitempty"`
 }
-
-// ErrLocalFailed means the local contract failed, so nothing was rented.
-var ErrLocalFailed = errors.New("the local contract failed: nothing was rented")

@@ -1,13 +1,12 @@
-package run
+package receipt
 
 import (
 	"github.com/vastrun/vastrun/internal/checkpoint"
 	"github.com/vastrun/vastrun/internal/provider"
 )
 
-// Training's section of the receipt (docs/receipt.md): the receipt is one
-// versioned document, so its schema lives with it; the train workflow
-// (internal/workflow/train) fills it.
+// Training's section of the receipt (`train`, docs/receipt.md): the train
+// workflow (internal/workflow/train) fills it.
 
 // TrainReport is the training part of the receipt.
 type TrainReport struct {

@@ -1,0 +1,53 @@
+package receipt
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// SummaryRows: training adds no rows to the main table; its story says
+// what a person needs.
+func (t *TrainReport) SummaryRows() string { return "" }
+
+// Story is training's part of the story: the resumes and whether each was
+// proven, the last committed checkpoint, the final metrics, and on a
+// failed workload the last lines of train.log.
+func (t *TrainReport) Story(evidenceDir string) []Section {
+	s := Section{Title: "Training"}
+	for _, rs := range t.Resumes {
+		v := fmt.Sprintf("restored step %d on instance %d", rs.RestoredStep, rs.Instance)
+		switch {
+		case rs.Proven:
+			v += fmt.Sprintf("; the workload reported resuming from %d (proven)", rs.RestoredStep)
+		case rs.ReportedStep != nil:
+			v += fmt.Sprintf("; the workload reported %d (NOT proven)", *rs.ReportedStep)
+		default:
+			v += "; the workload reported nothing (NOT proven)"
+		}
+		s.Rows = append(s.Rows, [2]string{"resumed", v})
+	}
+	if c := t.LastCheckpoint; c != nil {
+		s.Rows = append(s.Rows, [2]string{"last committed", fmt.Sprintf("step %d, manifest sha256 %s", c.Step, c.ManifestSHA256)})
+	} else {
+		s.Rows = append(s.Rows, [2]string{"last committed", "no checkpoint"})
+	}
+	if len(t.Result) > 0 {
+		var keys []string
+		for k := range t.Result {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s %v", k, t.Result[k]))
+		}
+		s.Rows = append(s.Rows, [2]string{"final metrics", strings.Join(parts, ", ")})
+	}
+	if t.ExitCode != nil && *t.ExitCode != 0 {
+		if tail := LogTail(evidenceDir, "train.log", 20); tail != "" {
+			return []Section{s, {Title: fmt.Sprintf("Last lines of train.log (exit %d)", *t.ExitCode), Block: tail}}
+		}
+	}
+	return []Section{s}
+}
