@@ -87,7 +87,7 @@ func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 // instance (and reads that file from its start again) skips this many
 // instead of recording them twice.
 func (e *flow) recordedMetrics(attempt int) int {
-	f, err := os.Open(filepath.Join(e.EvidenceDir, run.MetricsFile))
+	f, err := os.Open(filepath.Join(e.EvidenceDir, receipt.MetricsFile))
 	if err != nil {
 		return 0
 	}

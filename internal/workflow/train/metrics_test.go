@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/agent"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
 )
@@ -34,7 +35,7 @@ func TestReattachDoesNotDuplicateMetrics(t *testing.T) {
 	}
 	e2.addMetrics(l3, &agent.LogChunk{Offset: 0, Data: []byte(`{"step":100,"loss":0.9}` + "\n" + `{"step":200,"loss":0.8}` + "\n")})
 
-	b, err := os.ReadFile(filepath.Join(ev, run.MetricsFile))
+	b, err := os.ReadFile(filepath.Join(ev, receipt.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
