@@ -61,9 +61,10 @@ var layout = map[string][]string{
 	// The workflows stand on the core and never on the configuration: they
 	// read the run's frozen spec (run.Engine.Frozen). The core imports none
 	// of them (its arrows above), so it names no workflow.
-	"internal/workflow/canary": {"internal/canary", "internal/clock", "internal/container", "internal/provider", "internal/receipt", "internal/remote", "internal/run"},
-	"internal/workflow/ci":     {"internal/provider", "internal/receipt", "internal/remote", "internal/run"},
-	"internal/workflow/train": {"internal/agent", "internal/checkpoint", "internal/clock", "internal/provider", "internal/receipt", "internal/remote",
+	// progress: each workflow names the phase its own work is shown as.
+	"internal/workflow/canary": {"internal/canary", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/run"},
+	"internal/workflow/ci":     {"internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/run"},
+	"internal/workflow/train": {"internal/agent", "internal/checkpoint", "internal/clock", "internal/progress", "internal/provider", "internal/receipt", "internal/remote",
 		"internal/run", "internal/spec", "internal/storage"},
 }
 

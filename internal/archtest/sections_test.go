@@ -1,6 +1,7 @@
 package archtest
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -99,6 +100,49 @@ func TestTheCoreNamesNoWorkflowSection(t *testing.T) {
 		for _, f := range found {
 			t.Errorf("%s: %s: the section's workflow owns it (receipt.Part renders it)", pkg, f)
 		}
+		for _, path := range files {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			for _, sel := range sectionSelectors(t, path) {
+				t.Errorf("%s: %s: a workflow's section is read by its workflow (run.Workflow), not by the core", pkg, sel)
+			}
+		}
+	}
+}
+
+// sectionFields are the workflow sections' names, as fields of both the
+// receipt (receipt.Sections) and the frozen spec (spec.Manifest).
+var sectionFields = map[string]bool{"Train": true, "Canary": true}
+
+// sectionSelectors lists where a Go file reads a workflow's section, of the
+// receipt or of the spec (x.Train, x.Canary).
+func sectionSelectors(t *testing.T, path string) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if s, ok := n.(*ast.SelectorExpr); ok && sectionFields[s.Sel.Name] {
+			out = append(out, fmt.Sprintf("%s:%d reads .%s", filepath.Base(path), fset.Position(s.Pos()).Line, s.Sel.Name))
+		}
+		return true
+	})
+	return out
+}
+
+// The selector check can fail: reading a spec's train section is caught.
+func TestSectionSelectorsCatchesASectionRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.go")
+	src := "package run\n\nfunc f(m *Manifest) bool { return m.Train != nil || m.Test != \"\" }\n"
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := sectionSelectors(t, path); len(got) != 1 || got[0] != "bad.go:3 reads .Train" {
+		t.Fatalf("got %q, want the one read of .Train", got)
 	}
 }
 

@@ -61,7 +61,8 @@ func (e *Engine) bidPlan(o provider.Offer) *BidPlan {
 		return nil
 	}
 	b := &BidPlan{BidDPH: p.Bid(o), MinBid: o.MinBid, TotalDPH: p.Price(o), OnDemandDPH: policy.TotalDPH(o, p.DiskGB),
-		MaxBid: p.MaxBid, OnOutbid: e.trainSpec().OnOutbid}
+		MaxBid: p.MaxBid}
+	b.OnOutbid, _ = e.workflow().Interruptions(e.manifest)
 	b.WorstDPH = b.TotalDPH
 	if b.OnOutbid == config.OnOutbidRebid && p.MaxBid > 0 {
 		b.WorstDPH = p.MaxBid

@@ -198,7 +198,8 @@ func (e *Engine) assertBid(ctx context.Context, id provider.InstanceID) error {
 // machines as train.max_attempts allows.
 func (e *Engine) provisionAttempts() int {
 	if e.frozen().Policy.Interruptible {
-		return max(maxAttempts, e.trainSpec().MaxAttempts)
+		_, n := e.workflow().Interruptions(e.manifest)
+		return max(maxAttempts, n)
 	}
 	return maxAttempts
 }

@@ -30,13 +30,10 @@ func (e *Engine) observeRecord(typ, step string, data any) {
 	case step == stepReady && typ == "done":
 		ev.Phase = progress.PhaseVerify
 	case step == stepWork && typ == "intent":
-		if e.manifest.Train != nil { // training: its own deadline
-			ev.Phase = progress.PhaseTrain
-			if d := e.trainSpec().Runtime(); d > 0 {
-				ev.Deadline = e.now().Add(d)
-			}
-		} else {
-			ev.Phase, ev.Deadline = progress.PhaseTest, e.now().Add(e.jobTimeout())
+		var bound time.Duration
+		ev.Phase, bound = e.workflow().WorkPhase(e.manifest)
+		if bound > 0 {
+			ev.Deadline = e.now().Add(bound)
 		}
 	case step == "checkpoint":
 		if m, ok := data.(map[string]any); ok {
@@ -70,8 +67,11 @@ func (e *Engine) observeRecord(typ, step string, data any) {
 // ObserveWorkload passes the workload's own step and total (from its
 // metrics) to the Observer.
 func (e *Engine) observeSteps(step, total int64) {
-	if e.Observer == nil || e.lastEvent.Phase != progress.PhaseTrain {
+	if e.Observer == nil {
 		return
+	}
+	if work, _ := e.workflow().WorkPhase(e.manifest); e.lastEvent.Phase != work {
+		return // steps belong to the workflow's own work, not to its set-up
 	}
 	ev := e.progressEvent()
 	ev.Step, ev.Total = step, total

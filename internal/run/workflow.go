@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/receipt"
 )
 
@@ -32,6 +33,14 @@ type Workflow interface {
 	Finish(ctx context.Context)
 	// Section puts the workflow's report into its section of the receipt.
 	Section(r *Receipt)
+	// WorkPhase is how the workflow's own work on the instance is shown:
+	// its progress phase (progress.Phase*) and the bound it runs under (0:
+	// none).
+	WorkPhase(m Manifest) (phase string, bound time.Duration)
+	// Interruptions is how the workflow meets an interruptible rental's
+	// loss: what it does when outbid (config.OnOutbid*; "" for none) and
+	// how many rentals one provisioning may try (0: the core's default).
+	Interruptions(m Manifest) (onOutbid string, maxAttempts int)
 }
 
 // plainWorkflow is a workflow with no section of its own: ci, up, and the
@@ -39,12 +48,16 @@ type Workflow interface {
 type plainWorkflow struct{ name string }
 
 func (w plainWorkflow) Name() string                                        { return w.name }
-func (plainWorkflow) Spec(m *Manifest)                                      { m.Train, m.Canary = nil, nil }
+func (plainWorkflow) Spec(m *Manifest)                                      { m.DropSections() }
 func (plainWorkflow) Finish(context.Context)                                {}
 func (plainWorkflow) Local(context.Context) error                           { return nil }
 func (plainWorkflow) Section(*Receipt)                                      {}
 func (plainWorkflow) JobBound(m Manifest) time.Duration                     { return frozenDuration(m.JobTimeout) }
 func (plainWorkflow) Outcome(_ error, base receipt.Outcome) receipt.Outcome { return base }
+func (plainWorkflow) WorkPhase(m Manifest) (string, time.Duration) {
+	return progress.PhaseTest, frozenDuration(m.JobTimeout)
+}
+func (plainWorkflow) Interruptions(Manifest) (string, int) { return "", 0 }
 
 // frozenDuration reads a duration the manifest froze (0 when absent).
 func frozenDuration(s string) time.Duration {
@@ -64,14 +77,6 @@ func (e *Engine) workflow() Workflow {
 		e.flow = plainWorkflow{name: e.Workflow}
 	}
 	return e.flow
-}
-
-// trainSpec is the frozen train section (zero for other workflows).
-func (e *Engine) trainSpec() TrainSpec {
-	if e.manifest.Train == nil {
-		return TrainSpec{}
-	}
-	return *e.manifest.Train
 }
 
 // The frozen deadlines.

@@ -186,6 +186,10 @@ func ParseDuration(s string) time.Duration {
 	return d
 }
 
+// DropSections removes every workflow's own section, for a run whose
+// workflow reads none of them (ci, up, and the runs exec and down begin).
+func (m *Manifest) DropSections() { m.Train, m.Canary = nil, nil }
+
 // Hash is the SHA-256 of the manifest's canonical JSON.
 func (m Manifest) Hash() (string, []byte, error) {
 	b, err := json.MarshalIndent(m, "", "  ")

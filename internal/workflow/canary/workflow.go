@@ -15,6 +15,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
 )
@@ -62,6 +63,14 @@ func (e *flow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
 }
 
 func (e *flow) Finish(context.Context) {}
+
+// WorkPhase: the GPU smoke runs under the job timeout.
+func (e *flow) WorkPhase(m run.Manifest) (string, time.Duration) {
+	return progress.PhaseTest, run.FrozenDuration(m.JobTimeout)
+}
+
+// Interruptions: a canary rental that is outbid fails its smoke; no policy.
+func (e *flow) Interruptions(run.Manifest) (string, int) { return "", 0 }
 
 func (e *flow) Section(r *run.Receipt) { r.Canary = e.report }
 

@@ -13,6 +13,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
@@ -32,7 +33,7 @@ type workflow struct {
 func (w *workflow) Name() string { return w.name }
 
 // Spec drops the sections of other workflows: a ci run freezes its test.
-func (*workflow) Spec(m *run.Manifest) { m.Train, m.Canary = nil, nil }
+func (*workflow) Spec(m *run.Manifest) { m.DropSections() }
 
 // JobBound is the whole job timeout: the test may use all of it.
 func (*workflow) JobBound(m run.Manifest) time.Duration { return run.FrozenDuration(m.JobTimeout) }
@@ -40,6 +41,14 @@ func (*workflow) JobBound(m run.Manifest) time.Duration { return run.FrozenDurat
 func (*workflow) Local(context.Context) error { return nil }
 
 func (*workflow) Outcome(_ error, base receipt.Outcome) receipt.Outcome { return base }
+
+// WorkPhase: the test runs under the job timeout.
+func (*workflow) WorkPhase(m run.Manifest) (string, time.Duration) {
+	return progress.PhaseTest, run.FrozenDuration(m.JobTimeout)
+}
+
+// Interruptions: a ci rental that is outbid fails its test; no policy.
+func (*workflow) Interruptions(run.Manifest) (string, int) { return "", 0 }
 
 func (*workflow) Finish(context.Context) {}
 

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
 )
@@ -53,6 +54,23 @@ func (e *flow) Spec(m *run.Manifest) {
 func (e *flow) JobBound(run.Manifest) time.Duration { return 0 }
 
 func (e *flow) Local(context.Context) error { return nil }
+
+// WorkPhase: training runs under its own runtime deadline.
+func (e *flow) WorkPhase(m run.Manifest) (string, time.Duration) {
+	if m.Train == nil {
+		return progress.PhaseTrain, 0
+	}
+	return progress.PhaseTrain, m.Train.Runtime()
+}
+
+// Interruptions: train.on_outbid, and train.max_attempts rentals for one
+// provisioning (an interruptible rental can be outbid while it boots).
+func (e *flow) Interruptions(m run.Manifest) (string, int) {
+	if m.Train == nil {
+		return "", 0
+	}
+	return m.Train.OnOutbid, m.Train.MaxAttempts
+}
 
 func (e *flow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
 	if errors.Is(err, ErrTrainFailed) {
