@@ -105,18 +105,29 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		var inst provider.Instance
 		var err error
 		client, inst, err = e.Attach(ctx, exclude)
-		if err != nil {
-			return err
-		}
-		if afterStop {
-			afterStop = false
-			if err := e.retireLost(ctx, client, inst.ID); err != nil {
-				e.Infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
+		var end trainEnd
+		switch {
+		case errors.Is(err, run.ErrNoAnswer) && ctx.Err() == nil && inst.ID != 0:
+			// The verify probe got no answer (preempted while verifying, or
+			// SSH down past the ready deadline): an interruption, replaced
+			// below, not a verdict on the instance.
+			end, err = trainEnd{interrupted: err.Error()}, nil
+			if e.outbidNow(ctx, inst.ID) {
+				end = trainEnd{interrupted: "outbid", outbid: true}
 			}
+		case err != nil:
+			return err
+		default:
+			if afterStop {
+				afterStop = false
+				if err := e.retireLost(ctx, client, inst.ID); err != nil {
+					e.Infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
+				}
+			}
+			end, err = e.trainOn(ctx, client, inst, deadline)
+			client.Close()
+			client = nil
 		}
-		end, err := e.trainOn(ctx, client, inst, deadline)
-		client.Close()
-		client = nil
 		// SSH lost for good mid-step: look at the instance again (attach
 		// re-attaches if it runs, replaces it if not) instead of failing.
 		// An outbid also breaks SSH: when the connection was lost because
