@@ -366,6 +366,13 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 	started := false        // this controller started or found the workload
 	var lastCheck time.Time // the last pass's money check
 	var budgetAt time.Time  // when spending reaches the budget less the cost of stopping
+	// Known from the rental's price before the first pass, so the setup
+	// pass (agent copy, uploads, restore, start: the slowest on a loaded
+	// machine) is bounded by the budget's moment like every later one.
+	if dph := e.State().Current().DPHTotal; dph > 0 {
+		left := e.Frozen().MaxSpendUSD - e.SpentSoFar() - dph*min(e.TeardownLimit(), time.Minute).Hours()
+		budgetAt = e.Now().Add(time.Duration(left / dph * float64(time.Hour)))
+	}
 	for pass := 0; ; pass++ {
 		if pass > 0 {
 			wait := e.Jittered(poll)
@@ -387,7 +394,7 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 		// nothing about the instance).
 		if budgetReached(pctx, ctx) && (!done || end.exitCode == nil) {
 			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.State().Current().DPHTotal)
-			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeBudget, Err: fmt.Errorf("spending reached budget.max_spend $%.2f less the cost of stopping while the controller waited on instance %d: stopped with the last committed checkpoint", e.Frozen().MaxSpendUSD, inst.ID)}
+			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeBudget, Err: fmt.Errorf("spending would pass budget.max_spend $%.4f once stopping is paid: the budget's moment came while the controller waited on instance %d: stopped with the last committed checkpoint", e.Frozen().MaxSpendUSD, inst.ID)}
 		}
 		if done {
 			return end, err
@@ -541,7 +548,7 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		if err := c.Run(ctx, remote.Command{Script: "mkdir -p " + filepath.Dir(remoteBin)}); err != nil {
 			return fmt.Errorf("copy the agent to instance %d: %w", inst.ID, err)
 		}
-		if err := c.Upload(bin, remoteBin); err != nil {
+		if err := c.UploadContext(ctx, bin, remoteBin, nil); err != nil {
 			return fmt.Errorf("copy the agent to instance %d: %w", inst.ID, err)
 		}
 	}
