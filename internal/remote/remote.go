@@ -653,8 +653,18 @@ func (c *Client) Upload(local, remote string) error {
 // bytes this try has copied so far. A try redialled after a dropped
 // connection copies again from the start, so the count starts again at 0.
 func (c *Client) UploadProgress(local, remote string, progress func(copied int64)) error {
-	return c.retry(context.Background(), func(cn *conn) (bool, error) {
-		err := upload(cn, local, remote, progress)
+	return c.UploadContext(context.Background(), local, remote, progress)
+}
+
+// UploadContext is UploadProgress that ends when ctx does: the copy in
+// flight is cut off (its SFTP client closed) and ctx's error returned, so
+// a caller bounded in time (a budget's moment) is not held by a slow copy.
+func (c *Client) UploadContext(ctx context.Context, local, remote string, progress func(copied int64)) error {
+	return c.retry(ctx, func(cn *conn) (bool, error) {
+		err := upload(ctx, cn, local, remote, progress)
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
 		return transport(cn, err), err
 	})
 }
@@ -675,13 +685,14 @@ func (cr countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func upload(cn *conn, local, remote string, progress func(int64)) error {
+func upload(ctx context.Context, cn *conn, local, remote string, progress func(int64)) error {
 	var copied int64
 	sc, err := sftp.NewClient(cn.c)
 	if err != nil {
 		return fmt.Errorf("sftp: %w", err)
 	}
 	defer sc.Close()
+	defer context.AfterFunc(ctx, func() { sc.Close() })()
 	return filepath.Walk(local, func(p string, info os.FileInfo, err error) error {
 		if err != nil {
 			return err

@@ -477,8 +477,17 @@ func (e *Engine) attach(ctx context.Context, exclude []int64) (*remote.Client, p
 		case err == nil && inst.Running():
 			e.infof("re-attaching to instance %d", inst.ID)
 			client, cerr := e.connect(ctx, inst.ID, inst, e.now().Add(e.readyDeadline()))
-			if cerr == nil || ctx.Err() != nil {
-				return client, inst, cerr
+			if cerr == nil {
+				// A controller that died before its verify finished verifies
+				// now (a no-op when verify is True for this instance).
+				if err := e.verify(ctx, client, inst); err != nil {
+					client.Close()
+					return nil, inst, err
+				}
+				return client, inst, nil
+			}
+			if ctx.Err() != nil {
+				return nil, inst, cerr
 			}
 			// Unreachable (or stopped while we dialled): the same as a
 			// rental that never answered, so it is replaced, not the run

@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 
+	"time"
+
+	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
@@ -69,7 +72,63 @@ func (e *Engine) verify(ctx context.Context, c *remote.Client, inst provider.Ins
 	return e.reconcileStep(stepVerify, inst.ID, func() error { return e.verifyOnce(ctx, c, inst) })
 }
 
+// verifyProbe is what verify runs on the instance. It only reads, so it
+// may run again after a dropped connection.
+const verifyProbe = `echo "==csv"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits; echo "==smi"; nvidia-smi; echo "==df"; df -Pk . | tail -n 1`
+
+// ErrNoAnswer means a probe of the instance got no answer over SSH: the
+// connection dropped and redialling did not bring one back, or the
+// instance stopped meanwhile. It is an error about reaching the instance,
+// never a verdict on it (a verify check is judged only on what the probe
+// printed).
+var ErrNoAnswer = errors.New("no answer from the instance over SSH")
+
+// probe runs verifyProbe until it answers. An answer is the probe having
+// run (whatever its exit status: what it printed is judged). A transport
+// failure (the client has already redialled) is asked again, on the
+// run's clock, while the API says the instance runs and until the ready
+// deadline; then it is an ErrNoAnswer StepError (a readiness failure,
+// not verify_failed).
+func (e *Engine) probe(ctx context.Context, c *remote.Client, inst provider.Instance) (string, error) {
+	var out, stopped string
+	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: time.Second, Max: 10 * time.Second, Jitter: e.jitter(), Deadline: e.now().Add(e.readyDeadline()),
+		Permanent: func(err error) bool {
+			return stopped != "" || errors.Is(err, remote.ErrHostKeyChanged) || errors.Is(err, remote.ErrClosed)
+		}},
+		func(ctx context.Context) (bool, error) {
+			o, err := c.Output(ctx, verifyProbe)
+			var ee *remote.ExitError
+			if err == nil || errors.As(err, &ee) {
+				out = o
+				return true, nil
+			}
+			e.Log.Debug("verify probe got no answer", "instance", inst.ID, "err", err)
+			switch cur, aerr := e.Market.ShowInstance(ctx, inst.ID); {
+			case errors.Is(aerr, provider.ErrNotFound):
+				stopped = "the instance is gone"
+			case aerr == nil && !cur.Running():
+				stopped = "the instance is no longer running (" + orDash(InterruptionReason(cur)) + ")"
+			}
+			return false, err
+		})
+	switch {
+	case err == nil:
+		return out, nil
+	case ctx.Err() != nil:
+		return "", ctx.Err()
+	case errors.Is(err, remote.ErrHostKeyChanged):
+		return "", &StepError{Step: stepVerify, Instance: inst.ID, Outcome: OutcomeVerifyFailed, Err: err}
+	case stopped != "":
+		return "", &StepError{Step: stepVerify, Instance: inst.ID, Outcome: OutcomeReadyFailed, Err: fmt.Errorf("%w for the verify probe: %s: %w", ErrNoAnswer, stopped, err)}
+	}
+	return "", &StepError{Step: stepVerify, Instance: inst.ID, Outcome: OutcomeReadyFailed, Err: fmt.Errorf("%w for the verify probe before the ready deadline: %w", ErrNoAnswer, err)}
+}
+
 func (e *Engine) verifyOnce(ctx context.Context, c *remote.Client, inst provider.Instance) error {
+	out, err := e.probe(ctx, c, inst)
+	if err != nil {
+		return err
+	}
 	r := &verifyReport{ImageUUID: inst.ImageUUID}
 	e.verifyRep = r
 	defer e.writeVerify()
@@ -77,10 +136,6 @@ func (e *Engine) verifyOnce(ctx context.Context, c *remote.Client, inst provider
 	p := m.Policy
 
 	r.add("image", inst.ImageUUID == m.Image, "instance runs %q; manifest pins %q", inst.ImageUUID, m.Image)
-	out, err := c.Output(ctx, `echo "==csv"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits; echo "==smi"; nvidia-smi; echo "==df"; df -Pk . | tail -n 1`)
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
-	}
 	sections := splitSections(out)
 	for _, line := range strings.Split(strings.TrimSpace(sections["csv"]), "\n") {
 		parts := strings.Split(line, ",")
@@ -91,7 +146,7 @@ func (e *Engine) verifyOnce(ctx context.Context, c *remote.Client, inst provider
 		r.GPUs = append(r.GPUs, GPUInfo{Name: strings.TrimSpace(parts[0]), MemoryMiB: mem, Driver: strings.TrimSpace(parts[2])})
 	}
 	if len(r.GPUs) == 0 {
-		r.add("gpu visible", false, "nvidia-smi listed no GPU (%v)", err)
+		r.add("gpu visible", false, "nvidia-smi listed no GPU")
 	} else {
 		r.add("gpu count", len(r.GPUs) == p.Count, "nvidia-smi lists %d GPUs; policy wants %d", len(r.GPUs), p.Count)
 		for i, g := range r.GPUs {

@@ -106,18 +106,29 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		var inst provider.Instance
 		var err error
 		client, inst, err = e.Attach(ctx, exclude)
-		if err != nil {
-			return err
-		}
-		if afterStop {
-			afterStop = false
-			if err := e.retireLost(ctx, client, inst.ID); err != nil {
-				e.Infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
+		var end trainEnd
+		switch {
+		case errors.Is(err, run.ErrNoAnswer) && ctx.Err() == nil && inst.ID != 0:
+			// The verify probe got no answer (preempted while verifying, or
+			// SSH down past the ready deadline): an interruption, replaced
+			// below, not a verdict on the instance.
+			end, err = trainEnd{interrupted: err.Error()}, nil
+			if e.outbidNow(ctx, inst.ID) {
+				end = trainEnd{interrupted: "outbid", outbid: true}
 			}
+		case err != nil:
+			return err
+		default:
+			if afterStop {
+				afterStop = false
+				if err := e.retireLost(ctx, client, inst.ID); err != nil {
+					e.Infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
+				}
+			}
+			end, err = e.trainOn(ctx, client, inst, deadline)
+			client.Close()
+			client = nil
 		}
-		end, err := e.trainOn(ctx, client, inst, deadline)
-		client.Close()
-		client = nil
 		// SSH lost for good mid-step: look at the instance again (attach
 		// re-attaches if it runs, replaces it if not) instead of failing.
 		// An outbid also breaks SSH: when the connection was lost because
@@ -366,6 +377,13 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 	started := false        // this controller started or found the workload
 	var lastCheck time.Time // the last pass's money check
 	var budgetAt time.Time  // when spending reaches the budget less the cost of stopping
+	// Known from the rental's price before the first pass, so the setup
+	// pass (agent copy, uploads, restore, start: the slowest on a loaded
+	// machine) is bounded by the budget's moment like every later one.
+	if dph := e.State().Current().DPHTotal; dph > 0 {
+		left := e.Frozen().MaxSpendUSD - e.SpentSoFar() - dph*min(e.TeardownLimit(), time.Minute).Hours()
+		budgetAt = e.Now().Add(time.Duration(left / dph * float64(time.Hour)))
+	}
 	for pass := 0; ; pass++ {
 		if pass > 0 {
 			wait := e.Jittered(poll)
@@ -387,7 +405,7 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 		// nothing about the instance).
 		if budgetReached(pctx, ctx) && (!done || end.exitCode == nil) {
 			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.State().Current().DPHTotal)
-			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeBudget, Err: fmt.Errorf("spending reached budget.max_spend $%.2f less the cost of stopping while the controller waited on instance %d: stopped with the last committed checkpoint", e.Frozen().MaxSpendUSD, inst.ID)}
+			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeBudget, Err: fmt.Errorf("spending would pass budget.max_spend $%.4f once stopping is paid: the budget's moment came while the controller waited on instance %d: stopped with the last committed checkpoint", e.Frozen().MaxSpendUSD, inst.ID)}
 		}
 		if done {
 			return end, err
@@ -541,7 +559,7 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		if err := c.Run(ctx, remote.Command{Script: "mkdir -p " + filepath.Dir(remoteBin)}); err != nil {
 			return fmt.Errorf("copy the agent to instance %d: %w", inst.ID, err)
 		}
-		if err := c.Upload(bin, remoteBin); err != nil {
+		if err := c.UploadContext(ctx, bin, remoteBin, nil); err != nil {
 			return fmt.Errorf("copy the agent to instance %d: %w", inst.ID, err)
 		}
 	}
