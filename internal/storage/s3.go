@@ -34,6 +34,7 @@ type S3Store struct {
 	nthreads     int
 	sem          chan struct{} // request slots shared by every transfer
 	endpoint     string
+	recvBuffer   int64 // SO_RCVBUF asked for on each connection; 0: autotuning
 }
 
 var _ Store = (*S3Store)(nil)
@@ -68,22 +69,35 @@ func NewS3Store(bucket, prefix string, o Options) (*S3Store, error) {
 	if part > 0 {
 		part = max(part, minPartSize)
 	}
+	rbOverride, err := recvBufferSetting(o, getenv)
+	if err != nil {
+		return nil, err
+	}
+	recvBuffer := recvBufferFor(rbOverride, rmemMax())
 	c, err := s3client.New(s3client.Config{
 		Endpoint: o.Endpoint, Region: o.Region, PathStyle: o.PathStyle,
 		AccessKey: o.AccessKey, SecretKey: o.SecretKey, SessionToken: o.SessionToken, Getenv: getenv,
-		Tune: func(tr *http.Transport) {
-			// Keep a warm connection for every request slot (and the files
-			// being set up beside them) instead of re-dialling between parts.
-			tr.MaxIdleConnsPerHost = 2 * threads
-			tr.ReadBufferSize, tr.WriteBufferSize = 64<<10, 64<<10
-		},
+		Tune: func(tr *http.Transport) { tuneTransport(tr, threads, recvBuffer) },
 	})
 	if err != nil {
 		return nil, err
 	}
 	s := &S3Store{core: minio.Core{Client: c.Client}, bucket: bucket, prefix: strings.Trim(prefix, "/"), partOverride: part,
-		nthreads: threads, sem: make(chan struct{}, threads), endpoint: c.Endpoint}
+		nthreads: threads, sem: make(chan struct{}, threads), endpoint: c.Endpoint, recvBuffer: recvBuffer}
 	return s, nil
+}
+
+// tuneTransport adjusts minio-go's default transport for transfers with
+// threads request slots and a receive buffer of recvBuffer bytes per
+// connection (0: the kernel's autotuning).
+func tuneTransport(tr *http.Transport, threads int, recvBuffer int64) {
+	// Keep a warm connection for every request slot (and the files being
+	// set up beside them) instead of re-dialling between parts.
+	tr.MaxIdleConnsPerHost = 2 * threads
+	tr.ReadBufferSize, tr.WriteBufferSize = 64<<10, 64<<10
+	if recvBuffer > 0 {
+		tr.DialContext = recvBufferDialer(recvBuffer).DialContext
+	}
 }
 
 func (s *S3Store) threads() int              { return s.nthreads }

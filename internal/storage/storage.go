@@ -80,11 +80,16 @@ type Store interface {
 type Options struct {
 	// S3 settings; empty values come from the standard AWS environment
 	// variables and files (see s3.go).
-	Endpoint     string
-	Region       string
-	PathStyle    *bool
-	PartSize     int64 // part and range size (default: PartSize's choice from the object size; minimum 5 MiB; env VASTRUN_S3_PART_MIB)
-	Threads      int   // requests in flight per store, across all files (default 8; env VASTRUN_S3_THREADS)
+	Endpoint  string
+	Region    string
+	PathStyle *bool
+	PartSize  int64 // part and range size (default: PartSize's choice from the object size; minimum 5 MiB; env VASTRUN_S3_PART_MIB)
+	Threads   int   // requests in flight per store, across all files (default 8; env VASTRUN_S3_THREADS)
+	// RecvBuffer is the socket receive buffer asked for on each S3
+	// connection, in bytes (sockbuf.go): 0 is the default (4 MiB where
+	// net.core.rmem_max allows it, else the kernel's autotuning), < 0 the
+	// kernel's autotuning. Env VASTRUN_S3_RCVBUF_MIB (0: autotuning).
+	RecvBuffer   int64
 	Getenv       func(string) string
 	AllowHTTP    bool // plain-HTTP endpoints (local test servers)
 	AccessKey    string
