@@ -35,6 +35,10 @@ const Size = 32
 // BlockSize is SHA-256's block size in bytes.
 const BlockSize = 64
 
+// chunk bounds one assembly call (about 50 µs of hashing): the goroutine
+// cannot be preempted inside it, and a caller may hand over gigabytes.
+const chunk = 64 << 10
+
 // useSHA is haveSHA unless a test turns it off to check the crypto/sha256
 // path on a machine that has the extensions.
 var useSHA = haveSHA

@@ -69,13 +69,18 @@ func TestVectors(t *testing.T) {
 }
 
 // TestBlockFunctions checks block1 and block2 directly (the 1-way and 2-way
-// paths) against crypto/sha256 on whole-block messages, block counts 0..40.
+// paths) against crypto/sha256 on whole-block messages: 0..40 blocks and
+// around the chunk size of one assembly call.
 func TestBlockFunctions(t *testing.T) {
 	if !haveSHA {
 		t.Skip("no SHA extensions on this machine")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
+	counts := []int{chunk/BlockSize - 1, chunk / BlockSize, chunk/BlockSize + 1, 2*chunk/BlockSize + 7}
 	for n := 0; n <= 40; n++ {
+		counts = append(counts, n)
+	}
+	for _, n := range counts {
 		p1 := randBytes(r, n*BlockSize)
 		p2 := randBytes(r, n*BlockSize)
 		one := New()

@@ -49,7 +49,11 @@ func blocks1(h *[8]uint32, p []byte) {
 		return
 	}
 	s := stateIn(h)
-	block1(&s, &p[0], len(p)/BlockSize)
+	for len(p) > 0 {
+		n := min(len(p), chunk)
+		block1(&s, &p[0], n/BlockSize)
+		p = p[n:]
+	}
 	stateOut(h, &s)
 }
 
@@ -63,7 +67,11 @@ func blocks2(h1, h2 *[8]uint32, p1, p2 []byte) {
 		return
 	}
 	s1, s2 := stateIn(h1), stateIn(h2)
-	block2(&s1, &s2, &p1[0], &p2[0], len(p1)/BlockSize)
+	for len(p1) > 0 {
+		n := min(len(p1), chunk)
+		block2(&s1, &s2, &p1[0], &p2[0], n/BlockSize)
+		p1, p2 = p1[n:], p2[n:]
+	}
 	stateOut(h1, &s1)
 	stateOut(h2, &s2)
 }
