@@ -52,6 +52,7 @@ var layout = map[string][]string{
 	"internal/runs":                {"internal/journal", "internal/provider", "internal/run"},
 	"internal/spec":                {"internal/config", "internal/policy"}, // spec.Build: the one place a config becomes a spec
 	"internal/s3client":            {},
+	"internal/sha256x2":            {},
 	"internal/state":               {"internal/clock", "internal/s3client"},
 	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/run", "internal/state"},
 	"internal/storage":             {"internal/s3client"},
