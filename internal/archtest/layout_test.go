@@ -55,7 +55,7 @@ var layout = map[string][]string{
 	"internal/sha256x2":            {},
 	"internal/state":               {"internal/clock", "internal/s3client"},
 	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/run", "internal/state"},
-	"internal/storage":             {"internal/s3client"},
+	"internal/storage":             {"internal/s3client", "internal/sha256x2"},
 	"internal/storage/storagetest": {"internal/storage"},
 	"internal/sweep":               {},
 	"internal/workdir":             {},

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"hash"
@@ -19,9 +18,12 @@ import (
 // A stream's goroutine only moves bytes: it reads a chunk from the socket
 // into a pooled buffer, writes it to the file at its offset and hands it
 // to the hasher of the part it belongs to. Each part has its own hasher
-// goroutine, so the SHA-256 of consecutive parts of one stream runs on
-// every core while the stream goes on receiving; a part's digest is
-// compared when its last chunk is hashed. Memory is the chunk pool: at
+// goroutine, which passes the chunks on to the hashing pool (hashpool.go),
+// so consecutive parts of one stream, and other files' chunks, are hashed
+// side by side, in pairs where the pool can, while the stream goes on
+// receiving; a part's digest is compared when its last chunk is hashed.
+// A single-part object is received into two chunks in turn, one hashed
+// while the next arrives (downloadOne). Memory is the chunk pool: at
 // most maxChunks buffers of chunkSize in the whole process, however many
 // files and streams are in flight (a stream waits for a free buffer, which
 // also holds it back when the hashers fall behind).
@@ -79,15 +81,23 @@ type partHasher struct {
 func startHasher(g *errgroup.Group, check func(h hash.Hash) error) *partHasher {
 	p := &partHasher{ch: make(chan recvChunk, maxChunks)}
 	g.Go(func() error {
-		h := sha256.New()
+		s := newHashStream()
+		var prev *[]byte // hashing: back to the pool once its successor is submitted
 		for c := range p.ch {
-			h.Write((*c.buf)[:c.n])
-			putChunk(c.buf)
+			s.submit((*c.buf)[:c.n])
+			if prev != nil {
+				putChunk(prev)
+			}
+			prev = c.buf
+		}
+		s.wait()
+		if prev != nil {
+			putChunk(prev)
 		}
 		if !p.done {
 			return nil
 		}
-		return check(h)
+		return check(s.d)
 	})
 	return p
 }
@@ -326,9 +336,8 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 }
 
 // downloadOne fetches an object of one part (or of unknown size) as one
-// stream, hashing each chunk right after writing it, on the same
-// goroutine: with many files in flight every core is busy anyway, and the
-// chunk is still in this core's cache.
+// stream into two chunks in turn: while one is hashed (hashStream, where it
+// may be paired with another stream's), the next is received and written.
 func downloadOne(ctx context.Context, t transferer, key string, f *os.File, size int64) (Object, error) {
 	release, err := t.slot(ctx)
 	if err != nil {
@@ -340,15 +349,18 @@ func downloadOne(ctx context.Context, t transferer, key string, f *os.File, size
 		return Object{}, err
 	}
 	defer rc.Close()
-	bp, err := getChunk(ctx)
-	if err != nil {
-		return Object{}, fmt.Errorf("get %s: %w", key, err)
+	var bufs [2]*[]byte
+	for i := range bufs {
+		if bufs[i], err = getChunk(ctx); err != nil {
+			return Object{}, fmt.Errorf("get %s: %w", key, err)
+		}
+		defer putChunk(bufs[i])
 	}
-	defer putChunk(bp)
-	buf := *bp
-	h := sha256.New()
+	h := newHashStream()
+	defer h.wait() // before the chunks go back to the pool
 	var w int64
-	for {
+	for i := 0; ; i ^= 1 {
+		buf := *bufs[i]
 		n, rerr := io.ReadFull(rc, buf)
 		if n > 0 {
 			if size >= 0 && w+int64(n) > size {
@@ -357,7 +369,7 @@ func downloadOne(ctx context.Context, t transferer, key string, f *os.File, size
 			if _, err := f.WriteAt(buf[:n], w); err != nil {
 				return Object{}, fmt.Errorf("get %s: %w", key, err)
 			}
-			h.Write(buf[:n])
+			h.submit(buf[:n])
 			w += int64(n)
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
@@ -370,5 +382,5 @@ func downloadOne(ctx context.Context, t transferer, key string, f *os.File, size
 	if size >= 0 && w != size {
 		return Object{}, fmt.Errorf("get %s: %d bytes short of the expected %d: %w", key, size-w, size, ErrSizeMismatch)
 	}
-	return Object{Key: key, Size: w, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return Object{Key: key, Size: w, SHA256: hex.EncodeToString(h.sum())}, nil
 }
