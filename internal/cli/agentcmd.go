@@ -306,6 +306,7 @@ func NewCmdAgentRestore(f *Factory, runF func(context.Context, *AgentStoreOption
 }
 
 func runAgentRestore(ctx context.Context, opts *AgentStoreOptions) error {
+	transferGC(opts.f.Getenv)
 	cs, err := openCheckpoints(opts.f, opts.Store, "")
 	if err != nil {
 		return err
@@ -337,6 +338,7 @@ func NewCmdAgentUpload(f *Factory, runF func(context.Context, *AgentStoreOptions
 }
 
 func runAgentUpload(ctx context.Context, opts *AgentStoreOptions) error {
+	transferGC(opts.f.Getenv)
 	cs, err := openCheckpoints(opts.f, opts.Store, "outputs")
 	if err != nil {
 		return err

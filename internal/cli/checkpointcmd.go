@@ -77,6 +77,7 @@ func (o *CheckpointOptions) open() (checkpoint.Store, error) {
 }
 
 func runCheckpointCommit(ctx context.Context, o *CheckpointOptions) error {
+	transferGC(o.f.Getenv)
 	cs, err := o.open()
 	if err != nil {
 		return err
@@ -89,6 +90,7 @@ func runCheckpointCommit(ctx context.Context, o *CheckpointOptions) error {
 }
 
 func runCheckpointRestore(ctx context.Context, o *CheckpointOptions) error {
+	transferGC(o.f.Getenv)
 	cs, err := o.open()
 	if err != nil {
 		return err
