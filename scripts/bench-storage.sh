@@ -13,7 +13,8 @@
 # each side and the median (min-max) of the per-pair ratios A/B (< 1: vastrun
 # is faster), plus each side's CPU seconds (user+sys) and the server's CPU
 # seconds meanwhile (medians), peak RSS, the 1-minute load average after each
-# comparison, and the single-core SHA-256 rate as the physical limit of a
+# comparison, the single-core SHA-256 rates (one message, and two hashed
+# together by internal/sha256x2, as a restore does) as the physical limit of a
 # verifying restore. On a busy machine wall time follows CPU time: read the
 # CPU columns beside the ratios. Only ratios from one run mean anything on a
 # shared machine; alternating the sides spreads background load over both.
@@ -225,6 +226,8 @@ done
 echo
 echo "vastrun $built, $(nproc) cores, load average at the start: $load0, at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "single-core SHA-256 (Go crypto/sha256, best of 5 × 256 MiB): $(sha_rate) MiB/s"
+echo "single-core SHA-256 of two messages at once (internal/sha256x2, interleaved): $(go test -run '^$' -bench 'Write2$' -benchtime 200x ./internal/sha256x2 2>/dev/null | awk '/^BenchmarkWrite2/{print $(NF-1), $NF}')"
+echo "S3 socket receive buffer: net.core.rmem_max $(cat /proc/sys/net/core/rmem_max 2>/dev/null || echo '?') bytes, VASTRUN_S3_RCVBUF_MIB=${VASTRUN_S3_RCVBUF_MIB:-unset} (docs/performance.md)"
 echo
 echo "| comparison (A vs B) | pairs | A wall s, median (min–max) | B wall s | A/B wall, median of pairs (min–max) | CPU s A / B (median) | server CPU s A / B (median) | peak RSS A / B | load (1 min) after |"
 echo "|---|---|---|---|---|---|---|---|---|"
