@@ -29,6 +29,9 @@ import (
 //     so whole-checkpoint parallelism never multiplies the limit.
 //   - Files in flight in PutFiles/GetFiles: twice the requests in flight, so
 //     the next file is hashed or opened while the slots are busy.
+//   - Socket receive buffer per S3 connection: 4 MiB where net.core.rmem_max
+//     allows it, else the kernel's autotuning (sockbuf.go).
+//     Options.RecvBuffer (or VASTRUN_S3_RCVBUF_MIB) overrides it.
 //
 // Memory: file uploads read parts straight from the file (no part buffers).
 // A download verified against part digests (a checkpoint manifest's) and a
