@@ -284,6 +284,17 @@ func TestWrite2MixedModes(t *testing.T) {
 	}
 }
 
+// Write2 promises no allocation: the restore calls it per part.
+func TestWrite2DoesNotAllocate(t *testing.T) {
+	bothPaths(t, func(t *testing.T) {
+		p1, p2 := make([]byte, 1000), make([]byte, 3000)
+		d1, d2 := New(), New()
+		if n := testing.AllocsPerRun(20, func() { Write2(d1, p1, d2, p2) }); n != 0 {
+			t.Fatalf("Write2 allocates %v times per call", n)
+		}
+	})
+}
+
 func FuzzWrite2(f *testing.F) {
 	f.Add([]byte("abc"), []byte(""), uint16(0), uint16(0), uint64(1))
 	f.Add(bytes.Repeat([]byte{1}, 1000), bytes.Repeat([]byte{2}, 700), uint16(3), uint16(64), uint64(2))
