@@ -11,11 +11,15 @@ import (
 	"testing"
 )
 
+// randBytes: n bytes from a ChaCha8 stream seeded from r (a whole-slice
+// Read, so megabytes stay cheap under -race).
 func randBytes(r *rand.Rand, n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
+	var seed [32]byte
+	for i := range seed {
+		seed[i] = byte(r.Uint32())
 	}
+	b := make([]byte, n)
+	rand.NewChaCha8(seed).Read(b)
 	return b
 }
 
