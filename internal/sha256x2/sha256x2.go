@@ -53,6 +53,7 @@ var iv = [8]uint32{
 }
 
 // Digest is a SHA-256 hash.Hash (New, Write, Sum, Reset, Size, BlockSize).
+// Make one with New; the zero value is not ready for use.
 type Digest struct {
 	h   [8]uint32
 	x   [BlockSize]byte // the pending partial block: x[:nx]
