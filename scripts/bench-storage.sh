@@ -226,7 +226,7 @@ done
 echo
 echo "vastrun $built, $(nproc) cores, load average at the start: $load0, at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "single-core SHA-256 (Go crypto/sha256, best of 5 × 256 MiB): $(sha_rate) MiB/s"
-echo "single-core SHA-256 of two messages at once (internal/sha256x2, interleaved): $(go test -run '^$' -bench 'Write2$' -benchtime 200x ./internal/sha256x2 2>/dev/null | awk '/^BenchmarkWrite2/{print $(NF-1), $NF}')"
+echo "single-core SHA-256 of two messages at once (internal/sha256x2, interleaved): $(go test -run '^$' -bench 'Write2$' -benchtime 200x ./internal/sha256x2 2>/dev/null | awk '/^BenchmarkWrite2/{for (i = 2; i <= NF; i++) if ($i == "MB/s") print $(i-1), "MB/s"}')"
 echo "S3 socket receive buffer: net.core.rmem_max $(cat /proc/sys/net/core/rmem_max 2>/dev/null || echo '?') bytes, VASTRUN_S3_RCVBUF_MIB=${VASTRUN_S3_RCVBUF_MIB:-unset} (docs/performance.md)"
 echo
 echo "| comparison (A vs B) | pairs | A wall s, median (min–max) | B wall s | A/B wall, median of pairs (min–max) | CPU s A / B (median) | server CPU s A / B (median) | peak RSS A / B | load (1 min) after |"
