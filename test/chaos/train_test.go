@@ -215,6 +215,12 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	}
 	market := &crashMarket{Market: engineMarket, crashAt: crashAt, crashOn: sc.crashOn, crashed: make(chan struct{})}
 	e := newEngine(market, filepath.Join(root, "state"), filepath.Join(root, "ev"))
+	// No wall-clock bound on the run: on a loaded machine a schedule that
+	// progresses takes minutes (one that still committed checkpoints failed
+	// a 3-minute bound at load 28), and its goroutine then ran on into the
+	// next schedule. The run's own bounds (timeouts, max_attempts, budget)
+	// end it; a hang is the suite's -timeout, and this line names it.
+	fmt.Printf("chaos train schedule seed %d started: %s\n", seed, summary)
 	done := make(chan struct{})
 	var receipt *run.Receipt
 	var runErr error
@@ -240,8 +246,6 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 			break
 		}
 		receipt, runErr = trainflow.Resume(context.Background(), e2)
-	case <-time.After(3 * time.Minute):
-		bad("training did not finish in 3 minutes of wall time")
 	}
 	if receipt == nil {
 		bad("no receipt (err %v)", runErr)
