@@ -82,6 +82,9 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim label               set $LABEL to the newest instance's label
 //	sim private REPO U T    make REPO private to user U with token T
 //	sim ssh-faults N        assert N ssh_drop/ssh_stall faults acted
+//	sim destroyed-by KIND   assert every destroyed instance (one at least) was
+//	                        destroyed by a call with KIND of key
+//	                        (container_api_key or account_key)
 func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: sim start|live|rented|wait-live|wait-file|fault|label ...")
@@ -138,6 +141,15 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(err)
 		if got := scriptSim(ts).Snapshot().SSHFaultsFired; (got == want) == neg {
 			ts.Fatalf("ssh faults fired: got %d, want %s%d", got, map[bool]string{true: "not ", false: ""}[neg], want)
+		}
+	case "destroyed-by":
+		gone := scriptSim(ts).Snapshot().Gone
+		ok := len(gone) > 0
+		for _, in := range gone {
+			ok = ok && in.DestroyedBy == args[1]
+		}
+		if ok == neg {
+			ts.Fatalf("destroyed instances: want %sall destroyed by %s: %+v", map[bool]string{true: "not ", false: ""}[neg], args[1], gone)
 		}
 	case "label":
 		st := scriptSim(ts).Snapshot()

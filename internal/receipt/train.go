@@ -32,6 +32,10 @@ type ResumeProof struct {
 	Skipped      []checkpoint.Skip   `json:"skipped_corrupt,omitempty"`
 	ReportedStep *int64              `json:"reported_step"`
 	Proven       bool                `json:"proven"`
+	// Interrupted is why the instance was interrupted before the workload
+	// reported its step (then ReportedStep is nil and Proven false): the
+	// resume was not shown wrong, it had no time to be shown at all.
+	Interrupted string `json:"interrupted,omitempty"`
 }
 
 // MetricsFile is the evidence file of the workload's metrics: every JSON

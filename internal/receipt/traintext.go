@@ -22,6 +22,8 @@ func (t *TrainReport) Story(evidenceDir string) []Section {
 			v += fmt.Sprintf("; the workload reported resuming from %d (proven)", rs.RestoredStep)
 		case rs.ReportedStep != nil:
 			v += fmt.Sprintf("; the workload reported %d (NOT proven)", *rs.ReportedStep)
+		case rs.Interrupted != "":
+			v += fmt.Sprintf("; interrupted (%s) before the workload reported its step (not proven)", rs.Interrupted)
 		default:
 			v += "; the workload reported nothing (NOT proven)"
 		}

@@ -844,7 +844,10 @@ func (c *Client) openStream(ctx context.Context, cn *conn, script string) (*Stre
 		if r.err != nil {
 			return nil, r.err
 		}
-		r.s.stop = context.AfterFunc(ctx, func() { r.s.Close() })
+		// The callback runs at once, in its own goroutine, when ctx ended
+		// while the start was answered: it only ends the session and never
+		// reads stop, which is written here.
+		r.s.stop = context.AfterFunc(ctx, r.s.end)
 		return r.s, nil
 	case <-ctx.Done():
 		go func() {
@@ -867,12 +870,16 @@ func (s *Stream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
 
 // Close ends the session: the command's stdin is closed, then the session.
 func (s *Stream) Close() error {
+	if s.stop != nil {
+		s.stop()
+	}
+	s.end()
+	return nil
+}
+
+func (s *Stream) end() {
 	s.once.Do(func() {
-		if s.stop != nil {
-			s.stop()
-		}
 		s.stdin.Close()
 		s.sess.Close()
 	})
-	return nil
 }

@@ -215,6 +215,12 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	}
 	market := &crashMarket{Market: engineMarket, crashAt: crashAt, crashOn: sc.crashOn, crashed: make(chan struct{})}
 	e := newEngine(market, filepath.Join(root, "state"), filepath.Join(root, "ev"))
+	// No wall-clock bound on the run: on a loaded machine a schedule that
+	// progresses takes minutes (one that still committed checkpoints failed
+	// a 3-minute bound at load 28), and its goroutine then ran on into the
+	// next schedule. The run's own bounds (timeouts, max_attempts, budget)
+	// end it; a hang is the suite's -timeout, and this line names it.
+	fmt.Printf("chaos train schedule seed %d started: %s\n", seed, summary)
 	done := make(chan struct{})
 	var receipt *run.Receipt
 	var runErr error
@@ -240,8 +246,6 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 			break
 		}
 		receipt, runErr = trainflow.Resume(context.Background(), e2)
-	case <-time.After(3 * time.Minute):
-		bad("training did not finish in 3 minutes of wall time")
 	}
 	if receipt == nil {
 		bad("no receipt (err %v)", runErr)
@@ -252,11 +256,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 		if tr := receipt.Train; tr == nil || tr.LastCheckpoint == nil || tr.LastCheckpoint.Step != 300 {
 			bad("last committed checkpoint is not the final step: %+v", receipt.Train)
 		}
-		for _, r := range receipt.Train.Resumes {
-			if !r.Proven {
-				bad("resume on %d not proven: %+v", r.Instance, r)
-			}
-		}
+		checkResumes(receipt, s.Snapshot(), bad)
 	}
 	// No committed checkpoint lost: the store's newest restores, verified.
 	st, _ := storage.Open(store, storage.Options{})
@@ -307,6 +307,37 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 		return nil
 	})
 	return violations, summary
+}
+
+// checkResumes holds every resume to its proof. A resume the workload had
+// not reported when its instance was interrupted (a restore closely
+// followed by a preemption or an outbid: a slow start on a loaded machine
+// makes that likelier) is excused only when the receipt says so and the
+// interruption is independently on record (the attempt's failover, or the
+// simulator's outbid count). The last resume, whose workload finished the
+// run, must always be proven.
+func checkResumes(receipt *run.Receipt, snap sim.State, bad func(string, ...any)) {
+	if receipt.Train == nil {
+		return // reported above
+	}
+	rs := receipt.Train.Resumes
+	interrupted := map[int64]bool{}
+	for _, in := range append(snap.Gone, snap.Live...) {
+		interrupted[in.ID] = in.Outbids > 0
+	}
+	for _, a := range receipt.Attempts {
+		if a.Failure != "" {
+			interrupted[int64(a.InstanceID)] = true
+		}
+	}
+	for i, r := range rs {
+		switch {
+		case r.Proven:
+		case r.ReportedStep == nil && r.Interrupted != "" && interrupted[int64(r.Instance)] && i < len(rs)-1:
+		default:
+			bad("resume on %d not proven: %+v", r.Instance, r)
+		}
+	}
 }
 
 func receiptRunID(r *run.Receipt) string {

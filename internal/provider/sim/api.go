@@ -966,6 +966,10 @@ func (s *Server) handleDestroy(w http.ResponseWriter, r *http.Request, id int64)
 		return
 	}
 	s.destroyLocked(in)
+	in.destroyedBy = "account_key"
+	if k.Instance > 0 {
+		in.destroyedBy = "container_api_key"
+	}
 	s.mu.Unlock()
 	in.stopSSH()
 	writeJSON(w, http.StatusOK, map[string]any{"success": true})

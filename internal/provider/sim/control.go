@@ -34,6 +34,10 @@ type InstanceState struct {
 	Outbids int     `json:"outbids,omitempty"`
 	// APIKey is the instance's CONTAINER_API_KEY (a simulator-only view).
 	APIKey string `json:"container_api_key"`
+	// DestroyedBy is the key whose destroy call ended the contract:
+	// "container_api_key" (the instance's own, as its agent destroys it),
+	// "account_key", or "" (not destroyed by a call).
+	DestroyedBy string `json:"destroyed_by,omitempty"`
 }
 
 // State is a snapshot for leak assertions: Live holds every instance that
@@ -69,7 +73,7 @@ func (s *Server) Snapshot() State {
 		in.sshMu.Unlock()
 		is := InstanceState{ID: in.ID, Label: in.Label, OfferID: in.Offer.ID, MachineID: in.Offer.MachineID,
 			ActualStatus: in.Actual, Intended: in.Intended, Image: in.Image, Destroyed: in.Destroyed,
-			SSHPort: port, GPUCost: in.GPUCost, DiskCost: in.DiskCost, Sandbox: in.sandbox, APIKey: in.APIKey, RunningSince: in.RunningSince, Outbids: in.Outbids}
+			SSHPort: port, GPUCost: in.GPUCost, DiskCost: in.DiskCost, Sandbox: in.sandbox, APIKey: in.APIKey, RunningSince: in.RunningSince, Outbids: in.Outbids, DestroyedBy: in.destroyedBy}
 		if in.IsBid {
 			is.Bid = in.Bid
 		}

@@ -50,6 +50,7 @@ type instance struct {
 	marketAt                    time.Time // market moves are applied up to here
 	outbid                      bool      // stopped by the market, resumes when the bid is above it
 	Outbids                     int       // times the market stopped it
+	destroyedBy                 string    // the kind of key whose call destroyed it
 	outbidAfter                 Fault     // a scheduled outbid, armed when it first runs
 	Destroyed                   bool
 

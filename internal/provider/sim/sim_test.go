@@ -501,6 +501,13 @@ func TestContainerKeyIsScopedToItsInstance(t *testing.T) {
 	if err := e.client.DestroyInstance(ctx, b); err != nil {
 		t.Fatal(err)
 	}
+	// The snapshot says whose call destroyed each (train_dead_controller
+	// tells the agent's self-destroy from the controller's by it).
+	for _, in := range e.sim.Snapshot().Gone {
+		if want := map[int64]string{int64(a): "container_api_key", int64(b): "account_key"}[in.ID]; in.DestroyedBy != want {
+			t.Errorf("instance %d destroyed by %q, want %q", in.ID, in.DestroyedBy, want)
+		}
+	}
 	e.assertNoLeaks(t)
 }
 

@@ -153,6 +153,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 			e.Infof("training finished")
 			return nil
 		}
+		e.resumesInterrupted(inst.ID, end.interrupted)
 		if end.outbid {
 			resumed, err := e.onOutbid(ctx, inst, deadline)
 			if err != nil {
@@ -177,6 +178,18 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		exclude = append(exclude, inst.MachineID)
 		if attempts+1 >= e.trainSpec().MaxAttempts {
 			return &run.StepError{Step: "train", Outcome: run.OutcomeReadyFailed, Err: fmt.Errorf("interrupted %d times; giving up (train.max_attempts)", attempts+1)}
+		}
+	}
+}
+
+// resumesInterrupted marks the resumes on inst that the workload had not
+// reported when the instance was interrupted: not proven, and not shown
+// wrong either (a restore followed closely by a preemption or an outbid,
+// which a slow start on a busy machine makes likelier).
+func (e *flow) resumesInterrupted(inst provider.InstanceID, why string) {
+	for i := range e.report.Resumes {
+		if r := &e.report.Resumes[i]; r.Instance == inst && r.ReportedStep == nil && r.Interrupted == "" {
+			r.Interrupted = why
 		}
 	}
 }

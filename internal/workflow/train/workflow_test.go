@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/receipt"
@@ -38,5 +39,32 @@ func TestSpecKeepsOnlyTrainsSection(t *testing.T) {
 	}
 	if (&flow{}).JobBound(run.Manifest{JobTimeout: "1h"}) != 0 {
 		t.Fatal("training's approval bound is its start, not the job timeout")
+	}
+}
+
+// An interruption marks the resumes on its instance that the workload had
+// not reported (not proven, not shown wrong), and only those: a reported
+// step keeps its verdict, and other instances are untouched.
+func TestInterruptionMarksUnreportedResumes(t *testing.T) {
+	step, wrong := int64(200), int64(150)
+	f := &flow{report: &receipt.TrainReport{Resumes: []receipt.ResumeProof{
+		{Instance: 1, RestoredStep: 200, ReportedStep: &step, Proven: true},
+		{Instance: 2, RestoredStep: 200, ReportedStep: &wrong},
+		{Instance: 2, RestoredStep: 250},
+		{Instance: 3, RestoredStep: 250},
+	}}}
+	f.resumesInterrupted(2, "outbid")
+	f.resumesInterrupted(1, "preempted")
+	got := f.report.Resumes
+	if got[0].Interrupted != "" || got[1].Interrupted != "" || got[2].Interrupted != "outbid" || got[3].Interrupted != "" {
+		t.Fatalf("marked: %+v", got)
+	}
+	if got[2].Proven {
+		t.Fatal("an interrupted resume is not proven")
+	}
+	story := fmt.Sprint(f.report.Story(""))
+	if !strings.Contains(story, "interrupted (outbid) before the workload reported its step (not proven)") ||
+		!strings.Contains(story, "the workload reported 150 (NOT proven)") {
+		t.Fatalf("story: %s", story)
 	}
 }
