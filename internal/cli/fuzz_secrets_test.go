@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/vastrun/vastrun/internal/redact"
 	"net/url"
 	"os"
 	"os/exec"
@@ -59,7 +60,7 @@ func FuzzWorkloadSecrets(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, s := range []string{"CANARYML_first_a1b2\nCANARYML_second_c3d4", `CANARYJS<x>&"q"\z_5e6f`, "ünï☃ \t'\"$`\\\\\r\nend"} {
+	for _, s := range []string{"CANARYML_first_a1b2\nCANARYML_second_c3d4", `CANARYJS<x>&"q"\z_5e6f`, "ünï☃ \t'\"$`\\\\\r\nend", "`\\\\\r\nend"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, secret string) {
@@ -95,6 +96,17 @@ timeouts:
 		defer cancel()
 		code := Run(ctx, fa, []string{"ci", "--sim", "--yes", "-f", filepath.Join(dir, "vastrun.yaml"),
 			"--state-dir", filepath.Join(dir, "state"), "--evidence-dir", filepath.Join(dir, "ev"), "--json"})
+		if redact.Unmaskable(secret) {
+			// Refused by the preflight before anything is rented, without
+			// showing the secret.
+			if code == 0 {
+				t.Fatal("a secret whose every line is too short to mask was accepted")
+			}
+			if bytes.Contains(errOut.Bytes(), []byte(secret)) || bytes.Contains(out.Bytes(), []byte(secret)) {
+				t.Fatal("the refusal showed the secret")
+			}
+			return
+		}
 		if code != 0 {
 			t.Fatalf("exit %d:\n%s", code, errOut.String())
 		}

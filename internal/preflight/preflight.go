@@ -110,6 +110,9 @@ func Local(in Input) error {
 		case len(v) < redact.MinSecretLen:
 			ps = append(ps, Problem{Field: "secrets", Value: name, What: fmt.Sprintf("is %d bytes; a secret under %d bytes cannot be masked without masking ordinary text", len(v), redact.MinSecretLen),
 				Fix: fmt.Sprintf("use a secret of at least %d bytes, or pass it as env: if it is not secret", redact.MinSecretLen)})
+		case redact.Unmaskable(v):
+			ps = append(ps, Problem{Field: "secrets", Value: name, What: "spans lines that are all under 4 bytes; output is masked line by line, and lines that short cannot be masked without masking ordinary text",
+				Fix: "put the secret on one line (for example base64-encode it and decode it in the workload)"})
 		}
 	}
 	if len(ps) > 0 {

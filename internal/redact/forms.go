@@ -171,3 +171,20 @@ func bashANSIC(v string, utf8Locale bool) string {
 }
 
 var ansiEscapes = map[rune]string{'\a': `\a`, '\b': `\b`, 0x1b: `\E`, '\f': `\f`, '\n': `\n`, '\r': `\r`, '\t': `\t`, '\v': `\v`}
+
+// Unmaskable reports whether v spans lines none of which is long enough to
+// be masked on its own. Output is masked line by line, so such a secret
+// would show whole, line after line; the preflight refuses it. (A secret
+// with some short lines, such as the braces of a JSON key file, is masked
+// by its other lines.)
+func Unmaskable(v string) bool {
+	if !strings.ContainsAny(v, "\n\r") {
+		return false
+	}
+	for _, line := range strings.FieldsFunc(v, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		if len(strings.TrimSpace(line)) >= minPiece {
+			return false
+		}
+	}
+	return true
+}

@@ -135,3 +135,20 @@ func TestEncodedFormsMasked(t *testing.T) {
 		t.Errorf("over-masked: %q", got)
 	}
 }
+
+func TestUnmaskable(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{
+		{"one line, any length", false},
+		{"abcdefgh\nijklmnop", false},
+		{"{\n  \"private_key\": \"MIIEvQIBADAN\"\n}\n", false}, // short lines beside a long one
+		{"`\\\\\r\nend", true},
+		{"abc\nxy\n\n  de  \n", true},
+	} {
+		if got := Unmaskable(c.v); got != c.want {
+			t.Errorf("Unmaskable(%q) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}
