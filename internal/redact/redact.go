@@ -15,7 +15,8 @@
 // printf %q), and HTML escaping. JSON documents are masked after decoding with [JSON], so a
 // mask never lands inside an escape sequence.
 //
-// Values shorter than [MinSecretLen] are refused by the preflight before
+// Values shorter than [MinSecretLen], and multi-line values whose every
+// line is under 4 bytes ([Unmaskable]), are refused by the preflight before
 // anything is rented; Add still masks values of 4 bytes or more in their
 // raw form (shorter would destroy every log). A bare 64-hex string is NOT
 // masked by shape: SHA-256 digests look exactly like Vast keys and are
