@@ -21,10 +21,10 @@ import (
 var layout = map[string][]string{
 	"cmd/vastrun":                    {"internal/cli"},
 	"internal/agent":                 {"internal/checkpoint", "internal/clock"},
-	"internal/canary":                {"internal/clock", "internal/config", "internal/image", "internal/redact"},
+	"internal/smoke":                 {"internal/clock", "internal/config", "internal/image", "internal/redact"},
 	"internal/container":             {},
 	"internal/checkpoint":            {"internal/storage"},
-	"internal/ci":                    {},
+	"internal/cienv":                 {},
 	"internal/clock":                 {},
 	"internal/config":                {"internal/policy"},
 	"internal/image":                 {},
@@ -42,19 +42,19 @@ var layout = map[string][]string{
 	"internal/provider/retry":        {"internal/clock", "internal/poll", "internal/provider"},
 	"internal/provider/sim":          {"internal/clock", "internal/container", "internal/provider"}, // container: the image path (instances run inside their image); the bid unit (provider.BidPerGPU) is one constant for client and simulator
 	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider"},
-	"internal/receipt":               {"internal/canary", "internal/checkpoint", "internal/provider"}, // the sections' schema names the canary's server report and field delta, the checkpoint's skips, the instance ids
+	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/provider"}, // the sections' schema names the canary's server report and field delta, the checkpoint's skips, the instance ids
 	"internal/redact":                {},
 	"internal/remote":                {"internal/clock"},
 	"internal/report":                {"internal/journal", "internal/receipt", "internal/run"},
-	"internal/run": {"internal/ci", "internal/clock", "internal/config", "internal/journal",
+	"internal/run": {"internal/cienv", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
 		"internal/redact", "internal/remote", "internal/spec", "internal/storage", "internal/workdir"},
 	"internal/runs":                {"internal/journal", "internal/provider", "internal/run"},
 	"internal/spec":                {"internal/config", "internal/policy"}, // spec.Build: the one place a config becomes a spec
 	"internal/s3client":            {},
 	"internal/sha256x2":            {},
-	"internal/state":               {"internal/clock", "internal/s3client"},
-	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/run", "internal/state"},
+	"internal/teamstate":           {"internal/clock", "internal/s3client"},
+	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/run", "internal/teamstate"},
 	"internal/storage":             {"internal/s3client", "internal/sha256x2"},
 	"internal/storage/storagetest": {"internal/storage"},
 	"internal/sweep":               {},
@@ -63,7 +63,7 @@ var layout = map[string][]string{
 	// read the run's frozen spec (run.Engine.Frozen). The core imports none
 	// of them (its arrows above), so it names no workflow.
 	// progress: each workflow names the phase its own work is shown as.
-	"internal/workflow/canary": {"internal/canary", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/run"},
+	"internal/workflow/canary": {"internal/smoke", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/run"},
 	"internal/workflow/ci":     {"internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/run"},
 	"internal/workflow/train": {"internal/agent", "internal/checkpoint", "internal/clock", "internal/progress", "internal/provider", "internal/receipt", "internal/remote",
 		"internal/run", "internal/spec", "internal/storage"},

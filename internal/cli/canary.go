@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/vastrun/vastrun/internal/canary"
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/image"
+	"github.com/vastrun/vastrun/internal/smoke"
 	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
 )
 
@@ -100,7 +100,7 @@ func runCanary(ctx context.Context, opts *CanaryOptions) error {
 	if err := image.CheckPinned(cfg.Image); err != nil {
 		return &UsageError{Err: err}
 	}
-	env := ci.Detect(f.Getenv)
+	env := cienv.Detect(f.Getenv)
 	if ok, err := checkTrust(f, o, env); !ok || err != nil {
 		return err
 	}
@@ -151,7 +151,7 @@ have a canary: section yet; keys it already has are added as comments).`,
 
 func runCanaryInit(_ context.Context, opts *CanaryInitOptions) error {
 	f, file := opts.f, opts.File
-	p, err := canary.Init(opts.Dir)
+	p, err := smoke.Init(opts.Dir)
 	if err != nil {
 		return &UsageError{Err: err}
 	}
@@ -185,7 +185,7 @@ func runCanaryInit(_ context.Context, opts *CanaryInitOptions) error {
 // proposal's canary: section added, and the section itself. A file that
 // does not parse, or already has a canary: section, is refused; an empty
 // one gets the keys a canary needs first.
-func withCanarySection(file string, existing []byte, p canary.Proposal) (text, block string, err error) {
+func withCanarySection(file string, existing []byte, p smoke.Proposal) (text, block string, err error) {
 	have, err := topLevelKeys(existing)
 	if err != nil {
 		return "", "", &UsageError{Err: fmt.Errorf("%s: %w", file, err), Hint: "fix the file, or run without --write to see the proposal"}
@@ -234,7 +234,7 @@ func runCanaryValidate(_ context.Context, opts *CanaryValidateOptions) error {
 	if err != nil {
 		return &UsageError{Err: err}
 	}
-	problems := canary.Validate(cfg, f.Getenv)
+	problems := smoke.Validate(cfg, f.Getenv)
 	if f.JSON {
 		if err := writeJSON(f.IO, canaryValidateJSON{Schema: "vastrun.canary.validate/v1", File: file, Valid: len(problems) == 0,
 			Problems: nonNil(problems), Smoke: cfg.Canary.Smoke, ExpectExit: cfg.Canary.ExpectExit, Fields: nonNil(cfg.Canary.ExpectFields)}); err != nil {

@@ -7,22 +7,22 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/vastrun/vastrun/internal/canary"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/smoke"
 )
 
 // canary init --write: what the config file becomes, without a repository.
 func TestWithCanarySection(t *testing.T) {
-	p := canary.Proposal{Canary: config.Canary{Smoke: "python smoke.py"}, Image: "ghcr.io/acme/app:v1", Sources: []string{"compose.yaml"}}
+	p := smoke.Proposal{Canary: config.Canary{Smoke: "python smoke.py"}, Image: "ghcr.io/acme/app:v1", Sources: []string{"compose.yaml"}}
 	for _, tc := range []struct {
 		name, existing string
-		proposal       canary.Proposal
+		proposal       smoke.Proposal
 		want           []string // in the text, in this order
 		refused        string
 	}{
 		{name: "empty file gets the keys a canary needs", proposal: p,
 			want: []string{"gpu:\n  max_dph: 0.50\nbudget:\n  max_spend: 1.00\n\n# Proposed by", "image: ghcr.io/acme/app:v1", "canary:"}},
-		{name: "no image found: an unpinned placeholder that validate refuses", proposal: canary.Proposal{Canary: p.Canary, Sources: p.Sources},
+		{name: "no image found: an unpinned placeholder that validate refuses", proposal: smoke.Proposal{Canary: p.Canary, Sources: p.Sources},
 			want: []string{"# Replace with your image", "image: REPLACE-ME/your-image:tag\ngpu:", "canary:"}},
 		{name: "existing keys become comments, the file keeps its own", existing: "image: reg/x@sha256:" + strings.Repeat("a", 64) + "\ngpu:\n  max_dph: 1", proposal: p,
 			want: []string{"image: reg/x@sha256:", "  max_dph: 1\n\n# Proposed by", "# image: is already in this file; merge by hand:", "canary:"}},

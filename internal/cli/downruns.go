@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
@@ -45,7 +45,7 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	if err := checkJournal(dir); err != nil {
 		return err
 	}
-	e, err := newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+	e, err := newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func recordSwept(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	err := checkJournal(dir)
 	var e *run.Engine
 	if err == nil {
-		e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+		e, err = newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
 	}
 	if err == nil {
 		if err = openRun(e, dir); err == nil {

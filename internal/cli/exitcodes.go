@@ -13,7 +13,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
-	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // Exit codes are an API: CI scripts branch on them. docs/exit-codes.md
@@ -131,7 +131,7 @@ func hints(err error) []string {
 		return []string{"write queries as the official vast CLI does, e.g. 'gpu_name=RTX_4090 num_gpus>=1 dph<0.5'"}
 	case errors.Is(err, vast.ErrNoAPIKey):
 		return []string{"or try everything offline first with --sim (an embedded simulator; no money moves)"}
-	case errors.Is(err, state.ErrLeaseLost), errors.Is(err, state.ErrFenced):
+	case errors.Is(err, teamstate.ErrLeaseLost), errors.Is(err, teamstate.ErrFenced):
 		// Not ours to clean up any more: a second controller acting on
 		// the run is exactly what the lease prevents.
 		return []string{"this controller no longer holds the run's lease: the controller that takes the run over (resume on another machine, or reap --team) finishes it, teardown included; 'vastrun runs --all' shows the holder"}

@@ -14,12 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/team"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // WorkflowOptions are the flags shared by ci, up, exec and down.
@@ -104,7 +104,7 @@ func approver(io *IOStreams, yes bool, workflow func() string) func(run.Plan) (b
 }
 
 // newEngine wires an engine from the factory and flags.
-func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, env ci.Env) (*run.Engine, error) {
+func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, env cienv.Env) (*run.Engine, error) {
 	m, err := f.Marketplace(ctx)
 	if err != nil {
 		return nil, err
@@ -140,7 +140,7 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 }
 
 // checkTrust stops untrusted events before any key is read.
-func checkTrust(f *Factory, o *WorkflowOptions, env ci.Env) (bool, error) {
+func checkTrust(f *Factory, o *WorkflowOptions, env cienv.Env) (bool, error) {
 	t := env.CheckTrust(os.ReadFile, o.AllowPRTarget)
 	if t.Trusted {
 		return true, nil
@@ -161,7 +161,7 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.En
 	if err != nil {
 		return nil, err
 	}
-	env := ci.Detect(f.Getenv)
+	env := cienv.Detect(f.Getenv)
 	if ok, err := checkTrust(f, o, env); !ok || err != nil {
 		return nil, err
 	}
@@ -265,7 +265,7 @@ func runCI(ctx context.Context, opts *CIOptions) error {
 	if e == nil || err != nil {
 		return err
 	}
-	r, runErr := ciflow.Run(ctx, e)
+	r, runErr := ci.Run(ctx, e)
 	return reportRun(f, r, withRunHints(f, o, runErr))
 }
 
@@ -303,7 +303,7 @@ func runUp(ctx context.Context, opts *UpOptions) error {
 	if e == nil || err != nil {
 		return err
 	}
-	r, runErr := ciflow.Up(ctx, e)
+	r, runErr := ci.Up(ctx, e)
 	if runErr != nil {
 		printReceipt(f, r)
 		return asCancelled(withRunHints(f, o, runErr))
@@ -357,7 +357,7 @@ func runExec(ctx context.Context, opts *ExecOptions) error {
 	if err != nil {
 		return err
 	}
-	e, err := newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+	e, err := newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
 	if err != nil {
 		return err
 	}

@@ -12,13 +12,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
-	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/teamstate"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
 )
 
@@ -81,8 +81,8 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 	if _, err := f.Marketplace(ctx); err != nil { // once, before the children share it
 		return nil, err
 	}
-	ledger := state.NewMemory(nil)
-	env := ci.Detect(f.Getenv)
+	ledger := teamstate.NewMemory(nil)
+	env := cienv.Detect(f.Getenv)
 	engines := make([]*run.Engine, len(specs))
 	// Engines are built one by one (the factory is not for concurrent
 	// set-up); they run concurrently.
@@ -135,7 +135,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 			if workflow == "train" {
 				r, err = trainflow.Run(ctx, e)
 			} else {
-				r, err = ciflow.Run(ctx, e)
+				r, err = ci.Run(ctx, e)
 			}
 			c := ChildResult{Name: specs[i].Name, GPU: specs[i].GPU, Params: specs[i].Params, Unconfirmed: []int64{}}
 			if r != nil && budget > 0 && len(r.Cleanup.Unconfirmed) == 0 {
@@ -233,7 +233,7 @@ func maybeMatrix(ctx context.Context, f *Factory, o *WorkflowOptions) (done bool
 	if err != nil || len(cfg.GPU.Matrix) == 0 {
 		return false, nil // the single-run path reports config errors
 	}
-	env := ci.Detect(f.Getenv)
+	env := cienv.Detect(f.Getenv)
 	if ok, err := checkTrust(f, o, env); !ok || err != nil {
 		return true, err
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/janitor"
 	"github.com/vastrun/vastrun/internal/label"
@@ -173,7 +173,7 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		if err != nil {
 			printDown(f, res)
 			ce := &run.CleanupError{Label: lbl, Err: err}
-			ci.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
+			cienv.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
 			return ce
 		}
 		recordSwept(ctx, f, o, cfg, lbl, ids)
@@ -214,7 +214,7 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	printDown(f, res)
 	if len(failed) > 0 {
 		ce := &run.CleanupError{Label: lbl, Instances: failed, Err: errors.Join(errs...)}
-		ci.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
+		cienv.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
 		return ce
 	}
 	return nil
@@ -418,7 +418,7 @@ billing_read): doctor warns, and with --strict fails with exit 4.`,
 
 func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 	f := opts.f
-	env := ci.Detect(f.Getenv)
+	env := cienv.Detect(f.Getenv)
 	system := env.System
 	if system == "" {
 		system = "none detected"

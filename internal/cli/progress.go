@@ -6,14 +6,14 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/run"
 )
 
 // progressMode picks how live progress is shown: a redrawn status line on
 // a terminal, else plain lines (folded per phase on GitHub and GitLab).
-func progressMode(s *IOStreams, quiet bool, env ci.Env) progress.Mode {
+func progressMode(s *IOStreams, quiet bool, env cienv.Env) progress.Mode {
 	switch {
 	case quiet:
 		return progress.ModeQuiet
@@ -29,7 +29,7 @@ func progressMode(s *IOStreams, quiet bool, env ci.Env) progress.Mode {
 
 // startProgress starts the live display of a workflow run; lines for
 // people go through it until the factory closes.
-func (f *Factory) startProgress(env ci.Env) *progress.Display {
+func (f *Factory) startProgress(env cienv.Env) *progress.Display {
 	if f.IO.display != nil {
 		return f.IO.display
 	}

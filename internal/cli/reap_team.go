@@ -11,8 +11,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
-	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // reapTeamOptions are the flags of `vastrun reap --team`.
@@ -59,7 +59,7 @@ func reapTeam(ctx context.Context, f *Factory, o *reapTeamOptions) error {
 			j.Result = "would destroy (dry run)"
 			continue
 		}
-		ctrl, err := team.TakeOver(ctx, b, state.ThisProcess(f.Getenv), j.Run, j.Instance, leaseOptions(cfg))
+		ctrl, err := team.TakeOver(ctx, b, teamstate.ThisProcess(f.Getenv), j.Run, j.Instance, leaseOptions(cfg))
 		if err != nil {
 			// Someone took the run meanwhile, or the bucket failed: not ours to act on now.
 			j.Verdict, j.Result = team.VerdictUnknown, "left alone: could not take the run's lease: "+err.Error()

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // TeamRunsSchema names the JSON of `vastrun runs --all`.
@@ -25,7 +25,7 @@ func listTeamRuns(ctx context.Context, f *Factory, o *WorkflowOptions, mine bool
 		return fmt.Errorf("list runs in %s: %w", loc, err)
 	}
 	if mine {
-		rows = team.HeldFrom(rows, state.ThisProcess(f.Getenv))
+		rows = team.HeldFrom(rows, teamstate.ThisProcess(f.Getenv))
 	}
 	if f.JSON {
 		if rows == nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 var scriptBuckets atomic.Int64
@@ -46,7 +46,7 @@ func cmdTeamS3(ts *testscript.TestScript, neg bool, args []string) {
 	if key == "" {
 		key, secret = "testkey", "testsecret"
 	}
-	b, err := state.NewS3(bucket, "", state.S3Options{Endpoint: ep, AccessKey: key, SecretKey: secret})
+	b, err := teamstate.NewS3(bucket, "", teamstate.S3Options{Endpoint: ep, AccessKey: key, SecretKey: secret})
 	ts.Check(err)
 	ts.Check(b.EnsureBucket(context.Background()))
 	ts.Setenv("BUCKET", bucket)
@@ -60,11 +60,11 @@ func cmdTeamS3(ts *testscript.TestScript, neg bool, args []string) {
 // waitLeaseExpired waits (up to waitLimit) until the server's clock says the
 // run's lease in $BUCKET/prefix is expired or released.
 func waitLeaseExpired(ts *testscript.TestScript, prefix, run string) {
-	b, err := state.NewS3(ts.Getenv("BUCKET"), prefix, state.S3Options{Endpoint: ts.Getenv("S3ENDPOINT"),
+	b, err := teamstate.NewS3(ts.Getenv("BUCKET"), prefix, teamstate.S3Options{Endpoint: ts.Getenv("S3ENDPOINT"),
 		AccessKey: ts.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: ts.Getenv("AWS_SECRET_ACCESS_KEY")})
 	ts.Check(err)
 	waitFor(ts, func() bool {
-		_, live, _, err := state.ReadLease(context.Background(), b, run)
+		_, live, _, err := teamstate.ReadLease(context.Background(), b, run)
 		return err == nil && !live
 	}, "the lease of run "+run+" to expire")
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/run"
 )
@@ -143,7 +143,7 @@ func runSSH(ctx context.Context, o *SSHOptions) error {
 	if err != nil {
 		return &UsageError{Err: err, Hint: "start a run with 'vastrun up', or name one: vastrun ssh RUN (ids are under " + cfg.StateDir + "/runs)"}
 	}
-	e, err := newEngine(ctx, f, o.Workflow, cfg, ci.Detect(f.Getenv))
+	e, err := newEngine(ctx, f, o.Workflow, cfg, cienv.Detect(f.Getenv))
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/sweep"
 )
@@ -69,7 +69,7 @@ func runSweep(ctx context.Context, opts *SweepOptions) error {
 	if err != nil {
 		return err
 	}
-	if ok, err := checkTrust(f, o, ci.Detect(f.Getenv)); !ok || err != nil {
+	if ok, err := checkTrust(f, o, cienv.Detect(f.Getenv)); !ok || err != nil {
 		return err
 	}
 	workflow := "ci"

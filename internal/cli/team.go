@@ -11,8 +11,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/run"
-	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // Team state (state: s3://bucket/prefix): the wiring between the flags,
@@ -29,14 +29,14 @@ func (o *WorkflowOptions) addResumeTeamFlags(cmd *cobra.Command) {
 }
 
 // stateLocation resolves --state over the config's state key.
-func stateLocation(o *WorkflowOptions, cfg *config.Config) (state.Location, error) {
+func stateLocation(o *WorkflowOptions, cfg *config.Config) (teamstate.Location, error) {
 	s := cfg.State
 	if o != nil && o.State != "" {
 		s = o.State
 	}
-	l, err := state.ParseLocation(s)
+	l, err := teamstate.ParseLocation(s)
 	if err != nil {
-		return state.Location{}, &UsageError{Err: err}
+		return teamstate.Location{}, &UsageError{Err: err}
 	}
 	return l, nil
 }
@@ -52,15 +52,15 @@ func (o *WorkflowOptions) addTeamBucketFlags(cmd *cobra.Command, fileUsage strin
 // openTeamBucket loads the config (a missing one is the defaults) and
 // opens the team bucket that --state or state: names. A local state is
 // refused with notTeam (what the command needs the bucket for) and hint.
-func (o *WorkflowOptions) openTeamBucket(ctx context.Context, f *Factory, notTeam, hint string) (*config.Config, state.Location, *state.S3, error) {
+func (o *WorkflowOptions) openTeamBucket(ctx context.Context, f *Factory, notTeam, hint string) (*config.Config, teamstate.Location, *teamstate.S3, error) {
 	o.allowMissingConfigs = true
 	cfg, err := o.loadConfig()
 	if err != nil {
-		return nil, state.Location{}, nil, err
+		return nil, teamstate.Location{}, nil, err
 	}
 	loc, err := stateLocation(o, cfg)
 	if err != nil {
-		return nil, state.Location{}, nil, err
+		return nil, teamstate.Location{}, nil, err
 	}
 	if loc.Kind != "s3" {
 		return nil, loc, nil, &UsageError{Err: fmt.Errorf("%s, and the state is local", notTeam), Hint: hint}
@@ -77,14 +77,14 @@ const teamStateHint = "pass --state s3://BUCKET/PREFIX, or set state: in the con
 
 // openTeamBackend opens and, on first use of the endpoint, probes the team
 // bucket. A bucket that does not enforce conditional writes is refused.
-func openTeamBackend(ctx context.Context, f *Factory, loc state.Location) (*state.S3, error) {
-	b, err := state.NewS3(loc.Bucket, loc.Prefix, state.S3Options{Getenv: f.Getenv})
+func openTeamBackend(ctx context.Context, f *Factory, loc teamstate.Location) (*teamstate.S3, error) {
+	b, err := teamstate.NewS3(loc.Bucket, loc.Prefix, teamstate.S3Options{Getenv: f.Getenv})
 	if err != nil {
 		return nil, &UsageError{Err: err}
 	}
-	cache := state.ProbeCache{Dir: filepath.Join(f.HomeDir, ".cache", "vastrun", "state-probe")}
+	cache := teamstate.ProbeCache{Dir: filepath.Join(f.HomeDir, ".cache", "vastrun", "state-probe")}
 	v, fresh, err := cache.Verify(ctx, b, b.Endpoint()+"/"+loc.Bucket)
-	if errors.Is(err, state.ErrNoConditionalWrites) {
+	if errors.Is(err, teamstate.ErrNoConditionalWrites) {
 		return nil, &hintedError{err: err, hint: "team state needs a bucket whose server enforces If-None-Match and If-Match; see docs/teams.md for the servers that pass"}
 	}
 	if err != nil {
@@ -96,12 +96,12 @@ func openTeamBackend(ctx context.Context, f *Factory, loc state.Location) (*stat
 	return b, nil
 }
 
-func leaseOptions(cfg *config.Config) state.LeaseOptions {
-	return state.LeaseOptions{TTL: cfg.Team.LeaseTTL.Duration()}
+func leaseOptions(cfg *config.Config) teamstate.LeaseOptions {
+	return teamstate.LeaseOptions{TTL: cfg.Team.LeaseTTL.Duration()}
 }
 
-func newTeamController(f *Factory, b state.Backend, cfg *config.Config, now func() time.Time) *team.Controller {
-	return team.New(team.Options{Backend: b, Holder: state.ThisProcess(f.Getenv), Lease: leaseOptions(cfg), UI: f.IO, Now: now})
+func newTeamController(f *Factory, b teamstate.Backend, cfg *config.Config, now func() time.Time) *team.Controller {
+	return team.New(team.Options{Backend: b, Holder: teamstate.ThisProcess(f.Getenv), Lease: leaseOptions(cfg), UI: f.IO, Now: now})
 }
 
 // attachTeam puts a team-state engine under its lease: the journal goes to
@@ -174,9 +174,9 @@ func teamRunDir(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config
 	ctrl := newTeamController(f, b, cfg, time.Now)
 	dir, err := ctrl.Resume(ctx, id, cfg.StateDir, o.WaitLease, nil)
 	switch {
-	case errors.Is(err, state.ErrHeld):
+	case errors.Is(err, teamstate.ErrHeld):
 		return "", &hintedError{err: err, hint: "its holder renews the lease while it lives; to take over once it stops, wait for it with --wait-lease DURATION (e.g. --wait-lease 10m)"}
-	case errors.Is(err, team.ErrNoRun), errors.Is(err, state.ErrNotExist):
+	case errors.Is(err, team.ErrNoRun), errors.Is(err, teamstate.ErrNotExist):
 		return "", &UsageError{Err: err, Hint: "list the team's runs with: vastrun runs --all --state " + loc.String()}
 	case err != nil:
 		return "", err

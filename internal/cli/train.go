@@ -9,12 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/storage"
 	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
 )
 
@@ -36,7 +36,7 @@ func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *co
 	if !cfg.IsTrain() {
 		return nil, &UsageError{Err: fmt.Errorf("%s has no train.command", o.ConfigPath), Hint: "see examples/train/train.yaml and docs/config.md"}
 	}
-	e, err := newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+	e, err := newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
 	if err != nil {
 		return nil, err
 	}
@@ -173,13 +173,13 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 	case "train":
 		e, err = trainEngine(ctx, f, o)
 	case "ci":
-		e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
-		resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) { return ciflow.Resume(ctx, e) }
+		e, err = newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
+		resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) { return ci.Resume(ctx, e) }
 	case "canary":
 		if !cfg.IsCanary() {
 			return &UsageError{Err: fmt.Errorf("run %s is a canary run and %s has no canary.smoke", st.RunID, o.ConfigPath), Hint: "resume with the vastrun.yaml the canary was started with (-f FILE)"}
 		}
-		e, err = newEngine(ctx, f, o, cfg, ci.Detect(f.Getenv))
+		e, err = newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
 		resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) {
 			return canaryflow.Resume(ctx, e, false)
 		}

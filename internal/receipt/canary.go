@@ -1,7 +1,7 @@
 package receipt
 
 import (
-	"github.com/vastrun/vastrun/internal/canary"
+	"github.com/vastrun/vastrun/internal/smoke"
 )
 
 // The canary's section of the receipt (`canary`, docs/receipt.md) and its
@@ -26,13 +26,13 @@ type SmokeOutcome struct {
 	Passed        bool           `json:"passed"`
 	Log           string         `json:"log"`
 	// Server is the server smoke contract's report (health_url or ports set).
-	Server *canary.ServerReport `json:"server,omitempty"`
+	Server *smoke.ServerReport `json:"server,omitempty"`
 	// TimedOut: the local step ran past canary.timeouts.unit or .smoke.
 	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // FieldDelta is one field that differs between the CPU and GPU results.
-type FieldDelta = canary.FieldDelta
+type FieldDelta = smoke.FieldDelta
 
 // GPUInfo is one GPU as nvidia-smi reports it (the core's verify step and
 // the canary's CUDA check both record it).
@@ -57,7 +57,7 @@ type CUDACheck struct {
 }
 
 // HealthCheck is what the canary's health_url answered on the instance,
-// during the server smoke contract (see canary.RunServer): the URL names
+// during the server smoke contract (see smoke.RunServer): the URL names
 // a host:port as the instance sees it, usually its own loopback.
 type HealthCheck struct {
 	URL      string `json:"url"`

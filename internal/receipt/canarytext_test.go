@@ -4,12 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vastrun/vastrun/internal/canary"
+	"github.com/vastrun/vastrun/internal/smoke"
 )
 
 func TestSummaryShowsTheCanaryDelta(t *testing.T) {
 	c := &CanaryReport{
-		Local:      SmokeOutcome{Where: "host-cpu", Passed: true, Server: &canary.ServerReport{Ready: true, Attempts: 2, Stopped: "term", Passed: true}},
+		Local:      SmokeOutcome{Where: "host-cpu", Passed: true, Server: &smoke.ServerReport{Ready: true, Attempts: 2, Stopped: "term", Passed: true}},
 		GPU:        &SmokeOutcome{Where: "gpu", Passed: true},
 		Comparison: CanaryOutputDelta,
 		Delta:      []FieldDelta{{Field: "asr_model", Local: "base", GPU: ""}, {Field: "models[]", Local: []any{"a|b"}, GPU: nil}},

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/journal"
@@ -21,7 +21,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // realEngine runs on the wall clock against a simulator whose boot is short,
@@ -54,7 +54,7 @@ func realEngine(b *testing.B, test string, counter *atomic.Int64) (*run.Engine, 
 	os.WriteFile(filepath.Join(root, "scripts", "gpu-test.sh"), []byte("true\n"), 0o755)
 	return &run.Engine{
 		Market: client, Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" },
-		CI: ci.Env{}, Redactor: redact.New(), Approve: func(run.Plan) (bool, error) { return true, nil },
+		CI: cienv.Env{}, Redactor: redact.New(), Approve: func(run.Plan) (bool, error) { return true, nil },
 		Annotations: &strings.Builder{}, Config: cfg, RepoDir: root, StateRoot: filepath.Join(root, "state"),
 		EvidenceDir: filepath.Join(root, "ev"), Simulated: true,
 	}, s
@@ -66,7 +66,7 @@ func BenchmarkBillableOverhead(b *testing.B) {
 	var before, after, fromRunning float64
 	for i := 0; i < b.N; i++ {
 		e, s := realEngine(b, "true", nil)
-		r, err := ciflow.Run(context.Background(), e)
+		r, err := ci.Run(context.Background(), e)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func BenchmarkSIGINTToDestroy(b *testing.B) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		}()
-		ciflow.Run(ctx, e)
+		ci.Run(ctx, e)
 		recs, _ := journal.Read(e.RunDir())
 		for _, rec := range recs {
 			if rec.Step == "destroy" && rec.Type == "intent" {
@@ -141,7 +141,7 @@ func BenchmarkAPICallsWhileWaiting(b *testing.B) {
 			Redactor: redact.New(), Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &strings.Builder{},
 			Config: cfg, RepoDir: root, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev")}
 		start := clk.Now()
-		ciflow.Run(context.Background(), e) // SSH is disabled: it waits the load out, then fails to connect
+		ci.Run(context.Background(), e) // SSH is disabled: it waits the load out, then fails to connect
 		waited := clk.Now().Sub(start).Minutes()
 		perMin += float64(calls.Load()) / waited
 		srv.Close()

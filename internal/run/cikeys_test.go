@@ -8,20 +8,20 @@ import (
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/run"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // Two runs in one CI job: each keeps its own cleanup handles in the CI's
 // durable state; the plain keys name the latest run only.
 func TestTwoRunsInOneJobKeepSeparateCleanupHandles(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
-	first, err := ciflow.Run(context.Background(), h.engine)
+	first, err := ci.Run(context.Background(), h.engine)
 	if err != nil {
 		t.Fatal(err)
 	}
 	second := *h.engine
 	second.EvidenceDir = filepath.Join(t.TempDir(), "ev2")
-	r2, err := ciflow.Run(context.Background(), &second)
+	r2, err := ci.Run(context.Background(), &second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,14 +16,14 @@ import (
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/spec"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // The engine's state, applied record by record as it journals, is exactly
 // what a replay of its journal from disk gives.
 func TestIncrementalStateEqualsReplay(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
-	if _, err := ciflow.Run(context.Background(), h.engine); err != nil {
+	if _, err := ci.Run(context.Background(), h.engine); err != nil {
 		t.Fatal(err)
 	}
 	replayed, err := run.LoadState(h.engine.RunDir())
@@ -55,7 +55,7 @@ func stripTimes(s *run.State) string {
 // class and whose message says what went wrong.
 func TestFailedStepJournalsFalseCondition(t *testing.T) {
 	h := newHarness(t, baseConfig+"gate: [\"echo cpu tests failed; exit 1\"]\n", true)
-	ciflow.Run(context.Background(), h.engine)
+	ci.Run(context.Background(), h.engine)
 	st, err := run.LoadState(h.engine.RunDir())
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestReplayIsAFoldOverApply(t *testing.T) {
 // True, is not run again; the approval that was refused is asked again.
 func TestResumeDoesNotRepeatATrueStep(t *testing.T) {
 	h := newHarness(t, baseConfig+"gate: [\"echo ran >> gate-runs\"]\n", false)
-	if _, err := ciflow.Run(context.Background(), h.engine); err == nil {
+	if _, err := ci.Run(context.Background(), h.engine); err == nil {
 		t.Fatal("a run without approval passed")
 	}
 	runs := filepath.Join(h.repo, "gate-runs")
@@ -126,7 +126,7 @@ func TestResumeDoesNotRepeatATrueStep(t *testing.T) {
 	if err := second.Open(h.engine.RunDir()); err != nil {
 		t.Fatal(err)
 	}
-	r, err := ciflow.Resume(context.Background(), &second)
+	r, err := ci.Resume(context.Background(), &second)
 	if err != nil || r.Outcome != run.OutcomePassed {
 		t.Fatalf("resume: %v %+v", err, r)
 	}
@@ -159,7 +159,7 @@ func TestStepsReadTheFrozenSpec(t *testing.T) {
 		h.engine.Config = &c
 		return true, nil
 	}
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if err != nil || r.Outcome != run.OutcomePassed {
 		t.Fatalf("%v %+v", err, r)
 	}
@@ -196,7 +196,7 @@ func TestCanaryClassesAreKnownOutcomes(t *testing.T) {
 // journaled, and the receipt keeps the frozen commit.
 func TestResumeWithChangedTestCommand(t *testing.T) {
 	h := newHarness(t, baseConfig, false)
-	if _, err := ciflow.Run(context.Background(), h.engine); err == nil {
+	if _, err := ci.Run(context.Background(), h.engine); err == nil {
 		t.Fatal("a run without approval passed")
 	}
 	frozen, err := run.LoadManifest(h.engine.RunDir(), h.engine.State().ManifestHash)
@@ -214,7 +214,7 @@ func TestResumeWithChangedTestCommand(t *testing.T) {
 		if err := e.Open(h.engine.RunDir()); err != nil {
 			t.Fatal(err)
 		}
-		r, err := ciflow.Resume(context.Background(), &e)
+		r, err := ci.Resume(context.Background(), &e)
 		return &e, r, err
 	}
 	_, _, err = resume(false)

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/journal"
@@ -93,7 +93,7 @@ type Engine struct {
 	Log      *slog.Logger
 	UI       Reporter
 	Stream   io.Writer // live test output (redacted); nil discards
-	CI       ci.Env
+	CI       cienv.Env
 	Getenv   func(string) string
 	Redactor *redact.Redactor
 	HTTP     *http.Client // for alerts

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/journal"
@@ -29,7 +29,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 const image = "ghcr.io/acme/gpu-test@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -124,7 +124,7 @@ func newHarness(t *testing.T, cfgYAML string, approve bool) *harness {
 	h.engine = &run.Engine{
 		Market: client, Clock: autoClock{clk}, Log: slog.New(slog.DiscardHandler), UI: ui{&lockedBuf{b: h.ui}},
 		Stream: &lockedBuf{b: h.stream}, Getenv: func(k string) string { return env[k] },
-		CI:          ci.Env{System: "github", OutputFile: h.ghOut, StateFile: filepath.Join(root, "gh_state")},
+		CI:          cienv.Env{System: "github", OutputFile: h.ghOut, StateFile: filepath.Join(root, "gh_state")},
 		Redactor:    redact.New(s.APIKey()),
 		Approve:     func(run.Plan) (bool, error) { return approve, nil },
 		Annotations: h.annot, Config: cfg, RepoDir: repo, StateRoot: filepath.Join(root, "state"),
@@ -168,7 +168,7 @@ func (h *harness) evidence(name string) string {
 
 func TestCIHappyPath(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if err != nil {
 		t.Fatalf("ci: %v\n%s", err, h.ui)
 	}
@@ -231,7 +231,7 @@ func assertNoSecret(t *testing.T, secret string, dirs ...string) {
 
 func TestCITestFailsStillDestroyed(t *testing.T) {
 	h := newHarness(t, strings.Replace(baseConfig, "test: sh scripts/gpu-test.sh", "test: echo failing; exit 4", 1), true)
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	var tf *run.TestFailedError
 	if !errors.As(err, &tf) || tf.Code != 4 || r.Outcome != run.OutcomeFailed || !r.Cleanup.Confirmed {
 		t.Fatalf("err %v receipt %+v", err, r)
@@ -241,7 +241,7 @@ func TestCITestFailsStillDestroyed(t *testing.T) {
 
 func TestCIGateFailsNoRental(t *testing.T) {
 	h := newHarness(t, baseConfig+"gate: [\"true\", \"echo cpu tests failed; exit 1\"]\n", true)
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrGated) || r.Outcome != run.OutcomeGated || len(r.Attempts) != 0 {
 		t.Fatalf("err %v receipt %+v", err, r)
 	}
@@ -255,12 +255,12 @@ func TestCIGateFailsNoRental(t *testing.T) {
 
 func TestCINoOfferAndNotApproved(t *testing.T) {
 	h := newHarness(t, strings.Replace(baseConfig, "max_dph: 1.0", "max_dph: 0.01", 1), true)
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrNoOffer) || r.Outcome != run.OutcomeNoOffer || !strings.Contains(h.evidence("selection.json"), "is over the ceiling $0.0100/h") {
 		t.Fatalf("no offer: %v %+v", err, r)
 	}
 	h = newHarness(t, baseConfig, false)
-	r, err = ciflow.Run(context.Background(), h.engine)
+	r, err = ci.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrNeedsApproval) || r.Outcome != run.OutcomeNotApproved {
 		t.Fatalf("not approved: %v %+v", err, r)
 	}
@@ -271,7 +271,7 @@ func TestCINoOfferAndNotApproved(t *testing.T) {
 
 func TestCIBudgetRefusesBeforeRenting(t *testing.T) {
 	h := newHarness(t, strings.Replace(baseConfig, "max_spend: 2", "max_spend: 0.01", 1), true)
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if r.Outcome != run.OutcomeBudget || err == nil || !strings.Contains(err.Error(), "budget.max_spend") {
 		t.Fatalf("%v %+v", err, r)
 	}
@@ -286,7 +286,7 @@ func TestCIAmbiguousCreatesAreAdoptedNotRepeated(t *testing.T) {
 			h := newHarness(t, baseConfig, true)
 			h.sim.Inject(sim.Fault{Kind: kind})
 			h.sim.Inject(sim.Fault{Kind: sim.FaultReadLag, Count: 2})
-			r, err := ciflow.Run(context.Background(), h.engine)
+			r, err := ci.Run(context.Background(), h.engine)
 			if err != nil || r.Outcome != run.OutcomePassed {
 				t.Fatalf("%v %+v\n%s", err, r, h.ui)
 			}
@@ -310,7 +310,7 @@ func TestCIImagePullFailureRetriesOnAnotherMachine(t *testing.T) {
 		}
 	}
 	h.sim.Inject(sim.Fault{Kind: sim.FaultImagePull, Machine: first})
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if err != nil || r.Outcome != run.OutcomePassed || len(r.Attempts) != 2 {
 		t.Fatalf("%v %+v\n%s", err, r, h.ui)
 	}
@@ -323,7 +323,7 @@ func TestCIImagePullFailureRetriesOnAnotherMachine(t *testing.T) {
 func TestCIDestroyNoopThenWorks(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	h.sim.Inject(sim.Fault{Kind: sim.FaultDestroyNoop, Count: 3})
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if err != nil || !r.Cleanup.Confirmed {
 		t.Fatalf("%v %+v", err, r)
 	}
@@ -333,7 +333,7 @@ func TestCIDestroyNoopThenWorks(t *testing.T) {
 func TestCIDestroyNeverWorksIsEscalated(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	h.sim.Inject(sim.Fault{Kind: sim.FaultDestroyNoop, Count: -1})
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	var ce *run.CleanupError
 	if !errors.As(err, &ce) || r.Cleanup.Confirmed || len(r.Cleanup.Unconfirmed) != 1 || !r.Cleanup.AlertSent {
 		t.Fatalf("%v %+v", err, r.Cleanup)
@@ -373,7 +373,7 @@ func TestCICancelWhileWaitingForReadiness(t *testing.T) {
 			cancel() // SIGINT arrives while vastrun waits for the instance
 		}
 	}
-	r, err := ciflow.Run(ctx, h.engine)
+	r, err := ci.Run(ctx, h.engine)
 	h.clk.OnWait = nil
 	if !errors.Is(err, context.Canceled) || r.Outcome != run.OutcomeInterrupted || !r.Cleanup.Confirmed {
 		t.Fatalf("%v %+v", err, r)
@@ -394,7 +394,7 @@ func (panicUI) Infof(format string, args ...any) {
 func TestCIPanicStillTearsDown(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	h.engine.UI = panicUI{}
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if err == nil || !strings.Contains(err.Error(), "panic") || r.Outcome != run.OutcomeError || !r.Cleanup.Confirmed {
 		t.Fatalf("%v %+v", err, r)
 	}
@@ -419,7 +419,7 @@ func TestCIPathsSkipWhenUntouched(t *testing.T) {
 	git("add", ".")
 	git("commit", "-qm", "docs")
 	h.engine.Base = "main"
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrSkipped) || r.Outcome != run.OutcomeSkipped {
 		t.Fatalf("docs-only change: %v %+v", err, r)
 	}
@@ -433,7 +433,7 @@ func TestCIPathsSkipWhenUntouched(t *testing.T) {
 	git("commit", "-qm", "gpu")
 	h2 := *h.engine
 	h2.EvidenceDir = filepath.Join(h.engine.EvidenceDir, "second")
-	r, err = ciflow.Run(context.Background(), &h2)
+	r, err = ci.Run(context.Background(), &h2)
 	if err != nil || r.Outcome != run.OutcomePassed || len(r.Commit) != 40 {
 		t.Fatalf("gpu change: %v %+v", err, r)
 	}
@@ -442,7 +442,7 @@ func TestCIPathsSkipWhenUntouched(t *testing.T) {
 
 func TestRunIsLockedAgainstASecondProcess(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
-	if _, err := ciflow.Up(context.Background(), h.engine); err != nil {
+	if _, err := ci.Up(context.Background(), h.engine); err != nil {
 		t.Fatal(err)
 	}
 	first := *h.engine

@@ -10,7 +10,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/run"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 var errDiskFull = errors.New("no space left on device")
@@ -32,7 +32,7 @@ func fullFrom(match func(journal.Record) bool) func(journal.Record) error {
 func TestJournalFullAtRentIntentRentsNothing(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	h.engine.JournalFault = fullFrom(func(r journal.Record) bool { return r.Type == "intent" && r.Step == "rent" })
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrJournal) || !errors.Is(err, errDiskFull) {
 		t.Fatalf("err %v, want the journal error", err)
 	}
@@ -51,7 +51,7 @@ func TestJournalFullAtWorkIntentStopsAndTearsDown(t *testing.T) {
 	cfg := strings.Replace(baseConfig, "test: sh scripts/gpu-test.sh", `test: touch "$HOME/../workspace/the-test-ran"; sh scripts/gpu-test.sh`, 1)
 	h := newHarness(t, cfg, true)
 	h.engine.JournalFault = fullFrom(func(r journal.Record) bool { return r.Type == "intent" && r.Step == "work" })
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if !errors.Is(err, run.ErrJournal) {
 		t.Fatalf("err %v, want the journal error", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // thief is another renter who takes the offer vastrun chose just before
@@ -55,7 +55,7 @@ func TestOfferRaceMovesToTheNextOfferWithinTheApproval(t *testing.T) {
 	h.engine.Approve = func(run.Plan) (bool, error) { approvals++; return true, nil }
 	th := &thief{Market: h.engine.Market, n: 5} // more than vastrun used to tolerate
 	h.engine.Market = th
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	th.cleanup(h)
 	if err != nil || r.Outcome != run.OutcomePassed {
 		t.Fatalf("%v %+v\n%s", err, r, h.ui)
@@ -92,7 +92,7 @@ func TestOfferRaceAsksAgainAboveTheApprovedPrice(t *testing.T) {
 	h.engine.Approve = func(p run.Plan) (bool, error) { plans = append(plans, p); return len(plans) == 1, nil }
 	th := &thief{Market: h.engine.Market, n: 1}
 	h.engine.Market = th
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	th.cleanup(h)
 	if !errors.Is(err, run.ErrNeedsApproval) || r.Outcome != run.OutcomeNotApproved {
 		t.Fatalf("%v %+v\n%s", err, r, h.ui)
@@ -110,7 +110,7 @@ func TestOfferRaceEndsAtTheReadyDeadline(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	th := &thief{Market: h.engine.Market, n: 1 << 20}
 	h.engine.Market = th
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	th.cleanup(h)
 	if !errors.Is(err, run.ErrNoOffer) || r.Outcome != run.OutcomeNoOffer {
 		t.Fatalf("%v %+v", err, r)
@@ -147,7 +147,7 @@ func TestOfferRaceSearchesAgainWhenTheListIsUsedUp(t *testing.T) {
 	}
 	th := &thief{Market: h.engine.Market, n: eligible}
 	h.engine.Market = releaser{th}
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	th.cleanup(h)
 	if err != nil || r.Outcome != run.OutcomePassed {
 		t.Fatalf("%v %+v\n%s", err, r, h.ui)

@@ -9,7 +9,7 @@ import (
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/run"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 // atConnect injects faults into the instance the moment its connect
@@ -42,7 +42,7 @@ func atConnect(h *harness, faults ...sim.Fault) *bool {
 func TestVerifyTransportFailureIsAskedAgain(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	fired := atConnect(h, sim.Fault{Kind: sim.FaultSSHRefuse, Count: 8}, sim.Fault{Kind: sim.FaultSSHDrop})
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if !*fired {
 		t.Fatal("the faults were never injected")
 	}
@@ -67,7 +67,7 @@ func TestVerifyTransportFailureIsAskedAgain(t *testing.T) {
 func TestVerifyOnAStoppedInstanceIsNoAnswer(t *testing.T) {
 	h := newHarness(t, baseConfig, true)
 	fired := atConnect(h, sim.Fault{Kind: sim.FaultPreempt}, sim.Fault{Kind: sim.FaultSSHDrop})
-	r, err := ciflow.Run(context.Background(), h.engine)
+	r, err := ci.Run(context.Background(), h.engine)
 	if !*fired {
 		t.Fatal("the faults were never injected")
 	}

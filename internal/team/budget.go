@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // LedgerSchema names the team ledger's format.
@@ -90,9 +90,9 @@ func Period(t time.Time) string { return t.UTC().Format("2006-01") }
 func LedgerKey(period string) string { return "budget/" + period + ".json" }
 
 // ReadLedger reads a period's ledger; a missing one is empty.
-func ReadLedger(ctx context.Context, b state.Backend, period string) (*Ledger, string, error) {
+func ReadLedger(ctx context.Context, b teamstate.Backend, period string) (*Ledger, string, error) {
 	o, _, err := b.Get(ctx, LedgerKey(period))
-	if errors.Is(err, state.ErrNotExist) {
+	if errors.Is(err, teamstate.ErrNotExist) {
 		return &Ledger{Schema: LedgerSchema, V: 1, Period: period, Runs: map[string]*LedgerLine{}}, "", nil
 	}
 	if err != nil {
@@ -111,7 +111,7 @@ func ReadLedger(ctx context.Context, b state.Backend, period string) (*Ledger, s
 // UpdateLedger applies f to the period's ledger by compare-and-swap,
 // retrying when another controller wrote in between. f may refuse with
 // an error, and nothing is written.
-func UpdateLedger(ctx context.Context, b state.Backend, period string, f func(*Ledger) error) (*Ledger, error) {
+func UpdateLedger(ctx context.Context, b teamstate.Backend, period string, f func(*Ledger) error) (*Ledger, error) {
 	for attempt := 0; attempt < 20; attempt++ {
 		l, etag, err := ReadLedger(ctx, b, period)
 		if err != nil {
@@ -126,7 +126,7 @@ func UpdateLedger(ctx context.Context, b state.Backend, period string, f func(*L
 		} else {
 			_, err = b.PutIfMatch(ctx, LedgerKey(period), data, etag)
 		}
-		if errors.Is(err, state.ErrPrecondition) {
+		if errors.Is(err, teamstate.ErrPrecondition) {
 			continue
 		}
 		if err != nil {
@@ -140,7 +140,7 @@ func UpdateLedger(ctx context.Context, b state.Backend, period string, f func(*L
 // Reserve adds ask to run's reservation, refusing with *OverBudgetError
 // when the committed total would pass the limit. defaultLimit applies
 // while the ledger has none of its own.
-func Reserve(ctx context.Context, b state.Backend, now time.Time, run, holder string, ask, defaultLimit float64) error {
+func Reserve(ctx context.Context, b teamstate.Backend, now time.Time, run, holder string, ask, defaultLimit float64) error {
 	period := Period(now)
 	_, err := UpdateLedger(ctx, b, period, func(l *Ledger) error {
 		if l.LimitUSD == 0 {
@@ -167,7 +167,7 @@ func Reserve(ctx context.Context, b state.Backend, now time.Time, run, holder st
 
 // Settle records run's spend from the marketplace's charges; it replaces
 // the reservation.
-func Settle(ctx context.Context, b state.Backend, period, run string, usd float64, now time.Time) error {
+func Settle(ctx context.Context, b teamstate.Backend, period, run string, usd float64, now time.Time) error {
 	_, err := UpdateLedger(ctx, b, period, func(l *Ledger) error {
 		line := l.Runs[run]
 		if line == nil {
@@ -181,6 +181,6 @@ func Settle(ctx context.Context, b state.Backend, period, run string, usd float6
 }
 
 // SetLimit sets the period's limit.
-func SetLimit(ctx context.Context, b state.Backend, period string, usd float64) (*Ledger, error) {
+func SetLimit(ctx context.Context, b teamstate.Backend, period string, usd float64) (*Ledger, error) {
 	return UpdateLedger(ctx, b, period, func(l *Ledger) error { l.LimitUSD = usd; return nil })
 }

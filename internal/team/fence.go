@@ -6,7 +6,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
-	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // FencedMarket checks the run's lease before every mutating marketplace
@@ -14,7 +14,7 @@ import (
 // lease, or fenced itself, changes nothing on the marketplace. Reads pass.
 type FencedMarket struct {
 	run.Market
-	Lease func() *state.Lease
+	Lease func() *teamstate.Lease
 }
 
 // Fence wraps m; calls made before the lease exists are refused too. The
@@ -53,7 +53,7 @@ func (f *FencedMarket) check(op string) error {
 }
 
 // FenceError is a marketplace call refused because this controller no
-// longer holds the run's lease (state.ErrLeaseLost or state.ErrFenced).
+// longer holds the run's lease (teamstate.ErrLeaseLost or teamstate.ErrFenced).
 // It is permanent: retrying cannot bring the lease back, and the
 // controller that takes the run over finishes it, teardown included.
 type FenceError struct {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // Lease states in a listing.
@@ -30,7 +30,7 @@ type Row struct {
 }
 
 // RunIDs lists the runs that have objects in the backend.
-func RunIDs(ctx context.Context, b state.Backend) ([]string, error) {
+func RunIDs(ctx context.Context, b teamstate.Backend) ([]string, error) {
 	keys, err := b.List(ctx, "runs/")
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func RunIDs(ctx context.Context, b state.Backend) ([]string, error) {
 
 // List reads every run's summary and lease. A run whose summary is missing
 // is listed from its lease alone; one that has neither is skipped.
-func List(ctx context.Context, b state.Backend) ([]Row, error) {
+func List(ctx context.Context, b teamstate.Backend) ([]Row, error) {
 	ids, err := RunIDs(ctx, b)
 	if err != nil {
 		return nil, err
@@ -59,12 +59,12 @@ func List(ctx context.Context, b state.Backend) ([]Row, error) {
 	for _, id := range ids {
 		r := Row{Lease: LeaseNone}
 		s, serr := ReadSummary(ctx, b, id)
-		if serr != nil && !errors.Is(serr, state.ErrNotExist) {
+		if serr != nil && !errors.Is(serr, teamstate.ErrNotExist) {
 			return nil, serr
 		}
 		r.Summary = s
 		r.RunID = id
-		rec, live, left, lerr := state.ReadLease(ctx, b, id)
+		rec, live, left, lerr := teamstate.ReadLease(ctx, b, id)
 		switch {
 		case lerr == nil && rec.Released:
 			r.Lease = LeaseReleased
@@ -72,7 +72,7 @@ func List(ctx context.Context, b state.Backend) ([]Row, error) {
 			r.Lease, r.LeaseLeftS = LeaseLive, left.Round(time.Second).Seconds()
 		case lerr == nil:
 			r.Lease = LeaseExpired
-		case !errors.Is(lerr, state.ErrNotExist):
+		case !errors.Is(lerr, teamstate.ErrNotExist):
 			return nil, lerr
 		}
 		if lerr == nil {
@@ -96,7 +96,7 @@ func List(ctx context.Context, b state.Backend) ([]Row, error) {
 // given user on the given host (`vastrun runs --all --mine`). The process
 // and lease ids are not compared: a run counts as mine after the
 // controller that held it has gone.
-func HeldFrom(rows []Row, me state.Holder) []Row {
+func HeldFrom(rows []Row, me teamstate.Holder) []Row {
 	var kept []Row
 	for _, r := range rows {
 		if r.Holder.Host == me.Host && r.Holder.User == me.User {

@@ -3,15 +3,15 @@ package team_test
 import (
 	"testing"
 
-	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // --mine keeps runs held (or last held) by this user on this host, whatever
 // process or lease id held them: a run stays mine after its controller died.
 func TestHeldFrom(t *testing.T) {
 	row := func(id, host, user string, pid int) team.Row {
-		return team.Row{Summary: team.Summary{RunID: id, Holder: state.Holder{Host: host, User: user, PID: pid, ID: id + "-lease"}}}
+		return team.Row{Summary: team.Summary{RunID: id, Holder: teamstate.Holder{Host: host, User: user, PID: pid, ID: id + "-lease"}}}
 	}
 	rows := []team.Row{
 		row("a", "box1", "ana", 10),
@@ -20,7 +20,7 @@ func TestHeldFrom(t *testing.T) {
 		row("d", "box1", "ana", 99), // an earlier controller of mine
 		row("e", "", "", 0),         // never held
 	}
-	me := state.Holder{Host: "box1", User: "ana", PID: 1, ID: "now"}
+	me := teamstate.Holder{Host: "box1", User: "ana", PID: 1, ID: "now"}
 	var got []string
 	for _, r := range team.HeldFrom(rows, me) {
 		got = append(got, r.RunID)
@@ -28,7 +28,7 @@ func TestHeldFrom(t *testing.T) {
 	if len(got) != 2 || got[0] != "a" || got[1] != "d" {
 		t.Fatalf("kept %v, want [a d]", got)
 	}
-	if kept := team.HeldFrom(rows, state.Holder{Host: "box9", User: "zoe"}); len(kept) != 0 {
+	if kept := team.HeldFrom(rows, teamstate.Holder{Host: "box9", User: "zoe"}); len(kept) != 0 {
 		t.Fatalf("a stranger keeps %v", kept)
 	}
 	if len(rows) != 5 || rows[1].RunID != "b" {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // Reap verdicts, most conservative first. Only VerdictOrphan is acted on.
@@ -36,7 +36,7 @@ type Judgement struct {
 // Classify judges every instance of the account by its label and the
 // bucket's state of its run. An error reading the bucket for a run makes
 // that instance VerdictUnknown, never an orphan.
-func Classify(ctx context.Context, b state.Backend, list []provider.Instance, prefix string, grace time.Duration, now time.Time) []Judgement {
+func Classify(ctx context.Context, b teamstate.Backend, list []provider.Instance, prefix string, grace time.Duration, now time.Time) []Judgement {
 	var out []Judgement
 	for _, in := range list {
 		j := Judgement{Instance: in.ID, Label: in.Label}
@@ -52,12 +52,12 @@ func Classify(ctx context.Context, b state.Backend, list []provider.Instance, pr
 			continue
 		}
 		j.Run = l.RunID
-		rec, live, _, lerr := state.ReadLease(ctx, b, l.RunID)
+		rec, live, _, lerr := teamstate.ReadLease(ctx, b, l.RunID)
 		sum, serr := ReadSummary(ctx, b, l.RunID)
 		switch {
-		case lerr != nil && !errors.Is(lerr, state.ErrNotExist), serr != nil && !errors.Is(serr, state.ErrNotExist):
+		case lerr != nil && !errors.Is(lerr, teamstate.ErrNotExist), serr != nil && !errors.Is(serr, teamstate.ErrNotExist):
 			j.Verdict, j.Reason = VerdictUnknown, fmt.Sprintf("the bucket could not be read: %v", errors.Join(lerr, serr))
-		case errors.Is(lerr, state.ErrNotExist) && errors.Is(serr, state.ErrNotExist):
+		case errors.Is(lerr, teamstate.ErrNotExist) && errors.Is(serr, teamstate.ErrNotExist):
 			j.Verdict, j.Reason = VerdictUntracked, "its run is not in this bucket (reap by label expiry: vastrun reap)"
 		case live:
 			j.Verdict, j.Reason = VerdictLive, fmt.Sprintf("run %s is driven by %s (lease generation %d)", l.RunID, rec.Holder, rec.Generation)
@@ -77,7 +77,7 @@ func Classify(ctx context.Context, b state.Backend, list []provider.Instance, pr
 // reap intent, so that no controller can still act on the run while it is
 // destroyed. The caller destroys through the returned controller's Fence
 // and then calls Close(ctx, true).
-func TakeOver(ctx context.Context, b state.Backend, h state.Holder, runID string, id provider.InstanceID, o state.LeaseOptions) (*Controller, error) {
+func TakeOver(ctx context.Context, b teamstate.Backend, h teamstate.Holder, runID string, id provider.InstanceID, o teamstate.LeaseOptions) (*Controller, error) {
 	c := New(Options{Backend: b, Holder: h, Lease: o})
 	if err := c.acquire(ctx, runID); err != nil {
 		return nil, err

@@ -9,10 +9,10 @@
 // Contracts:
 //   - A run is driven only under its lease. Controller.Hook acquires it for
 //     a new run; Controller.Resume for an existing one, refusing with a
-//     *state.HeldError that names a live holder.
+//     *teamstate.HeldError that names a live holder.
 //   - Once the lease is lost or fenced, every later journal record and every
-//     create, destroy or key attachment fails with state.ErrLeaseLost or
-//     state.ErrFenced, and the controller says so on stderr.
+//     create, destroy or key attachment fails with teamstate.ErrLeaseLost or
+//     teamstate.ErrFenced, and the controller says so on stderr.
 //   - The lease is released (tombstone) only when the run reached an outcome.
 package team
 
@@ -31,7 +31,7 @@ import (
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/run"
-	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // Reporter shows progress to people.
@@ -41,9 +41,9 @@ type Reporter interface {
 
 // Options configure a Controller.
 type Options struct {
-	Backend state.Backend
-	Holder  state.Holder
-	Lease   state.LeaseOptions
+	Backend teamstate.Backend
+	Holder  teamstate.Holder
+	Lease   teamstate.LeaseOptions
 	UI      Reporter
 	// Now stamps journal entries and summaries (the engine's clock).
 	Now func() time.Time
@@ -56,8 +56,8 @@ type Controller struct {
 	mu      sync.Mutex
 	run     string
 	runDir  string
-	lease   *state.Lease
-	log     *state.RunLog
+	lease   *teamstate.Lease
+	log     *teamstate.RunLog
 	recs    []journal.Record
 	sumETag string
 	stop    context.CancelFunc
@@ -79,10 +79,10 @@ func New(o Options) *Controller {
 }
 
 // Backend is the state backend.
-func (c *Controller) Backend() state.Backend { return c.o.Backend }
+func (c *Controller) Backend() teamstate.Backend { return c.o.Backend }
 
 // Lease is the held lease, or nil.
-func (c *Controller) Lease() *state.Lease {
+func (c *Controller) Lease() *teamstate.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lease
@@ -96,11 +96,11 @@ func (c *Controller) infof(format string, args ...any) {
 
 // acquire takes the lease and opens the fenced journal.
 func (c *Controller) acquire(ctx context.Context, runID string) error {
-	l, err := state.Acquire(ctx, c.o.Backend, runID, c.o.Holder, c.o.Lease)
+	l, err := teamstate.Acquire(ctx, c.o.Backend, runID, c.o.Holder, c.o.Lease)
 	if err != nil {
 		return err
 	}
-	rl, err := state.OpenRunLog(ctx, c.o.Backend, l, c.o.Now)
+	rl, err := teamstate.OpenRunLog(ctx, c.o.Backend, l, c.o.Now)
 	if err != nil {
 		return err
 	}
@@ -148,7 +148,7 @@ func (c *Controller) sayLost(err error) {
 	}
 	c.said = true
 	c.mu.Unlock()
-	if errors.Is(err, state.ErrFenced) {
+	if errors.Is(err, teamstate.ErrFenced) {
 		c.infof("self-fenced: no lease renewal reached %s in time; stopping every side effect on run %s (another controller may take it over once the lease expires)", c.o.Backend.URI(), c.run)
 	} else {
 		c.infof("lost the lease of run %s to another controller; stopping every side effect", c.run)
@@ -187,7 +187,7 @@ func (c *Controller) mirror(r journal.Record) error {
 	rl, runDir := c.log, c.runDir
 	c.mu.Unlock()
 	if _, err := rl.Append(ctx, EntryRecord, r.Step, r); err != nil {
-		if errors.Is(err, state.ErrFenced) || errors.Is(err, state.ErrLeaseLost) {
+		if errors.Is(err, teamstate.ErrFenced) || errors.Is(err, teamstate.ErrLeaseLost) {
 			c.sayLost(err)
 		}
 		return fmt.Errorf("team state %s: %w", c.o.Backend.URI(), err)
@@ -196,7 +196,7 @@ func (c *Controller) mirror(r journal.Record) error {
 		// The frozen manifest the hash covers: another machine's resume
 		// checks its configuration against these very bytes.
 		if b, err := os.ReadFile(filepath.Join(runDir, "manifest.json")); err == nil {
-			if _, err := c.o.Backend.PutIfAbsent(ctx, ManifestKey(c.run), b); err != nil && !errors.Is(err, state.ErrPrecondition) {
+			if _, err := c.o.Backend.PutIfAbsent(ctx, ManifestKey(c.run), b); err != nil && !errors.Is(err, teamstate.ErrPrecondition) {
 				return fmt.Errorf("team state %s: frozen manifest: %w", c.o.Backend.URI(), err)
 			}
 		}
@@ -217,7 +217,7 @@ func ManifestKey(run string) string { return "runs/" + run + "/frozen-manifest.j
 // Resume takes the lease of an existing run, for a controller on any
 // machine: it rebuilds the local cache (journal, frozen manifest) in
 // stateRoot/runs/<id> from the bucket, which is authoritative. A live
-// holder yields a *state.HeldError; with wait > 0 it waits up to wait for
+// holder yields a *teamstate.HeldError; with wait > 0 it waits up to wait for
 // that lease to expire or be released.
 func (c *Controller) Resume(ctx context.Context, runID, stateRoot string, wait time.Duration, clk clock.Clock) (string, error) {
 	if clk == nil {
@@ -226,7 +226,7 @@ func (c *Controller) Resume(ctx context.Context, runID, stateRoot string, wait t
 	deadline := clk.Now().Add(wait)
 	for {
 		err := c.acquire(ctx, runID)
-		var held *state.HeldError
+		var held *teamstate.HeldError
 		if errors.As(err, &held) && wait > 0 && clk.Now().Before(deadline) {
 			c.infof("run %s is driven by %s; waiting for its lease (up to %s)", runID, held.Holder, deadline.Sub(clk.Now()).Round(time.Second))
 			if err := clock.Sleep(ctx, clk, min(max(held.ExpiresIn/2, time.Second), deadline.Sub(clk.Now())+time.Millisecond)); err != nil {
@@ -253,8 +253,8 @@ func (c *Controller) Resume(ctx context.Context, runID, stateRoot string, wait t
 
 // Materialize writes the bucket's journal of runID (and its frozen
 // manifest) into dir, replacing the local cache, and returns the records.
-func Materialize(ctx context.Context, b state.Backend, runID, dir string) ([]journal.Record, error) {
-	entries, err := state.ReadRunLog(ctx, b, runID)
+func Materialize(ctx context.Context, b teamstate.Backend, runID, dir string) ([]journal.Record, error) {
+	entries, err := teamstate.ReadRunLog(ctx, b, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +288,7 @@ func Materialize(ctx context.Context, b state.Backend, runID, dir string) ([]jou
 		if err := writeAtomic(filepath.Join(dir, "manifest.json"), o.Data); err != nil {
 			return nil, err
 		}
-	} else if !errors.Is(err, state.ErrNotExist) {
+	} else if !errors.Is(err, teamstate.ErrNotExist) {
 		return nil, err
 	}
 	return recs, nil
@@ -325,7 +325,7 @@ func (c *Controller) Close(ctx context.Context, release bool) error {
 
 // HolderID is a stable digest of the holder for the summary (the random
 // process ID is not shown to other users in full).
-func HolderID(h state.Holder) string {
+func HolderID(h teamstate.Holder) string {
 	s := sha256.Sum256([]byte(h.ID))
 	return hex.EncodeToString(s[:4])
 }
@@ -333,20 +333,20 @@ func HolderID(h state.Holder) string {
 // Summary is runs/<id>/summary.json, written by the holder after each
 // record: what `vastrun runs --all` shows.
 type Summary struct {
-	Schema     string       `json:"schema"`
-	V          int          `json:"v"`
-	RunID      string       `json:"run_id"`
-	Label      string       `json:"label"`
-	Workflow   string       `json:"workflow"`
-	Outcome    string       `json:"outcome,omitempty"` // empty while the run goes on
-	Holder     state.Holder `json:"holder"`
-	Generation int64        `json:"generation"`
-	Instances  []int64      `json:"instance_ids"`
-	Live       []int64      `json:"live_instance_ids"`
-	DPH        float64      `json:"dph"`
-	CostUSD    float64      `json:"cost_usd"`
-	Started    time.Time    `json:"started"`
-	Updated    time.Time    `json:"updated"`
+	Schema     string           `json:"schema"`
+	V          int              `json:"v"`
+	RunID      string           `json:"run_id"`
+	Label      string           `json:"label"`
+	Workflow   string           `json:"workflow"`
+	Outcome    string           `json:"outcome,omitempty"` // empty while the run goes on
+	Holder     teamstate.Holder `json:"holder"`
+	Generation int64            `json:"generation"`
+	Instances  []int64          `json:"instance_ids"`
+	Live       []int64          `json:"live_instance_ids"`
+	DPH        float64          `json:"dph"`
+	CostUSD    float64          `json:"cost_usd"`
+	Started    time.Time        `json:"started"`
+	Updated    time.Time        `json:"updated"`
 }
 
 // SummarySchema names the summary's format.
@@ -418,7 +418,7 @@ func (c *Controller) writeSummary(ctx context.Context, recs []journal.Record) {
 			c.mu.Unlock()
 			return
 		}
-		if !errors.Is(err, state.ErrPrecondition) {
+		if !errors.Is(err, teamstate.ErrPrecondition) {
 			return
 		}
 		// Written by an earlier holder: take its ETag, once we still lead.
@@ -435,7 +435,7 @@ func (c *Controller) writeSummary(ctx context.Context, recs []journal.Record) {
 }
 
 // ReadSummary reads a run's summary.
-func ReadSummary(ctx context.Context, b state.Backend, runID string) (Summary, error) {
+func ReadSummary(ctx context.Context, b teamstate.Backend, runID string) (Summary, error) {
 	o, _, err := b.Get(ctx, SummaryKey(runID))
 	if err != nil {
 		return Summary{}, err

@@ -9,14 +9,14 @@ import (
 
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // Racing reservations never take the ledger past its limit: of ten runs
 // asking $1 each against a $5 limit, exactly five get it.
 func TestReserveRacing(t *testing.T) {
-	b := state.NewMemory(nil)
+	b := teamstate.NewMemory(nil)
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	var wg sync.WaitGroup
 	errs := make([]error, 10)
@@ -57,7 +57,7 @@ func TestReserveRacing(t *testing.T) {
 func TestClassify(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
-	b := state.NewMemory(nil)
+	b := teamstate.NewMemory(nil)
 	mk := func(run string) string {
 		l, err := label.New("vastrun", run, now.Add(time.Hour))
 		if err != nil {
@@ -66,13 +66,13 @@ func TestClassify(t *testing.T) {
 		return l.String()
 	}
 	liveRun, deadRun, goneRun := label.NewRunID(now), label.NewRunID(now.Add(time.Second)), label.NewRunID(now.Add(2*time.Second))
-	if _, err := state.Acquire(ctx, b, liveRun, state.Holder{Host: "a", ID: state.NewID()}, state.LeaseOptions{TTL: time.Hour}); err != nil {
+	if _, err := teamstate.Acquire(ctx, b, liveRun, teamstate.Holder{Host: "a", ID: teamstate.NewID()}, teamstate.LeaseOptions{TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	// A dead controller: a lease that expired long ago on the server.
 	old := time.Now().Add(-time.Hour)
 	bOld := &shifted{Memory: b, at: old}
-	if _, err := state.Acquire(ctx, bOld, deadRun, state.Holder{Host: "b", ID: state.NewID()}, state.LeaseOptions{TTL: time.Minute}); err != nil {
+	if _, err := teamstate.Acquire(ctx, bOld, deadRun, teamstate.Holder{Host: "b", ID: teamstate.NewID()}, teamstate.LeaseOptions{TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	list := []provider.Instance{
@@ -103,7 +103,7 @@ func TestClassify(t *testing.T) {
 
 // shifted writes with the server's clock set back, as if long ago.
 type shifted struct {
-	*state.Memory
+	*teamstate.Memory
 	at time.Time
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider/retry"
@@ -83,7 +83,7 @@ func benchTrain(b *testing.B, bin, repo, example string, interruptible bool) *ru
 	client := retry.Wrap(clientRaw, retry.Policy{Clock: clk}) // as vastrun wraps it
 	e := &run.Engine{
 		Market: client, Clock: clk, Log: slog.New(slog.DiscardHandler), UI: ui{&lockedBuf{}}, Stream: &lockedBuf{},
-		Getenv: func(string) string { return "" }, CI: ci.Env{}, Redactor: redact.New(s.APIKey()),
+		Getenv: func(string) string { return "" }, CI: cienv.Env{}, Redactor: redact.New(s.APIKey()),
 		Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &lockedBuf{}, Config: cfg,
 		RepoDir: repo, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev"), Simulated: true,
 		APIURL: srv.URL, AgentBinary: bin, StorageEnv: map[string]string{}, SSHKeepAlive: sshKeepAlive,

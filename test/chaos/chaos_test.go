@@ -36,7 +36,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
@@ -45,7 +45,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/run"
-	ciflow "github.com/vastrun/vastrun/internal/workflow/ci"
+	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
 var (
@@ -321,7 +321,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 	e := &run.Engine{
 		Market: market, Clock: autoClock{clk}, Log: slog.New(slog.DiscardHandler), UI: ui{&uiOut}, Stream: &stream,
 		Getenv: func(k string) string { return map[string]string{"CANARY_SECRET": secret}[k] },
-		CI:     ci.Env{System: "gitlab", DotenvFile: dotenv}, Redactor: redact.New(s.APIKey()),
+		CI:     cienv.Env{System: "gitlab", DotenvFile: dotenv}, Redactor: redact.New(s.APIKey()),
 		Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &annot, Config: cfg,
 		RepoDir: root, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev"), Simulated: true,
 		SSHKeepAlive: sshKeepAlive,
@@ -330,7 +330,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 	var receipt *run.Receipt
 	var runErr error
 	go func() {
-		receipt, runErr = ciflow.Run(context.Background(), e)
+		receipt, runErr = ci.Run(context.Background(), e)
 		close(done)
 	}()
 	crashed := false

@@ -31,8 +31,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/run"
-	"github.com/vastrun/vastrun/internal/state"
 	"github.com/vastrun/vastrun/internal/team"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 var teamSeeds = seedCount("team-seeds", envTeamSeeds, 200, "randomized racing-controller schedules to run (team state)")
@@ -103,19 +103,19 @@ func (c *skewed) After(d time.Duration) <-chan time.Time { panic("not used: rene
 type viewBackend struct {
 	s     *sched
 	id    int
-	inner *state.Memory
+	inner *teamstate.Memory
 }
 
 func (v *viewBackend) gate(op, key string) error {
 	if v.s.yield(v.id) {
-		return fmt.Errorf("%s %s: %w: traffic dropped", op, key, state.ErrUnavailable)
+		return fmt.Errorf("%s %s: %w: traffic dropped", op, key, teamstate.ErrUnavailable)
 	}
 	return nil
 }
 
-func (v *viewBackend) Get(ctx context.Context, key string) (state.Object, time.Time, error) {
+func (v *viewBackend) Get(ctx context.Context, key string) (teamstate.Object, time.Time, error) {
 	if err := v.gate("get", key); err != nil {
-		return state.Object{}, time.Time{}, err
+		return teamstate.Object{}, time.Time{}, err
 	}
 	return v.inner.Get(ctx, key)
 }
@@ -148,7 +148,7 @@ func (v *viewBackend) URI() string { return v.inner.URI() }
 type market struct {
 	run.Market // unused methods
 	s          *sched
-	backend    *state.Memory
+	backend    *teamstate.Memory
 	mu         sync.Mutex
 	next       provider.InstanceID
 	live       map[provider.InstanceID]string // id -> label
@@ -157,13 +157,13 @@ type market struct {
 	current    int // controller making the call
 }
 
-func (m *market) judge(op string, caller state.Holder) {
-	o, now, err := m.backend.Get(context.Background(), state.LeaseKey(teamRun))
+func (m *market) judge(op string, caller teamstate.Holder) {
+	o, now, err := m.backend.Get(context.Background(), teamstate.LeaseKey(teamRun))
 	if err != nil {
 		m.violations = append(m.violations, fmt.Sprintf("%s by %s with no lease object", op, caller.Host))
 		return
 	}
-	var rec state.LeaseRecord
+	var rec teamstate.LeaseRecord
 	json.Unmarshal(o.Data, &rec)
 	if rec.Holder.ID != caller.ID || rec.Released || now.After(o.LastModified.Add(rec.TTL())) {
 		m.violations = append(m.violations, fmt.Sprintf("%s by %s while the lease is %s's (generation %d, released %v, expired %v): two controllers drive the run",
@@ -214,8 +214,8 @@ func (m *market) ListInstances(ctx context.Context, opts provider.ListOptions) (
 // ctrl is one controller process.
 type ctrl struct {
 	id     int
-	holder state.Holder
-	b      state.Backend
+	holder teamstate.Holder
+	b      teamstate.Backend
 	clk    *skewed
 }
 
@@ -226,7 +226,7 @@ type runState struct {
 	work                                                   int
 }
 
-func replay(es []state.Entry) runState {
+func replay(es []teamstate.Entry) runState {
 	var st runState
 	for _, e := range es {
 		switch e.Type + "/" + e.Step {
@@ -255,40 +255,40 @@ func replay(es []state.Entry) runState {
 // returns when the run is finished, or when it lost or fenced its lease.
 func (c *ctrl) drive(m *market, workSteps int) {
 	ctx := context.WithValue(context.Background(), callerKey{}, c)
-	lo := state.LeaseOptions{TTL: teamTTL, Margin: teamMargin, Clock: c.clk}
+	lo := teamstate.LeaseOptions{TTL: teamTTL, Margin: teamMargin, Clock: c.clk}
 	// The journal is read before the lease is taken (that needs no lease),
 	// and only its tail after.
-	var seen []state.Entry
+	var seen []teamstate.Entry
 	for {
-		es, err := state.ReadRunLogAfter(ctx, c.b, teamRun, seen)
+		es, err := teamstate.ReadRunLogAfter(ctx, c.b, teamRun, seen)
 		if err == nil {
 			seen = es
 			break
 		}
 	}
-	var l *state.Lease
+	var l *teamstate.Lease
 	for {
 		var err error
-		l, err = state.Acquire(ctx, c.b, teamRun, c.holder, lo)
+		l, err = teamstate.Acquire(ctx, c.b, teamRun, c.holder, lo)
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, state.ErrHeld) && !errors.Is(err, state.ErrUnavailable) {
+		if !errors.Is(err, teamstate.ErrHeld) && !errors.Is(err, teamstate.ErrUnavailable) {
 			panic(fmt.Sprintf("acquire: %v", err))
 		}
 		c.b.(*viewBackend).s.yield(c.id) // wait a while
-		if es, err := state.ReadRunLogAfter(ctx, c.b, teamRun, seen); err == nil {
+		if es, err := teamstate.ReadRunLogAfter(ctx, c.b, teamRun, seen); err == nil {
 			if seen = es; replay(es).finished {
 				return
 			}
 		}
 	}
-	log, err := state.OpenRunLog(ctx, c.b, l, c.clk.Now)
+	log, err := teamstate.OpenRunLog(ctx, c.b, l, c.clk.Now)
 	if err != nil {
 		return // lost, fenced, or cut off before the takeover entry: exit
 	}
-	fm := (&team.FencedMarket{Market: m, Lease: func() *state.Lease { return l }})
-	es, err := state.ReadRunLogAfter(ctx, c.b, teamRun, seen)
+	fm := (&team.FencedMarket{Market: m, Lease: func() *teamstate.Lease { return l }})
+	es, err := teamstate.ReadRunLogAfter(ctx, c.b, teamRun, seen)
 	if err != nil {
 		return
 	}
@@ -307,7 +307,7 @@ func (c *ctrl) drive(m *market, workSteps int) {
 			if err == nil {
 				return true
 			}
-			if !errors.Is(err, state.ErrUnavailable) {
+			if !errors.Is(err, teamstate.ErrUnavailable) {
 				return false
 			}
 		}
@@ -376,14 +376,14 @@ func teamSchedule(seed uint64) (violations []string, stats teamStats) {
 	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	s := &sched{rng: rng, server: start, ready: make(chan int), exited: make(chan int), grant: map[int]chan bool{},
 		running: map[int]bool{}, cut: map[int]bool{}, kill: map[int]int{}}
-	mem := state.NewMemory(clockFunc(s.now))
+	mem := teamstate.NewMemory(clockFunc(s.now))
 	m := &market{s: s, backend: mem, live: map[provider.InstanceID]string{}}
 	workSteps := 10 + rng.IntN(50)
 	nextID := 0
 	spawn := func(faulty bool) {
 		id := nextID
 		nextID++
-		c := &ctrl{id: id, holder: state.Holder{Host: fmt.Sprintf("c%d", id), PID: 100 + id, ID: state.NewID()},
+		c := &ctrl{id: id, holder: teamstate.Holder{Host: fmt.Sprintf("c%d", id), PID: 100 + id, ID: teamstate.NewID()},
 			clk: &skewed{s: s, offset: time.Duration(rng.IntN(7200)-3600) * time.Second, rate: 0.95 + rng.Float64()*0.1, start: start}}
 		c.b = &viewBackend{s: s, id: id, inner: mem}
 		s.mu.Lock()
@@ -417,7 +417,7 @@ func teamSchedule(seed uint64) (violations []string, stats teamStats) {
 	}
 	kills, cuts, spawned := 0, 0, racers
 	finished := func() bool {
-		es, err := state.ReadRunLog(context.Background(), mem, teamRun)
+		es, err := teamstate.ReadRunLog(context.Background(), mem, teamRun)
 		return err == nil && replay(es).finished
 	}
 	chaosOver := false
@@ -496,7 +496,7 @@ func teamSchedule(seed uint64) (violations []string, stats teamStats) {
 	var maxGen int64
 	for _, k := range keys {
 		o, _, _ := mem.Get(context.Background(), k)
-		var e state.Entry
+		var e teamstate.Entry
 		json.Unmarshal(o.Data, &e)
 		if e.Generation < maxGen {
 			violations = append(violations, fmt.Sprintf("journal entry %d of generation %d after generation %d", e.Seq, e.Generation, maxGen))
@@ -539,15 +539,15 @@ func TestTeamRacingControllers(t *testing.T) {
 func TestTeamJudge(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	srv := now
-	mem := state.NewMemory(clockFunc(func() time.Time { return srv }))
+	mem := teamstate.NewMemory(clockFunc(func() time.Time { return srv }))
 	m := &market{backend: mem, live: map[provider.InstanceID]string{}}
-	a := state.Holder{Host: "a", ID: state.NewID()}
-	b := state.Holder{Host: "b", ID: state.NewID()}
+	a := teamstate.Holder{Host: "a", ID: teamstate.NewID()}
+	b := teamstate.Holder{Host: "b", ID: teamstate.NewID()}
 	m.judge("rent", a)
 	if len(m.violations) != 1 {
 		t.Fatalf("a call with no lease object: %v", m.violations)
 	}
-	if _, err := state.Acquire(context.Background(), mem, teamRun, a, state.LeaseOptions{TTL: teamTTL, Clock: clockFunc(func() time.Time { return srv })}); err != nil {
+	if _, err := teamstate.Acquire(context.Background(), mem, teamRun, a, teamstate.LeaseOptions{TTL: teamTTL, Clock: clockFunc(func() time.Time { return srv })}); err != nil {
 		t.Fatal(err)
 	}
 	m.violations = nil

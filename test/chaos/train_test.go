@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/checkpoint"
-	"github.com/vastrun/vastrun/internal/ci"
+	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider/retry"
@@ -201,7 +201,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 		return &run.Engine{
 			Market: market, Clock: clk, Log: slog.New(slog.DiscardHandler), UI: ui{uiBuf}, Stream: &lockedBuf{},
 			Getenv: func(k string) string { return map[string]string{"CANARY_SECRET": secret}[k] },
-			CI:     ci.Env{}, Redactor: redact.New(s.APIKey()),
+			CI:     cienv.Env{}, Redactor: redact.New(s.APIKey()),
 			Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &lockedBuf{}, Config: cfg,
 			RepoDir: root, StateRoot: stateRoot, EvidenceDir: evidence, Simulated: true,
 			APIURL: srv.URL, AgentBinary: bin, StorageEnv: map[string]string{}, SSHKeepAlive: sshKeepAlive,

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	smoke "github.com/vastrun/vastrun/internal/canary"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/smoke"
 )
 
 // instanceShell is what the canary's evidence capture needs of the

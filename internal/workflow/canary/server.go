@@ -13,9 +13,9 @@ import (
 	"path/filepath"
 	"time"
 
-	smoke "github.com/vastrun/vastrun/internal/canary"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/smoke"
 )
 
 // remoteHost runs the server smoke contract on the instance itself: the

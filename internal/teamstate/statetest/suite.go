@@ -1,4 +1,4 @@
-// Package statetest is the conformance suite every state.Backend passes,
+// Package statetest is the conformance suite every teamstate.Backend passes,
 // and the lease and journal suite run on top of each backend. Real servers
 // run it as well as the in-process fake: the fake only proves the code,
 // the servers prove the wire.
@@ -17,12 +17,12 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
-	"github.com/vastrun/vastrun/internal/state"
+	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
 // Run runs the backend and lease suites on backends made by open; each
 // call must return an empty backend.
-func Run(t *testing.T, open func(t *testing.T) state.Backend) {
+func Run(t *testing.T, open func(t *testing.T) teamstate.Backend) {
 	t.Run("Backend", func(t *testing.T) { RunBackend(t, open) })
 	t.Run("Lease", func(t *testing.T) { RunLease(t, open) })
 }
@@ -34,10 +34,10 @@ func ctx(t *testing.T) context.Context {
 }
 
 // RunBackend checks the Backend contract.
-func RunBackend(t *testing.T, open func(t *testing.T) state.Backend) {
+func RunBackend(t *testing.T, open func(t *testing.T) teamstate.Backend) {
 	t.Run("GetMissing", func(t *testing.T) {
 		b := open(t)
-		if _, _, err := b.Get(ctx(t), "runs/x/lease.json"); !errors.Is(err, state.ErrNotExist) {
+		if _, _, err := b.Get(ctx(t), "runs/x/lease.json"); !errors.Is(err, teamstate.ErrNotExist) {
 			t.Fatalf("Get of a missing key: %v, want ErrNotExist", err)
 		}
 	})
@@ -48,7 +48,7 @@ func RunBackend(t *testing.T, open func(t *testing.T) state.Backend) {
 		if err != nil || etag == "" {
 			t.Fatalf("create: etag %q, %v", etag, err)
 		}
-		if _, err := b.PutIfAbsent(c, "k/a.json", []byte(`{"n":2}`)); !errors.Is(err, state.ErrPrecondition) {
+		if _, err := b.PutIfAbsent(c, "k/a.json", []byte(`{"n":2}`)); !errors.Is(err, teamstate.ErrPrecondition) {
 			t.Fatalf("second create: %v, want ErrPrecondition", err)
 		}
 		o, now, err := b.Get(c, "k/a.json")
@@ -72,17 +72,17 @@ func RunBackend(t *testing.T, open func(t *testing.T) state.Backend) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.PutIfMatch(c, "k/b.json", []byte(`{"n":9}`), "0123456789abcdef0123456789abcdef"); !errors.Is(err, state.ErrPrecondition) {
+		if _, err := b.PutIfMatch(c, "k/b.json", []byte(`{"n":9}`), "0123456789abcdef0123456789abcdef"); !errors.Is(err, teamstate.ErrPrecondition) {
 			t.Fatalf("replace with a wrong ETag: %v, want ErrPrecondition", err)
 		}
-		if _, err := b.PutIfMatch(c, "k/missing.json", []byte(`{}`), e1); !errors.Is(err, state.ErrPrecondition) {
+		if _, err := b.PutIfMatch(c, "k/missing.json", []byte(`{}`), e1); !errors.Is(err, teamstate.ErrPrecondition) {
 			t.Fatalf("replace of a missing key: %v, want ErrPrecondition", err)
 		}
 		e2, err := b.PutIfMatch(c, "k/b.json", []byte(`{"n":2}`), e1)
 		if err != nil || e2 == e1 {
 			t.Fatalf("replace with the right ETag: %q (was %q), %v", e2, e1, err)
 		}
-		if _, err := b.PutIfMatch(c, "k/b.json", []byte(`{"n":3}`), e1); !errors.Is(err, state.ErrPrecondition) {
+		if _, err := b.PutIfMatch(c, "k/b.json", []byte(`{"n":3}`), e1); !errors.Is(err, teamstate.ErrPrecondition) {
 			t.Fatalf("replace with a stale ETag: %v, want ErrPrecondition", err)
 		}
 		o, _, err := b.Get(c, "k/b.json")
@@ -163,23 +163,23 @@ func race(t *testing.T, n int, f func(i int) error) int {
 		switch {
 		case err == nil:
 			wins++
-		case !errors.Is(err, state.ErrPrecondition):
+		case !errors.Is(err, teamstate.ErrPrecondition):
 			t.Errorf("racer failed with %v, want success or ErrPrecondition", err)
 		}
 	}
 	return wins
 }
 
-func holder(name string) state.Holder {
-	return state.Holder{Host: name, PID: 1, ID: state.NewID()}
+func holder(name string) teamstate.Holder {
+	return teamstate.Holder{Host: name, PID: 1, ID: teamstate.NewID()}
 }
 
 // waitExpired waits until the server says the run's lease is not live.
-func waitExpired(t *testing.T, b state.Backend, run string) {
+func waitExpired(t *testing.T, b teamstate.Backend, run string) {
 	t.Helper()
 	c := ctx(t)
 	for {
-		_, live, _, err := state.ReadLease(c, b, run)
+		_, live, _, err := teamstate.ReadLease(c, b, run)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,21 +193,21 @@ func waitExpired(t *testing.T, b state.Backend, run string) {
 }
 
 // RunLease checks leases, fencing and the fenced journal on a backend.
-func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
-	long := state.LeaseOptions{TTL: 10 * time.Minute}
+func RunLease(t *testing.T, open func(t *testing.T) teamstate.Backend) {
+	long := teamstate.LeaseOptions{TTL: 10 * time.Minute}
 	t.Run("AcquireHeldRelease", func(t *testing.T) {
 		b := open(t)
 		c := ctx(t)
-		a, err := state.Acquire(c, b, "r1", holder("a"), long)
+		a, err := teamstate.Acquire(c, b, "r1", holder("a"), long)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if a.Generation() != 1 || a.TookOver() != nil {
 			t.Fatalf("first lease: generation %d, took over %v", a.Generation(), a.TookOver())
 		}
-		_, err = state.Acquire(c, b, "r1", holder("b"), long)
-		var held *state.HeldError
-		if !errors.As(err, &held) || !errors.Is(err, state.ErrHeld) || held.Holder.Host != "a" || held.Generation != 1 {
+		_, err = teamstate.Acquire(c, b, "r1", holder("b"), long)
+		var held *teamstate.HeldError
+		if !errors.As(err, &held) || !errors.Is(err, teamstate.ErrHeld) || held.Holder.Host != "a" || held.Generation != 1 {
 			t.Fatalf("second acquire: %v, want a HeldError naming host a", err)
 		}
 		if err := a.Renew(c); err != nil {
@@ -216,10 +216,10 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 		if err := a.Release(c); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.Check(); !errors.Is(err, state.ErrLeaseLost) {
+		if err := a.Check(); !errors.Is(err, teamstate.ErrLeaseLost) {
 			t.Fatalf("Check after Release: %v, want ErrLeaseLost", err)
 		}
-		bl, err := state.Acquire(c, b, "r1", holder("b"), long)
+		bl, err := teamstate.Acquire(c, b, "r1", holder("b"), long)
 		if err != nil {
 			t.Fatalf("acquire after release: %v", err)
 		}
@@ -230,14 +230,14 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 	t.Run("RacingAcquires", func(t *testing.T) {
 		b := open(t)
 		var mu sync.Mutex
-		var winners []*state.Lease
+		var winners []*teamstate.Lease
 		errs := make([]error, 5)
 		var wg sync.WaitGroup
 		for i := range errs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				l, err := state.Acquire(ctx(t), b, "r2", holder(fmt.Sprint("c", i)), long)
+				l, err := teamstate.Acquire(ctx(t), b, "r2", holder(fmt.Sprint("c", i)), long)
 				errs[i] = err
 				if err == nil {
 					mu.Lock()
@@ -251,7 +251,7 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 			t.Fatalf("%d of 5 racing controllers acquired the lease, want 1 (errors %v)", len(winners), errs)
 		}
 		for _, err := range errs {
-			if err != nil && !errors.Is(err, state.ErrHeld) {
+			if err != nil && !errors.Is(err, teamstate.ErrHeld) {
 				t.Errorf("loser: %v, want ErrHeld", err)
 			}
 		}
@@ -262,12 +262,12 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 		// Both holders' own clocks are fake and stand still, so neither
 		// self-fences however slow the machine is: this case proves the
 		// server-side fence alone (expiry is the server's clock's call).
-		frozen := state.LeaseOptions{TTL: 2 * time.Second, Margin: time.Second, Clock: clock.NewFake(time.Unix(1e9, 0))}
-		old, err := state.Acquire(c, b, "r3", holder("old"), frozen)
+		frozen := teamstate.LeaseOptions{TTL: 2 * time.Second, Margin: time.Second, Clock: clock.NewFake(time.Unix(1e9, 0))}
+		old, err := teamstate.Acquire(c, b, "r3", holder("old"), frozen)
 		if err != nil {
 			t.Fatal(err)
 		}
-		oldLog, err := state.OpenRunLog(c, b, old, nil)
+		oldLog, err := teamstate.OpenRunLog(c, b, old, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,30 +275,30 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 			t.Fatal(err)
 		}
 		waitExpired(t, b, "r3")
-		nw, err := state.Acquire(c, b, "r3", holder("new"), frozen)
+		nw, err := teamstate.Acquire(c, b, "r3", holder("new"), frozen)
 		if err != nil {
 			t.Fatalf("take over an expired lease: %v", err)
 		}
 		if nw.Generation() != 2 || nw.TookOver() == nil || nw.TookOver().Holder.Host != "old" {
 			t.Fatalf("takeover: generation %d, took over %+v", nw.Generation(), nw.TookOver())
 		}
-		newLog, err := state.OpenRunLog(c, b, nw, nil)
+		newLog, err := teamstate.OpenRunLog(c, b, nw, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := oldLog.Append(c, "intent", "create", map[string]int{"n": 2}); !errors.Is(err, state.ErrLeaseLost) {
+		if _, err := oldLog.Append(c, "intent", "create", map[string]int{"n": 2}); !errors.Is(err, teamstate.ErrLeaseLost) {
 			t.Fatalf("old writer's append after takeover: %v, want ErrLeaseLost", err)
 		}
-		if err := old.Check(); !errors.Is(err, state.ErrLeaseLost) {
+		if err := old.Check(); !errors.Is(err, teamstate.ErrLeaseLost) {
 			t.Fatalf("old lease after a lost append: %v, want ErrLeaseLost", err)
 		}
-		if err := old.Renew(c); !errors.Is(err, state.ErrLeaseLost) {
+		if err := old.Renew(c); !errors.Is(err, teamstate.ErrLeaseLost) {
 			t.Fatalf("old renew: %v, want ErrLeaseLost", err)
 		}
 		if _, err := newLog.Append(c, "done", "create", nil); err != nil {
 			t.Fatal(err)
 		}
-		es, err := state.ReadRunLog(c, b, "r3")
+		es, err := teamstate.ReadRunLog(c, b, "r3")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,12 +315,12 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 		b := open(t)
 		c := ctx(t)
 		fc := clock.NewFake(time.Unix(1e9, 0))
-		o := state.LeaseOptions{TTL: 10 * time.Minute, Margin: time.Minute, Clock: fc}
-		l, err := state.Acquire(c, b, "r4", holder("a"), o)
+		o := teamstate.LeaseOptions{TTL: 10 * time.Minute, Margin: time.Minute, Clock: fc}
+		l, err := teamstate.Acquire(c, b, "r4", holder("a"), o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		log, err := state.OpenRunLog(c, b, l, nil)
+		log, err := teamstate.OpenRunLog(c, b, l, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,18 +329,18 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 			t.Fatalf("before TTL-margin: %v", err)
 		}
 		fc.Advance(time.Nanosecond)
-		if err := l.Check(); !errors.Is(err, state.ErrFenced) {
+		if err := l.Check(); !errors.Is(err, teamstate.ErrFenced) {
 			t.Fatalf("at TTL-margin without a renewal: %v, want ErrFenced", err)
 		}
-		if _, err := log.Append(c, "intent", "create", nil); !errors.Is(err, state.ErrFenced) {
+		if _, err := log.Append(c, "intent", "create", nil); !errors.Is(err, teamstate.ErrFenced) {
 			t.Fatalf("append after fencing: %v, want ErrFenced", err)
 		}
-		if err := l.Renew(c); !errors.Is(err, state.ErrFenced) {
+		if err := l.Renew(c); !errors.Is(err, teamstate.ErrFenced) {
 			t.Fatalf("renew after fencing: %v, want ErrFenced (fencing is for good)", err)
 		}
 		// The server still holds the lease for the fenced controller's
 		// remaining TTL: nobody can take over before it stopped.
-		if _, err := state.Acquire(c, b, "r4", holder("b"), o); !errors.Is(err, state.ErrHeld) {
+		if _, err := teamstate.Acquire(c, b, "r4", holder("b"), o); !errors.Is(err, teamstate.ErrHeld) {
 			t.Fatalf("acquire while the fenced lease is unexpired: %v, want ErrHeld", err)
 		}
 	})
@@ -348,7 +348,7 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 		b := open(t)
 		c := ctx(t)
 		fc := clock.NewFake(time.Unix(1e9, 0))
-		l, err := state.Acquire(c, b, "r5", holder("a"), state.LeaseOptions{TTL: 10 * time.Minute, Margin: time.Minute, Clock: fc})
+		l, err := teamstate.Acquire(c, b, "r5", holder("a"), teamstate.LeaseOptions{TTL: 10 * time.Minute, Margin: time.Minute, Clock: fc})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -361,7 +361,7 @@ func RunLease(t *testing.T, open func(t *testing.T) state.Backend) {
 		if err := l.Check(); err != nil {
 			t.Fatalf("after renewals every 5 of 9 minutes: %v", err)
 		}
-		rec, live, _, err := state.ReadLease(c, b, "r5")
+		rec, live, _, err := teamstate.ReadLease(c, b, "r5")
 		if err != nil || !live || rec.Renewals != 5 || rec.Holder.Host != "a" {
 			t.Fatalf("lease %+v live %v %v, want 5 renewals by a", rec, live, err)
 		}

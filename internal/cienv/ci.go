@@ -5,7 +5,7 @@
 // State that must survive a cancelled job (the instance id above all) goes
 // to durable places at once: $GITHUB_STATE (read by the action's post step),
 // $GITHUB_OUTPUT and a dotenv file for GitLab — never only to job outputs.
-package ci
+package cienv
 
 import (
 	"encoding/json"

@@ -24,4 +24,4 @@
 //   - Every journal object is created with PutIfAbsent under the next
 //     sequence number and carries the writer's lease generation; readers
 //     drop records whose generation is lower than one already seen.
-package state
+package teamstate

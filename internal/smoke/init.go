@@ -11,7 +11,7 @@
 // env_file, CI env:) and only for a name that does not look like a
 // credential. The proposal is a starting point the user edits; `vastrun
 // canary validate` checks it.
-package canary
+package smoke
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package state_test
+package teamstate_test
 
 import (
 	"context"
@@ -12,17 +12,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/state"
-	"github.com/vastrun/vastrun/internal/state/statetest"
+	"github.com/vastrun/vastrun/internal/teamstate"
+	"github.com/vastrun/vastrun/internal/teamstate/statetest"
 )
 
 func TestMemory(t *testing.T) {
-	statetest.Run(t, func(t *testing.T) state.Backend { return state.NewMemory(nil) })
+	statetest.Run(t, func(t *testing.T) teamstate.Backend { return teamstate.NewMemory(nil) })
 }
 
 func TestLocal(t *testing.T) {
-	statetest.Run(t, func(t *testing.T) state.Backend {
-		b, err := state.NewLocal(t.TempDir())
+	statetest.Run(t, func(t *testing.T) teamstate.Backend {
+		b, err := teamstate.NewLocal(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,10 +33,10 @@ func TestLocal(t *testing.T) {
 var buckets atomic.Int64
 
 // s3Backend opens a fresh bucket on endpoint.
-func s3Backend(t *testing.T, endpoint string, tr http.RoundTripper) *state.S3 {
+func s3Backend(t *testing.T, endpoint string, tr http.RoundTripper) *teamstate.S3 {
 	t.Helper()
 	bucket := fmt.Sprintf("vastrun-state-%d-%d", os.Getpid(), buckets.Add(1))
-	b, err := state.NewS3(bucket, "team/v1", state.S3Options{Endpoint: endpoint, Transport: tr})
+	b, err := teamstate.NewS3(bucket, "team/v1", teamstate.S3Options{Endpoint: endpoint, Transport: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func endpoint(t *testing.T, endpointVar, requiredVar string) string {
 // checks named, and then nothing else may trust it.
 func realServer(t *testing.T, endpointVar, requiredVar string) {
 	ep := endpoint(t, endpointVar, requiredVar)
-	v, err := state.Probe(context.Background(), s3Backend(t, ep, nil))
+	v, err := teamstate.Probe(context.Background(), s3Backend(t, ep, nil))
 	if err != nil {
 		t.Fatalf("probe %s: %v", ep, err)
 	}
@@ -70,13 +70,13 @@ func realServer(t *testing.T, endpointVar, requiredVar string) {
 		t.Logf("probe %s: %s: got %s (ok=%v)", ep, c.Name, c.Got, c.OK)
 	}
 	if !v.OK {
-		if err := v.Err(); !errors.Is(err, state.ErrNoConditionalWrites) {
+		if err := v.Err(); !errors.Is(err, teamstate.ErrNoConditionalWrites) {
 			t.Fatalf("a failing verdict must be refused with ErrNoConditionalWrites, got %v", err)
 		}
 		t.Logf("server %s is refused by the probe; the suite does not run on it", ep)
 		return
 	}
-	statetest.Run(t, func(t *testing.T) state.Backend { return s3Backend(t, ep, nil) })
+	statetest.Run(t, func(t *testing.T) teamstate.Backend { return s3Backend(t, ep, nil) })
 }
 
 // TestS3Moto: .ci/run starts moto_server and sets VASTRUN_TEST_S3_ENDPOINT.
@@ -108,30 +108,30 @@ func TestProbeRefusesServerIgnoringConditions(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	b := s3Backend(t, "http://"+ln.Addr().String(), nil)
-	cache := state.ProbeCache{Dir: t.TempDir()}
+	cache := teamstate.ProbeCache{Dir: t.TempDir()}
 	_, fresh, err := cache.Verify(context.Background(), b, "ignoring")
-	if !errors.Is(err, state.ErrNoConditionalWrites) || !fresh {
+	if !errors.Is(err, teamstate.ErrNoConditionalWrites) || !fresh {
 		t.Fatalf("probe of a server ignoring conditions: fresh %v, %v; want ErrNoConditionalWrites", fresh, err)
 	}
 	// The refusal is cached: the second use does not probe again.
-	if _, fresh, err := cache.Verify(context.Background(), b, "ignoring"); fresh || !errors.Is(err, state.ErrNoConditionalWrites) {
+	if _, fresh, err := cache.Verify(context.Background(), b, "ignoring"); fresh || !errors.Is(err, teamstate.ErrNoConditionalWrites) {
 		t.Fatalf("second verify: fresh %v, %v; want the cached refusal", fresh, err)
 	}
 }
 
 func TestProbeMemory(t *testing.T) {
-	good := state.NewMemory(nil)
-	v, err := state.Probe(context.Background(), good)
+	good := teamstate.NewMemory(nil)
+	v, err := teamstate.Probe(context.Background(), good)
 	if err != nil || !v.OK || v.Err() != nil {
 		t.Fatalf("probe of a correct backend: %+v %v", v, err)
 	}
-	bad := state.NewMemory(nil)
+	bad := teamstate.NewMemory(nil)
 	bad.IgnoreConditions = true
-	v, err = state.Probe(context.Background(), bad)
+	v, err = teamstate.Probe(context.Background(), bad)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.OK || !errors.Is(v.Err(), state.ErrNoConditionalWrites) {
+	if v.OK || !errors.Is(v.Err(), teamstate.ErrNoConditionalWrites) {
 		t.Fatalf("probe of a backend ignoring conditions: %+v", v)
 	}
 	failed := 0
@@ -143,18 +143,18 @@ func TestProbeMemory(t *testing.T) {
 	if failed < 3 {
 		t.Fatalf("only %d checks failed on a backend ignoring every condition: %+v", failed, v.Checks)
 	}
-	down := state.NewMemory(nil)
+	down := teamstate.NewMemory(nil)
 	down.Fault = func(op, key string) error { return errors.New("connection refused") }
-	if _, err := state.Probe(context.Background(), down); !errors.Is(err, state.ErrUnavailable) {
+	if _, err := teamstate.Probe(context.Background(), down); !errors.Is(err, teamstate.ErrUnavailable) {
 		t.Fatalf("probe of an unreachable backend: %v, want ErrUnavailable (no verdict)", err)
 	}
 }
 
 func TestProbeCache(t *testing.T) {
 	dir := t.TempDir()
-	b := state.NewMemory(nil)
+	b := teamstate.NewMemory(nil)
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	c := state.ProbeCache{Dir: dir, Now: func() time.Time { return now }}
+	c := teamstate.ProbeCache{Dir: dir, Now: func() time.Time { return now }}
 	if _, fresh, err := c.Verify(context.Background(), b, "e1"); err != nil || !fresh {
 		t.Fatalf("first verify: fresh %v %v", fresh, err)
 	}
@@ -169,13 +169,13 @@ func TestProbeCache(t *testing.T) {
 
 func TestParseLocation(t *testing.T) {
 	for in, want := range map[string]string{"": "local", "local": "local", "s3://b": "s3://b", "s3://b/p/q/": "s3://b/p/q"} {
-		l, err := state.ParseLocation(in)
+		l, err := teamstate.ParseLocation(in)
 		if err != nil || l.String() != want {
 			t.Errorf("ParseLocation(%q) = %v %v, want %s", in, l, err, want)
 		}
 	}
 	for _, in := range []string{"s3://", "gs://b", "/tmp/x"} {
-		if _, err := state.ParseLocation(in); err == nil {
+		if _, err := teamstate.ParseLocation(in); err == nil {
 			t.Errorf("ParseLocation(%q) succeeded", in)
 		}
 	}

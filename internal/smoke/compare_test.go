@@ -1,4 +1,4 @@
-package canary
+package smoke
 
 import (
 	"encoding/json"
