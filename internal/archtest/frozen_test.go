@@ -26,7 +26,7 @@ var configReaders = map[string]string{
 // workflows' own, which never touch Engine.Config at all (nor import
 // internal/config: layout pins that).
 var (
-	corePackages     = []string{"internal/run"}
+	corePackages     = []string{"internal/lifecycle"}
 	workflowPackages = []string{"internal/workflow/ci", "internal/workflow/canary", "internal/workflow/train"}
 )
 

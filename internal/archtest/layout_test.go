@@ -45,16 +45,16 @@ var layout = map[string][]string{
 	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/provider"}, // the sections' schema names the canary's server report and field delta, the checkpoint's skips, the instance ids
 	"internal/redact":                {},
 	"internal/remote":                {"internal/clock"},
-	"internal/report":                {"internal/journal", "internal/receipt", "internal/run"},
-	"internal/run": {"internal/cienv", "internal/clock", "internal/config", "internal/journal",
+	"internal/report":                {"internal/journal", "internal/receipt", "internal/lifecycle"},
+	"internal/lifecycle": {"internal/cienv", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
 		"internal/redact", "internal/remote", "internal/spec", "internal/storage", "internal/workdir"},
-	"internal/runs":                {"internal/journal", "internal/provider", "internal/run"},
+	"internal/runs":                {"internal/journal", "internal/provider", "internal/lifecycle"},
 	"internal/spec":                {"internal/config", "internal/policy"}, // spec.Build: the one place a config becomes a spec
 	"internal/s3client":            {},
 	"internal/sha256x2":            {},
 	"internal/teamstate":           {"internal/clock", "internal/s3client"},
-	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/run", "internal/teamstate"},
+	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/lifecycle", "internal/teamstate"},
 	"internal/storage":             {"internal/s3client", "internal/sha256x2"},
 	"internal/storage/storagetest": {"internal/storage"},
 	"internal/sweep":               {},
@@ -63,10 +63,10 @@ var layout = map[string][]string{
 	// read the run's frozen spec (run.Engine.Frozen). The core imports none
 	// of them (its arrows above), so it names no workflow.
 	// progress: each workflow names the phase its own work is shown as.
-	"internal/workflow/canary": {"internal/smoke", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/run"},
-	"internal/workflow/ci":     {"internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/run"},
+	"internal/workflow/canary": {"internal/smoke", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle"},
+	"internal/workflow/ci":     {"internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle"},
 	"internal/workflow/train": {"internal/agent", "internal/checkpoint", "internal/clock", "internal/progress", "internal/provider", "internal/receipt", "internal/remote",
-		"internal/run", "internal/spec", "internal/storage"},
+		"internal/lifecycle", "internal/spec", "internal/storage"},
 }
 
 func TestEveryImportArrowIsPinned(t *testing.T) {
@@ -115,7 +115,7 @@ func TestNewPackagesStayOutsideTheCore(t *testing.T) {
 // The core never imports what sits above it or beside it as a peer: the CLI,
 // the presentation (report), the janitor, or the simulator.
 func TestTheCoreImportsNothingAboveIt(t *testing.T) {
-	for _, imp := range imports(t)["internal/run"] {
+	for _, imp := range imports(t)["internal/lifecycle"] {
 		for _, above := range []string{"internal/cli", "internal/report", "internal/janitor", "internal/provider/sim", "internal/provider/vast"} {
 			if imp == module+above {
 				t.Errorf("internal/run imports %s", above)

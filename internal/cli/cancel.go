@@ -3,7 +3,7 @@ package cli
 import (
 	"errors"
 
-	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 )
 
 // CancelledError means the person answered no at a prompt: nothing was
@@ -16,14 +16,14 @@ func (e *CancelledError) Error() string { return e.Msg }
 // asCancelled turns the engine's declined approval into the one line a
 // person sees ("cancelled — nothing rented"), dropping the step prefix.
 func asCancelled(err error) error {
-	if errors.Is(err, run.ErrDeclined) {
-		return &CancelledError{Msg: run.ErrDeclined.Error()}
+	if errors.Is(err, lifecycle.ErrDeclined) {
+		return &CancelledError{Msg: lifecycle.ErrDeclined.Error()}
 	}
 	return err
 }
 
 // declined reports a receipt of a run that ended at the prompt before
 // anything was rented: there is no receipt to show a person.
-func declined(r *run.Receipt) bool {
-	return r != nil && len(r.Attempts) == 0 && (r.Outcome == run.OutcomeCancelled || r.Outcome == run.OutcomeNotApproved)
+func declined(r *lifecycle.Receipt) bool {
+	return r != nil && len(r.Attempts) == 0 && (r.Outcome == lifecycle.OutcomeCancelled || r.Outcome == lifecycle.OutcomeNotApproved)
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/runs"
 )
 
@@ -57,7 +57,7 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	if err := confirmDestroy(f, o.Yes, fmt.Sprintf("run %s: instances %v and anything labelled %s", st.RunID, st.Unconfirmed(), st.Label)); err != nil {
 		return err
 	}
-	before := make([]*run.Attempt, len(st.Attempts))
+	before := make([]*lifecycle.Attempt, len(st.Attempts))
 	for i, a := range st.Attempts {
 		c := *a // the engine updates its state in place
 		before[i] = &c
@@ -102,7 +102,7 @@ func recordSwept(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		return
 	}
 	err := checkJournal(dir)
-	var e *run.Engine
+	var e *lifecycle.Scope
 	if err == nil {
 		e, err = newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
 	}

@@ -8,11 +8,11 @@ import (
 	"syscall"
 
 	"github.com/vastrun/vastrun/internal/image"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/receipt"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
@@ -67,7 +67,7 @@ func exitCode(err error) int {
 	var qe *vast.QueryError
 	var noOffer *NoOfferError
 	var apiErr *provider.APIError
-	var cleanup *run.CleanupError
+	var cleanup *lifecycle.CleanupError
 	if rest, ok := withoutEvidenceErr(err); ok { // the run's own class first
 		if rest == nil {
 			return ExitEvidence
@@ -81,15 +81,15 @@ func exitCode(err error) int {
 		return ExitUnconfirmed
 	}
 	// A run's own failures are classified once, by their outcome.
-	if code, ok := classCodes[run.Outcome(err).ExitClass()]; ok {
+	if code, ok := classCodes[lifecycle.Outcome(err).ExitClass()]; ok {
 		return code
 	}
 	switch {
-	case errors.Is(err, run.ErrNeedsApproval):
+	case errors.Is(err, lifecycle.ErrNeedsApproval):
 		return ExitNeedsYes
-	case errors.Is(err, run.ErrDeclined), errors.As(err, new(*CancelledError)):
+	case errors.Is(err, lifecycle.ErrDeclined), errors.As(err, new(*CancelledError)):
 		return ExitCancelled
-	case errors.Is(err, run.ErrNoOffer):
+	case errors.Is(err, lifecycle.ErrNoOffer):
 		return ExitNoOffer
 	case errors.Is(err, context.Canceled):
 		return ExitInterrupted
@@ -114,7 +114,7 @@ func hints(err error) []string {
 	var usage *UsageError
 	var qe *vast.QueryError
 	var pe *preflight.Error
-	var ce *run.CleanupError
+	var ce *lifecycle.CleanupError
 	var noRun *NoRunError
 	var locked *LockedError
 	var damaged *DamagedJournalError
@@ -137,11 +137,11 @@ func hints(err error) []string {
 		return []string{"this controller no longer holds the run's lease: the controller that takes the run over (resume on another machine, or reap --team) finishes it, teardown included; 'vastrun runs --all' shows the holder"}
 	case errors.As(err, &ce):
 		return []string{fmt.Sprintf("destroy them as soon as the API answers: vastrun down --label %s --yes", ce.Label)}
-	case errors.Is(err, run.ErrNeedsApproval):
+	case errors.Is(err, lifecycle.ErrNeedsApproval):
 		return []string{"read the plan above, then re-run with --yes"}
-	case errors.Is(err, run.ErrNoOffer):
+	case errors.Is(err, lifecycle.ErrNoOffer):
 		return []string{"see why each offer was rejected: vastrun offers --policy FILE --explain (the -f file, and --sim if you used it)"}
-	case errors.Is(err, run.ErrMutableImage), errors.Is(err, image.ErrMutable):
+	case errors.Is(err, lifecycle.ErrMutableImage), errors.Is(err, image.ErrMutable):
 		return []string{"find the digest with: docker buildx imagetools inspect IMAGE (or crane digest IMAGE)"}
 	case errors.Is(err, provider.ErrAuth):
 		return []string{"check VAST_API_KEY (or ~/.config/vastai/vast_api_key); Vast answers an unknown key with 404 auth_error", "'vastrun doctor' shows what the key may do"}
@@ -170,7 +170,7 @@ func hints(err error) []string {
 // withoutEvidenceErr splits failed evidence uploads off err (the engine
 // joins them to the run's error); ok reports whether there were any.
 func withoutEvidenceErr(err error) (rest error, ok bool) {
-	if _, isEv := err.(*run.EvidenceUploadError); isEv {
+	if _, isEv := err.(*lifecycle.EvidenceUploadError); isEv {
 		return nil, true
 	}
 	j, isJoin := err.(interface{ Unwrap() []error })
@@ -179,7 +179,7 @@ func withoutEvidenceErr(err error) (rest error, ok bool) {
 	}
 	var kept []error
 	for _, e := range j.Unwrap() {
-		if _, isEv := e.(*run.EvidenceUploadError); isEv {
+		if _, isEv := e.(*lifecycle.EvidenceUploadError); isEv {
 			ok = true
 			continue
 		}

@@ -4,8 +4,8 @@ import (
 	"math"
 	"path/filepath"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/runs"
 )
 
@@ -23,7 +23,7 @@ type execJSON struct {
 	Log    string         `json:"log"`
 }
 
-func execResult(e *run.Engine, instance int64, res *run.TestOutcome) execJSON {
+func execResult(e *lifecycle.Scope, instance int64, res *lifecycle.TestOutcome) execJSON {
 	out := execJSON{Schema: "vastrun.exec/v1", Instance: provider.InstanceID(instance), ExitCode: res.ExitCode, Signal: res.Signal,
 		TimedOut: res.TimedOut, Result: res.Result, Log: filepath.Join(e.EvidenceDir, res.Log)}
 	if st := e.State(); st != nil {

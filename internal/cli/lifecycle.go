@@ -16,8 +16,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/team"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
@@ -73,8 +73,8 @@ var credentialVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS
 
 // approver prints the plan and asks, unless --yes. Without a terminal and
 // without --yes it refuses, so that nothing is rented by accident.
-func approver(io *IOStreams, yes bool, workflow func() string) func(run.Plan) (bool, error) {
-	return func(p run.Plan) (bool, error) {
+func approver(io *IOStreams, yes bool, workflow func() string) func(lifecycle.Plan) (bool, error) {
+	return func(p lifecycle.Plan) (bool, error) {
 		if d := io.progress(); d != nil && !yes { // keep the status line off the prompt
 			d.Hold(true)
 			defer d.Hold(false)
@@ -99,12 +99,12 @@ func approver(io *IOStreams, yes bool, workflow func() string) func(run.Plan) (b
 		if strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes") {
 			return true, nil
 		}
-		return false, run.ErrDeclined
+		return false, lifecycle.ErrDeclined
 	}
 }
 
 // newEngine wires an engine from the factory and flags.
-func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, env cienv.Env) (*run.Engine, error) {
+func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, env cienv.Env) (*lifecycle.Scope, error) {
 	m, err := f.Marketplace(ctx)
 	if err != nil {
 		return nil, err
@@ -120,12 +120,12 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 	for _, name := range cfg.Secrets {
 		red.Add(f.Getenv(name))
 	}
-	e := &run.Engine{
+	e := lifecycle.New(&lifecycle.Deps{
 		Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, CI: env, Getenv: f.Getenv,
 		Redactor: red, Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
-	}
+	})
 	e.Approve = approver(f.IO, o.Yes, func() string { return e.Workflow })
 	if d := f.startProgress(env); d != nil {
 		e.Observer, e.Stream = d, d.Writer()
@@ -148,7 +148,7 @@ func checkTrust(f *Factory, o *WorkflowOptions, env cienv.Env) (bool, error) {
 	f.IO.Infof("skipping the GPU step: %s", t.Reason)
 	env.AppendSummary("## vastrun: skipped\n\n" + t.Reason + "\n")
 	if f.JSON {
-		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": run.ReceiptSchema, "outcome": string(run.OutcomeUntrusted), "reason": t.Reason})
+		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": lifecycle.ReceiptSchema, "outcome": string(lifecycle.OutcomeUntrusted), "reason": t.Reason})
 	}
 	return false, nil
 }
@@ -156,7 +156,7 @@ func checkTrust(f *Factory, o *WorkflowOptions, env cienv.Env) (bool, error) {
 // trustedEngine loads the config, skips untrusted events (before any key
 // is read) and builds the engine. A nil engine with a nil error means the
 // step was skipped.
-func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.Engine, error) {
+func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*lifecycle.Scope, error) {
 	cfg, err := o.loadConfig()
 	if err != nil {
 		return nil, err
@@ -177,7 +177,7 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.En
 // A run whose outcome succeeded without the work running (the GPU step
 // skipped because the change touches none of paths:) exits 0, as
 // docs/exit-codes.md says: receipt.Outcome decides, not the error's text.
-func reportRun(f *Factory, r *run.Receipt, runErr error) error {
+func reportRun(f *Factory, r *lifecycle.Receipt, runErr error) error {
 	runErr = asCancelled(runErr)
 	annotateFailure(f, runErr)
 	f.stopProgress()
@@ -187,7 +187,7 @@ func reportRun(f *Factory, r *run.Receipt, runErr error) error {
 	if runErr != nil && r != nil && r.Outcome.Succeeded() && r.Cleanup.Confirmed {
 		// A run that succeeded still fails the step when its evidence
 		// could not be copied to evidence.uri (exit 11).
-		if ev := (*run.EvidenceUploadError)(nil); errors.As(runErr, &ev) {
+		if ev := (*lifecycle.EvidenceUploadError)(nil); errors.As(runErr, &ev) {
 			return ev
 		}
 		f.IO.Infof("%v", runErr)
@@ -196,7 +196,7 @@ func reportRun(f *Factory, r *run.Receipt, runErr error) error {
 	return runErr
 }
 
-func printReceipt(f *Factory, r *run.Receipt) error {
+func printReceipt(f *Factory, r *lifecycle.Receipt) error {
 	if r == nil {
 		return nil
 	}
@@ -361,7 +361,7 @@ func runExec(ctx context.Context, opts *ExecOptions) error {
 	if err != nil {
 		return err
 	}
-	var res *run.TestOutcome
+	var res *lifecycle.TestOutcome
 	if opts.Instance > 0 {
 		if err := e.Begin("exec"); err != nil {
 			return err
@@ -391,7 +391,7 @@ func runExec(ctx context.Context, opts *ExecOptions) error {
 		}
 	}
 	if res.ExitCode != 0 {
-		return &run.TestFailedError{Code: res.ExitCode}
+		return &lifecycle.TestFailedError{Code: res.ExitCode}
 	}
 	return nil
 }
@@ -404,7 +404,7 @@ func runDir(stateRoot, runID string) (string, error) {
 		}
 		return d, nil
 	}
-	d, err := run.CurrentRunDir(stateRoot)
+	d, err := lifecycle.CurrentRunDir(stateRoot)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", &NoRunError{StateDir: stateRoot, Err: err}
 	}

@@ -13,8 +13,8 @@ import (
 	"syscall"
 
 	"github.com/vastrun/vastrun/internal/journal"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // NoRunError means the state directory holds no run to act on.
@@ -83,7 +83,7 @@ func checkJournal(dir string) error {
 // *LockedError naming that process. The holder can let go between the
 // failed flock and the look-up in /proc/locks; then nobody holds the lock
 // any more and the open is simply tried again, a few times at most.
-func openRun(e *run.Engine, dir string) error {
+func openRun(e *lifecycle.Scope, dir string) error {
 	const attempts = 5
 	var err error
 	for range attempts {
@@ -156,7 +156,7 @@ func (e *hintedError) Unwrap() error { return e.err }
 
 // withRunHints adds the hints a workflow's error needs from its flags.
 func withRunHints(f *Factory, o *WorkflowOptions, err error) error {
-	if errors.Is(err, run.ErrNoOffer) {
+	if errors.Is(err, lifecycle.ErrNoOffer) {
 		sim := ""
 		if f.Sim {
 			sim = "--sim "

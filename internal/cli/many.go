@@ -14,8 +14,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/team"
 	"github.com/vastrun/vastrun/internal/teamstate"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
@@ -83,7 +83,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 	}
 	ledger := teamstate.NewMemory(nil)
 	env := cienv.Detect(f.Getenv)
-	engines := make([]*run.Engine, len(specs))
+	engines := make([]*lifecycle.Scope, len(specs))
 	// Engines are built one by one (the factory is not for concurrent
 	// set-up); they run concurrently.
 	for i, s := range specs {
@@ -92,7 +92,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 		if o.EvidenceDir != "" {
 			co.EvidenceDir = filepath.Join(o.EvidenceDir, s.Name)
 		}
-		var e *run.Engine
+		var e *lifecycle.Scope
 		var err error
 		if workflow == "train" {
 			e, err = trainEngineFor(ctx, f, &co, s.Cfg)
@@ -104,7 +104,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 		}
 		if budget > 0 {
 			inner, eng := e.Approve, e
-			e.Approve = func(p run.Plan) (bool, error) {
+			e.Approve = func(p lifecycle.Plan) (bool, error) {
 				ask := p.WorstCase
 				if p.CeilingDPH > p.TotalDPH && p.TotalDPH > 0 {
 					ask *= p.CeilingDPH / p.TotalDPH
@@ -112,7 +112,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 				id := eng.State().RunID
 				err := team.Reserve(context.Background(), ledger, time.Now(), id, kind, ask, budget)
 				if errors.Is(err, team.ErrOverBudget) {
-					return false, &run.StepError{Step: "approve", Outcome: run.OutcomeBudget, Err: fmt.Errorf("the %s's one budget: %w", kind, err)}
+					return false, &lifecycle.StepError{Step: "approve", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("the %s's one budget: %w", kind, err)}
 				}
 				if err != nil {
 					return false, err
@@ -130,7 +130,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 	g.SetLimit(concurrency)
 	for i, e := range engines {
 		g.Go(func() error {
-			var r *run.Receipt
+			var r *lifecycle.Receipt
 			var err error
 			if workflow == "train" {
 				r, err = trainflow.Run(ctx, e)
@@ -157,7 +157,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 			if err != nil {
 				c.Error = f.IO.Redactor().String(err.Error())
 				if c.Outcome == "" {
-					c.Outcome = run.Outcome(err)
+					c.Outcome = lifecycle.Outcome(err)
 				}
 				f.IO.Infof("%s %s: %s", kind, specs[i].Name, c.Error)
 			} else {
@@ -176,16 +176,16 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 	mr.FinishedAt = time.Now().UTC()
 	passed := 0
 	for _, c := range mr.Children {
-		if c.Outcome == run.OutcomePassed {
+		if c.Outcome == lifecycle.OutcomePassed {
 			passed++
 		}
 	}
 	ok := passed == len(specs) || (pass == "any" && passed > 0)
-	mr.Outcome = map[bool]receipt.Outcome{true: run.OutcomePassed, false: run.OutcomeFailed}[ok]
+	mr.Outcome = map[bool]receipt.Outcome{true: lifecycle.OutcomePassed, false: lifecycle.OutcomeFailed}[ok]
 	var err error
 	// A cleanup that is not confirmed always fails the step, whatever pass says.
 	for _, e := range errs {
-		if errors.As(e, new(*run.CleanupError)) || !ok {
+		if errors.As(e, new(*lifecycle.CleanupError)) || !ok {
 			err = errors.Join(err, e)
 		}
 	}

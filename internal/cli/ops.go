@@ -15,10 +15,10 @@ import (
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/janitor"
 	"github.com/vastrun/vastrun/internal/label"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // confirmDestroy asks before destroying, like approver before renting.
@@ -36,7 +36,7 @@ func confirmDestroy(f *Factory, yes bool, what string) error {
 		}
 		return &CancelledError{Msg: "cancelled — nothing destroyed"}
 	}
-	return run.ErrNeedsApproval
+	return lifecycle.ErrNeedsApproval
 }
 
 type downResult struct {
@@ -96,7 +96,7 @@ confirmed.`,
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file for the state dir and teardown limit (optional)")
 	cmd.Flags().Int64SliceVar(&opts.Instances, "instance", nil, "instance id to destroy (repeatable)")
 	cmd.Flags().StringVar(&opts.Label, "label", "", "destroy every instance carrying this label")
-	cmd.Flags().DurationVar(&opts.Settle, "settle", run.SweepSettle, "with --label: how long listings must stay clean before absence is believed (they can lag a fresh rental)")
+	cmd.Flags().DurationVar(&opts.Settle, "settle", lifecycle.SweepSettle, "with --label: how long listings must stay clean before absence is believed (they can lag a fresh rental)")
 	cmd.Flags().StringVar(&o.RunID, "run", "", "run id (default: the latest in the state dir)")
 	cmd.Flags().BoolVar(&opts.All, "all", false, "destroy the instances of every run in the state dir that still holds any")
 	return cmd
@@ -156,7 +156,7 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	targets, notFound := t.Labels, t.NotFound
 	res := downResult{Schema: "vastrun.down/v1", Label: lbl, Simulated: f.Sim, Destroyed: []provider.InstanceID{}, NotFound: []provider.InstanceID{}}
 	limit := time.Duration(cfg.Timeouts.Teardown)
-	c := run.Confirmer{Market: m, Clock: f.clock()}
+	c := lifecycle.Confirmer{Market: m, Clock: f.clock()}
 	if lbl != "" {
 		// A label sweep: a listing can lag a fresh rental, so vastrun keeps
 		// looking until the label has stayed clean for a while.
@@ -172,7 +172,7 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		t.Drop(ids)
 		if err != nil {
 			printDown(f, res)
-			ce := &run.CleanupError{Label: lbl, Err: err}
+			ce := &lifecycle.CleanupError{Label: lbl, Err: err}
 			cienv.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
 			return ce
 		}
@@ -213,7 +213,7 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	}
 	printDown(f, res)
 	if len(failed) > 0 {
-		ce := &run.CleanupError{Label: lbl, Instances: failed, Err: errors.Join(errs...)}
+		ce := &lifecycle.CleanupError{Label: lbl, Instances: failed, Err: errors.Join(errs...)}
 		cienv.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
 		return ce
 	}
@@ -267,7 +267,7 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 	if err != nil {
 		return &UsageError{Err: err}
 	}
-	st, err := run.LoadState(dir)
+	st, err := lifecycle.LoadState(dir)
 	if err != nil {
 		return err
 	}
@@ -376,7 +376,7 @@ func runReap(ctx context.Context, opts *ReapOptions) error {
 	if opts.Yes {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reapLimit+30*time.Second)
 		defer cancel()
-		failed = janitor.Reap(dctx, run.Confirmer{Market: m, Clock: f.clock()}, cands, f.clock().Now().Add(reapLimit))
+		failed = janitor.Reap(dctx, lifecycle.Confirmer{Market: m, Clock: f.clock()}, cands, f.clock().Now().Add(reapLimit))
 	}
 	if f.JSON {
 		json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.reap/v1", "dry_run": !opts.Yes, "scanned": len(list), "expired": cands})
@@ -387,7 +387,7 @@ func runReap(ctx context.Context, opts *ReapOptions) error {
 		f.IO.Infof("%d instances scanned, %d with an expired vastrun label%s", len(list), len(cands), map[bool]string{true: "", false: " (dry run: pass --yes to destroy)"}[opts.Yes])
 	}
 	if len(failed) > 0 {
-		return &run.CleanupError{Instances: failed, Err: errors.New("reap could not confirm every destruction")}
+		return &lifecycle.CleanupError{Instances: failed, Err: errors.New("reap could not confirm every destruction")}
 	}
 	return nil
 }
@@ -480,9 +480,9 @@ func explainPolicy(ctx context.Context, f *Factory, path string, limit int) erro
 	}
 	chosen, ds := policy.Select(p, offers)
 	if f.JSON {
-		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": run.DecisionRows(ds)})
+		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": lifecycle.DecisionRows(ds)})
 	}
-	run.WriteExplanation(f.IO.Out, ds)
+	lifecycle.WriteExplanation(f.IO.Out, ds)
 	if chosen == nil {
 		if len(offers) == 0 {
 			// Nothing to judge: say whether the models exist at all.

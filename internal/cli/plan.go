@@ -3,15 +3,15 @@ package cli
 import (
 	"fmt"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/progress"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // spendBound says, in the plan, what bounds the money: for a training run
 // the open-ended job is stopped by the budget kill switch, so the budget is
 // the bound and the deadlines only price reaching a running instance; for
 // everything else every deadline used to the full is the worst case.
-func spendBound(p run.Plan, workflow string) string {
+func spendBound(p lifecycle.Plan, workflow string) string {
 	if workflow == "train" {
 		return fmt.Sprintf("up to %s: the budget kill switch stops the run; $%.4f to reach a running instance and tear it down (ready + teardown deadlines at $%.4f/h)",
 			progress.USD(p.MaxSpendUSD), p.WorstCase, p.TotalDPH)

@@ -7,8 +7,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vastrun/vastrun/internal/cienv"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/progress"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // progressMode picks how live progress is shown: a redrawn status line on
@@ -79,7 +79,7 @@ func errWidth(s *IOStreams) int {
 // itself, and a no at the prompt is no failure.
 func annotateFailure(f *Factory, err error) {
 	d := f.IO.progress()
-	if d == nil || err == nil || errors.As(err, new(*run.CleanupError)) || errors.As(err, new(*CancelledError)) {
+	if d == nil || err == nil || errors.As(err, new(*lifecycle.CleanupError)) || errors.As(err, new(*CancelledError)) {
 		return
 	}
 	d.Annotate("error", err.Error())

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/team"
 	"github.com/vastrun/vastrun/internal/teamstate"
 )
@@ -65,7 +65,7 @@ func reapTeam(ctx context.Context, f *Factory, o *reapTeamOptions) error {
 			j.Verdict, j.Result = team.VerdictUnknown, "left alone: could not take the run's lease: "+err.Error()
 			continue
 		}
-		c := run.Confirmer{Market: ctrl.Fence(m), Clock: f.clock()}
+		c := lifecycle.Confirmer{Market: ctrl.Fence(m), Clock: f.clock()}
 		limit := 4 * time.Minute
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
 		_, derr := c.DestroyConfirm(dctx, j.Instance, j.Label, f.clock().Now().Add(limit))
@@ -93,7 +93,7 @@ func reapTeam(ctx context.Context, f *Factory, o *reapTeamOptions) error {
 		f.IO.Infof("%d instances scanned%s", len(list), map[bool]string{true: "", false: " (dry run: pass --yes to destroy the orphans)"}[o.yes])
 	}
 	if len(failed) > 0 {
-		return &run.CleanupError{Instances: failed, Err: errors.New("reap --team could not confirm every destruction")}
+		return &lifecycle.CleanupError{Instances: failed, Err: errors.New("reap --team could not confirm every destruction")}
 	}
 	return nil
 }

@@ -7,15 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/report"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/runs"
 )
 
 // reportExtras reads what the HTML report adds from the evidence: the
 // workload's metrics and the last lines of its log.
-func reportExtras(r *run.Receipt) report.Extras {
+func reportExtras(r *lifecycle.Receipt) report.Extras {
 	var x report.Extras
 	if r.EvidenceDir == "" {
 		return x

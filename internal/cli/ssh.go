@@ -15,8 +15,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vastrun/vastrun/internal/cienv"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/remote"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // SSHOptions are the inputs of `vastrun ssh`.
@@ -152,7 +152,7 @@ func runSSH(ctx context.Context, o *SSHOptions) error {
 	}
 	defer e.Close()
 	client, inst, err := e.Interactive(ctx)
-	var nl *run.NotLiveError
+	var nl *lifecycle.NotLiveError
 	if errors.As(err, &nl) {
 		return &UsageError{Err: err, Hint: "vastrun ssh reaches only a live instance; rent one with 'vastrun up' (or see 'vastrun status' for the run's state)"}
 	}
@@ -206,12 +206,12 @@ func runSSH(ctx context.Context, o *SSHOptions) error {
 }
 
 // remoteExitError is a command that ran over `vastrun ssh` and failed. It
-// exits 3 like `vastrun exec` (it unwraps to run.TestFailedError) but says
+// exits 3 like `vastrun exec` (it unwraps to lifecycle.TestFailedError) but says
 // what actually failed.
 type remoteExitError struct{ exit *remote.ExitError }
 
 func (e *remoteExitError) Error() string { return e.exit.Error() }
-func (e *remoteExitError) Unwrap() error { return &run.TestFailedError{Code: e.exit.Code} }
+func (e *remoteExitError) Unwrap() error { return &lifecycle.TestFailedError{Code: e.exit.Code} }
 
 // windowChanges reports the terminal's size after each SIGWINCH.
 func windowChanges(ctx context.Context, fd int) <-chan [2]int {

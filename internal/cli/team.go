@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vastrun/vastrun/internal/config"
-	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/team"
 	"github.com/vastrun/vastrun/internal/teamstate"
 )
@@ -107,7 +107,7 @@ func newTeamController(f *Factory, b teamstate.Backend, cfg *config.Config, now 
 // attachTeam puts a team-state engine under its lease: the journal goes to
 // the bucket first and every mutating marketplace call is fenced. Local
 // state leaves the engine as it is.
-func attachTeam(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, e *run.Engine) error {
+func attachTeam(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, e *lifecycle.Scope) error {
 	loc, err := stateLocation(o, cfg)
 	if err != nil || loc.Kind != "s3" {
 		return err
@@ -140,7 +140,7 @@ func attachTeam(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config
 // journal says what is still alive, so `down` or `resume` may take over
 // at once); a run without one keeps its lease until it expires, so that
 // nobody takes over from a controller that may still be working.
-func closeTeamRun(f *Factory, ctrl *team.Controller, e *run.Engine) {
+func closeTeamRun(f *Factory, ctrl *team.Controller, e *lifecycle.Scope) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := e.State()
@@ -195,8 +195,8 @@ type teamBudget struct {
 	run    string
 }
 
-func (t *teamBudget) approve(inner func(run.Plan) (bool, error), now func() time.Time) func(run.Plan) (bool, error) {
-	return func(p run.Plan) (bool, error) {
+func (t *teamBudget) approve(inner func(lifecycle.Plan) (bool, error), now func() time.Time) func(lifecycle.Plan) (bool, error) {
+	return func(p lifecycle.Plan) (bool, error) {
 		l := t.ctrl.Lease()
 		if l == nil {
 			return false, fmt.Errorf("team budget: no lease held")
@@ -211,7 +211,7 @@ func (t *teamBudget) approve(inner func(run.Plan) (bool, error), now func() time
 		at := now()
 		if err := team.Reserve(ctx, t.ctrl.Backend(), at, rec.Run, rec.Holder.String(), ask, t.limit); err != nil {
 			if errors.Is(err, team.ErrOverBudget) {
-				return false, &run.StepError{Step: "approve", Outcome: run.OutcomeBudget, Err: err}
+				return false, &lifecycle.StepError{Step: "approve", Outcome: lifecycle.OutcomeBudget, Err: err}
 			}
 			return false, fmt.Errorf("team budget: %w", err)
 		}
@@ -228,7 +228,7 @@ func (t *teamBudget) approve(inner func(run.Plan) (bool, error), now func() time
 // settle records the run's charges in the ledger once every rental of it
 // is destroyed (confirmed) and has its charge; until then (a kept `up`
 // instance bills on) the reservation stands.
-func (t *teamBudget) settle(f *Factory, e *run.Engine) {
+func (t *teamBudget) settle(f *Factory, e *lifecycle.Scope) {
 	st := e.State()
 	if st == nil || st.Outcome == "" || len(st.Unconfirmed()) > 0 {
 		return

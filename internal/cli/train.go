@@ -11,7 +11,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
-	"github.com/vastrun/vastrun/internal/run"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/storage"
 	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
@@ -23,7 +23,7 @@ import (
 var storageVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
 	"AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_S3_FORCE_PATH_STYLE", "AWS_PROFILE"}
 
-func trainEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.Engine, error) {
+func trainEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*lifecycle.Scope, error) {
 	cfg, err := o.loadConfig()
 	if err != nil {
 		return nil, err
@@ -32,7 +32,7 @@ func trainEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*run.Engi
 }
 
 // trainEngineFor is trainEngine for a loaded config (sweep children).
-func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config) (*run.Engine, error) {
+func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config) (*lifecycle.Scope, error) {
 	if !cfg.IsTrain() {
 		return nil, &UsageError{Err: fmt.Errorf("%s has no train.command", o.ConfigPath), Hint: "see examples/train/train.yaml and docs/config.md"}
 	}
@@ -163,24 +163,26 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 		}
 		return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(cfg.StateDir, "current")}
 	}
-	st, err := run.LoadState(dir)
+	st, err := lifecycle.LoadState(dir)
 	if err != nil {
 		return err
 	}
-	var e *run.Engine
-	resume := func(e *run.Engine, ctx context.Context) (*run.Receipt, error) { return trainflow.Resume(ctx, e) }
+	var e *lifecycle.Scope
+	resume := func(e *lifecycle.Scope, ctx context.Context) (*lifecycle.Receipt, error) {
+		return trainflow.Resume(ctx, e)
+	}
 	switch st.Workflow {
 	case "train":
 		e, err = trainEngine(ctx, f, o)
 	case "ci":
 		e, err = newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
-		resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) { return ci.Resume(ctx, e) }
+		resume = func(e *lifecycle.Scope, ctx context.Context) (*lifecycle.Receipt, error) { return ci.Resume(ctx, e) }
 	case "canary":
 		if !cfg.IsCanary() {
 			return &UsageError{Err: fmt.Errorf("run %s is a canary run and %s has no canary.smoke", st.RunID, o.ConfigPath), Hint: "resume with the vastrun.yaml the canary was started with (-f FILE)"}
 		}
 		e, err = newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
-		resume = func(e *run.Engine, ctx context.Context) (*run.Receipt, error) {
+		resume = func(e *lifecycle.Scope, ctx context.Context) (*lifecycle.Receipt, error) {
 			return canaryflow.Resume(ctx, e, false)
 		}
 	default:
@@ -194,7 +196,7 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 	}
 	e.AcceptConfigChange = opts.AcceptConfigChange
 	r, runErr := resume(e, ctx)
-	var cc *run.ConfigChangedError
+	var cc *lifecycle.ConfigChangedError
 	if errors.As(runErr, &cc) {
 		return &UsageError{Err: runErr, Hint: fmt.Sprintf("resume with the configuration the run was started with (%s), or pass --accept-config-change to go on with the new one (journaled)", filepath.Join(dir, "manifest.json"))}
 	}

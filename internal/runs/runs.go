@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // Schema names the JSON document of `vastrun runs --json` (docs/json.md).
@@ -96,9 +96,9 @@ type stateFile struct {
 
 func read(dir string, now time.Time) Run {
 	recs, err := journal.Read(dir)
-	var st *run.State
+	var st *lifecycle.State
 	if err == nil {
-		st, err = run.Replay(recs)
+		st, err = lifecycle.Replay(recs)
 	}
 	if err != nil {
 		return Run{Outcome: "damaged", Error: err.Error(), LiveInstances: []provider.InstanceID{}}
@@ -134,7 +134,7 @@ func read(dir string, now time.Time) Run {
 	return r
 }
 
-func receipt(evidenceDir string) *run.Receipt {
+func receipt(evidenceDir string) *lifecycle.Receipt {
 	if evidenceDir == "" {
 		return nil
 	}
@@ -142,7 +142,7 @@ func receipt(evidenceDir string) *run.Receipt {
 	if err != nil {
 		return nil
 	}
-	var r run.Receipt
+	var r lifecycle.Receipt
 	if json.Unmarshal(b, &r) != nil {
 		return nil
 	}
@@ -151,7 +151,7 @@ func receipt(evidenceDir string) *run.Receipt {
 
 // estimate prices each attempt's rented time at its $/h, up to now for an
 // instance whose destruction is not yet confirmed.
-func estimate(st *run.State, now time.Time) float64 {
+func estimate(st *lifecycle.State, now time.Time) float64 {
 	total := 0.0
 	for _, a := range st.Attempts {
 		if a.RentedAt.IsZero() {

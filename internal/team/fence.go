@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
@@ -13,16 +13,16 @@ import (
 // call (rent, destroy, attach a key), so that a controller that lost its
 // lease, or fenced itself, changes nothing on the marketplace. Reads pass.
 type FencedMarket struct {
-	run.Market
+	lifecycle.Market
 	Lease func() *teamstate.Lease
 }
 
 // Fence wraps m; calls made before the lease exists are refused too. The
 // result offers ChangeBid (fenced like every mutating call) exactly when m
 // does, so re-bidding works under team state as it does without it.
-func (c *Controller) Fence(m run.Market) run.Market {
+func (c *Controller) Fence(m lifecycle.Market) lifecycle.Market {
 	f := &FencedMarket{Market: m, Lease: c.Lease}
-	if bc, ok := m.(run.BidChanger); ok {
+	if bc, ok := m.(lifecycle.BidChanger); ok {
 		return &fencedBidMarket{FencedMarket: f, bids: bc}
 	}
 	return f
@@ -31,7 +31,7 @@ func (c *Controller) Fence(m run.Market) run.Market {
 // fencedBidMarket is a FencedMarket over a market with a change-bid route.
 type fencedBidMarket struct {
 	*FencedMarket
-	bids run.BidChanger
+	bids lifecycle.BidChanger
 }
 
 func (f *fencedBidMarket) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {

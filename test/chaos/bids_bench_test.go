@@ -14,11 +14,11 @@ import (
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
-	"github.com/vastrun/vastrun/internal/run"
 	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
 )
 
@@ -42,7 +42,7 @@ func BenchmarkBidsTrainExample(b *testing.B) {
 		od := benchTrain(b, bin, repo, string(example), false)
 		bid := benchTrain(b, bin, repo, string(example), true)
 		ic := bid.Cost.Interruptible
-		if od.Outcome != run.OutcomePassed || bid.Outcome != run.OutcomePassed || ic == nil || od.Cost.ChargedUSD == nil {
+		if od.Outcome != lifecycle.OutcomePassed || bid.Outcome != lifecycle.OutcomePassed || ic == nil || od.Cost.ChargedUSD == nil {
 			b.Fatalf("outcomes %s / %s (interruptible cost %+v)", od.Outcome, bid.Outcome, ic)
 		}
 		odUSD := *od.Cost.ChargedUSD
@@ -54,7 +54,7 @@ func BenchmarkBidsTrainExample(b *testing.B) {
 	}
 }
 
-func benchTrain(b *testing.B, bin, repo, example string, interruptible bool) *run.Receipt {
+func benchTrain(b *testing.B, bin, repo, example string, interruptible bool) *lifecycle.Receipt {
 	clk := clock.NewScaled(time.Now(), 60)
 	s, err := sim.New(sim.Config{Clock: clk, Seed: 1, Market: benchMarket})
 	if err != nil {
@@ -81,13 +81,13 @@ func benchTrain(b *testing.B, bin, repo, example string, interruptible bool) *ru
 	}
 	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
 	client := retry.Wrap(clientRaw, retry.Policy{Clock: clk}) // as vastrun wraps it
-	e := &run.Engine{
+	e := lifecycle.New(&lifecycle.Deps{
 		Market: client, Clock: clk, Log: slog.New(slog.DiscardHandler), UI: ui{&lockedBuf{}}, Stream: &lockedBuf{},
 		Getenv: func(string) string { return "" }, CI: cienv.Env{}, Redactor: redact.New(s.APIKey()),
-		Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &lockedBuf{}, Config: cfg,
+		Approve: func(lifecycle.Plan) (bool, error) { return true, nil }, Annotations: &lockedBuf{}, Config: cfg,
 		RepoDir: repo, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev"), Simulated: true,
 		APIURL: srv.URL, AgentBinary: bin, StorageEnv: map[string]string{}, SSHKeepAlive: sshKeepAlive,
-	}
+	})
 	r, err := trainflow.Run(context.Background(), e)
 	if r == nil {
 		b.Fatalf("no receipt: %v", err)

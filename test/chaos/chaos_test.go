@@ -39,12 +39,12 @@ import (
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
@@ -80,7 +80,7 @@ func (a autoClock) After(d time.Duration) <-chan time.Time {
 // that call. Once frozen, every later call freezes too: a killed process
 // makes no more calls from any goroutine.
 type crashMarket struct {
-	run.Market
+	lifecycle.Market
 	calls   atomic.Int64
 	crashAt int64
 	// crashOn, when set, is asked before each call with the method's name
@@ -125,12 +125,12 @@ func (m *crashMarket) AttachSSHKey(ctx context.Context, id provider.InstanceID, 
 	return m.Market.AttachSSHKey(ctx, id, k)
 }
 
-// ChangeBid forwards the change-bid route (run.BidChanger), which the
+// ChangeBid forwards the change-bid route (lifecycle.BidChanger), which the
 // engine finds by type assertion: hiding it would silently turn re-bidding
 // off in every schedule.
 func (m *crashMarket) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {
 	m.hit("change_bid")
-	bc, ok := m.Market.(run.BidChanger)
+	bc, ok := m.Market.(lifecycle.BidChanger)
 	if !ok {
 		return fmt.Errorf("change the bid of instance %d: the wrapped market has no change-bid route", id)
 	}
@@ -148,7 +148,7 @@ func (m *crashMarket) Charges(ctx context.Context, q provider.ChargeQuery) ([]pr
 // faults fire between a read and the action taken on it, and deadlines
 // are reached mid-step.
 type slowMarket struct {
-	run.Market
+	lifecycle.Market
 	clk   clock.Clock
 	delay func() time.Duration
 }
@@ -161,7 +161,7 @@ func (m slowMarket) SearchOffers(ctx context.Context, q provider.Query) ([]provi
 }
 func (m slowMarket) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {
 	m.wait(ctx)
-	bc, ok := m.Market.(run.BidChanger)
+	bc, ok := m.Market.(lifecycle.BidChanger)
 	if !ok {
 		return fmt.Errorf("change the bid of instance %d: the wrapped market has no change-bid route", id)
 	}
@@ -303,7 +303,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 	if rng.Float64() < 0.3 {
 		crashAt = 1 + rng.Int64N(14)
 	}
-	var engineMarket run.Market = client
+	var engineMarket lifecycle.Market = client
 	if slow := slowFor(rng, 0.2, 1, 8); slow != nil {
 		engineMarket = slowMarket{Market: client, clk: autoClock{clk}, delay: slow}
 		faults = append(faults, "slow-controller")
@@ -318,16 +318,16 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 	secret := fmt.Sprintf("canary-%016x", rng.Uint64())
 	var stream, uiOut, annot lockedBuf
 	dotenv := filepath.Join(root, "vastrun.env")
-	e := &run.Engine{
+	e := lifecycle.New(&lifecycle.Deps{
 		Market: market, Clock: autoClock{clk}, Log: slog.New(slog.DiscardHandler), UI: ui{&uiOut}, Stream: &stream,
 		Getenv: func(k string) string { return map[string]string{"CANARY_SECRET": secret}[k] },
 		CI:     cienv.Env{System: "gitlab", DotenvFile: dotenv}, Redactor: redact.New(s.APIKey()),
-		Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &annot, Config: cfg,
+		Approve: func(lifecycle.Plan) (bool, error) { return true, nil }, Annotations: &annot, Config: cfg,
 		RepoDir: root, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev"), Simulated: true,
 		SSHKeepAlive: sshKeepAlive,
-	}
+	})
 	done := make(chan struct{})
-	var receipt *run.Receipt
+	var receipt *lifecycle.Receipt
 	var runErr error
 	go func() {
 		receipt, runErr = ci.Run(context.Background(), e)
@@ -364,12 +364,12 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 		s.Inject(sim.Fault{Kind: sim.FaultClear}) // the operator runs `down` once the API behaves
 		rcRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
 		rc := retry.Wrap(rcRaw, retry.Policy{Clock: autoClock{clk}}) // as vastrun wraps it
-		c := run.Confirmer{Market: rc, Clock: autoClock{clk}}
-		if _, err := c.SweepLabel(context.Background(), label, clk.Now().Add(4*time.Minute), run.SweepSettle); err != nil {
+		c := lifecycle.Confirmer{Market: rc, Clock: autoClock{clk}}
+		if _, err := c.SweepLabel(context.Background(), label, clk.Now().Add(4*time.Minute), lifecycle.SweepSettle); err != nil {
 			bad("recovery by label: %v", err)
 		}
 	default:
-		var ce *run.CleanupError
+		var ce *lifecycle.CleanupError
 		if receipt == nil {
 			bad("no receipt (err %v)", runErr)
 			break
@@ -390,7 +390,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 				e2.Close()
 			}
 		}
-		if receipt.Outcome == run.OutcomePassed && (receipt.Test == nil || receipt.Test.Result["ok"] != true) {
+		if receipt.Outcome == lifecycle.OutcomePassed && (receipt.Test == nil || receipt.Test.Result["ok"] != true) {
 			bad("passed without the test's result: %+v", receipt.Test)
 		}
 	}

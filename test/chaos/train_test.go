@@ -20,11 +20,11 @@ import (
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/redact"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/storage"
 	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
 )
@@ -189,7 +189,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	secret := fmt.Sprintf("canary-%016x", rng.Uint64())
 	uiBuf := &lockedBuf{}
 	uiText := uiBuf.String
-	newEngine := func(market run.Market, stateRoot, evidence string) *run.Engine {
+	newEngine := func(market lifecycle.Market, stateRoot, evidence string) *lifecycle.Scope {
 		y := trainYAML
 		if sc.yaml != "" {
 			y = sc.yaml
@@ -198,18 +198,18 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &run.Engine{
+		return lifecycle.New(&lifecycle.Deps{
 			Market: market, Clock: clk, Log: slog.New(slog.DiscardHandler), UI: ui{uiBuf}, Stream: &lockedBuf{},
 			Getenv: func(k string) string { return map[string]string{"CANARY_SECRET": secret}[k] },
 			CI:     cienv.Env{}, Redactor: redact.New(s.APIKey()),
-			Approve: func(run.Plan) (bool, error) { return true, nil }, Annotations: &lockedBuf{}, Config: cfg,
+			Approve: func(lifecycle.Plan) (bool, error) { return true, nil }, Annotations: &lockedBuf{}, Config: cfg,
 			RepoDir: root, StateRoot: stateRoot, EvidenceDir: evidence, Simulated: true,
 			APIURL: srv.URL, AgentBinary: bin, StorageEnv: map[string]string{}, SSHKeepAlive: sshKeepAlive,
-		}
+		})
 	}
 	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
 	client := retry.Wrap(clientRaw, retry.Policy{Clock: clk}) // as vastrun wraps it
-	var engineMarket run.Market = client
+	var engineMarket lifecycle.Market = client
 	if sc.slow != nil {
 		engineMarket = slowMarket{Market: client, clk: clk, delay: sc.slow}
 	}
@@ -222,7 +222,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	// end it; a hang is the suite's -timeout, and this line names it.
 	fmt.Printf("chaos train schedule seed %d started: %s\n", seed, summary)
 	done := make(chan struct{})
-	var receipt *run.Receipt
+	var receipt *lifecycle.Receipt
 	var runErr error
 	go func() { receipt, runErr = trainflow.Run(context.Background(), e); close(done) }()
 	select {
@@ -237,7 +237,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 		rcRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
 		rc := retry.Wrap(rcRaw, retry.Policy{Clock: clk}) // as vastrun wraps it
 		e2 := newEngine(rc, cp, filepath.Join(root, "ev2"))
-		dir, err := run.CurrentRunDir(cp)
+		dir, err := lifecycle.CurrentRunDir(cp)
 		if err == nil {
 			err = e2.Open(dir)
 		}
@@ -250,7 +250,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	if receipt == nil {
 		bad("no receipt (err %v)", runErr)
 	} else {
-		if receipt.Outcome != run.OutcomePassed {
+		if receipt.Outcome != lifecycle.OutcomePassed {
 			bad("outcome %s: %v", receipt.Outcome, runErr)
 		}
 		if tr := receipt.Train; tr == nil || tr.LastCheckpoint == nil || tr.LastCheckpoint.Step != 300 {
@@ -316,7 +316,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 // interruption is independently on record (the attempt's failover, or the
 // simulator's outbid count). The last resume, whose workload finished the
 // run, must always be proven.
-func checkResumes(receipt *run.Receipt, snap sim.State, bad func(string, ...any)) {
+func checkResumes(receipt *lifecycle.Receipt, snap sim.State, bad func(string, ...any)) {
 	if receipt.Train == nil {
 		return // reported above
 	}
@@ -340,7 +340,7 @@ func checkResumes(receipt *run.Receipt, snap sim.State, bad func(string, ...any)
 	}
 }
 
-func receiptRunID(r *run.Receipt) string {
+func receiptRunID(r *lifecycle.Receipt) string {
 	if r == nil {
 		return ""
 	}

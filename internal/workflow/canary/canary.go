@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/smoke"
 )
 
@@ -45,12 +45,12 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 			}
 			e.report.Local = receipt.SmokeOutcome{Where: "host", ExitCode: code, Log: "unit.log", TimedOut: timedOut}
 			if timedOut {
-				return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests ran past canary.timeouts.unit %s and were stopped", ErrLocalFailed, localTimeout(cc.Timeouts.Unit.Duration()))}
+				return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests ran past canary.timeouts.unit %s and were stopped", ErrLocalFailed, localTimeout(cc.Timeouts.Unit.Duration()))}
 			}
 			if err != nil {
-				return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests: %w", ErrLocalFailed, err)}
+				return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests: %w", ErrLocalFailed, err)}
 			}
-			return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests exited %d", ErrLocalFailed, code)}
+			return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests exited %d", ErrLocalFailed, code)}
 		}
 	}
 	resultPath, _ := filepath.Abs(filepath.Join(e.EvidenceDir, "local-result.json"))
@@ -64,7 +64,7 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 	// bounded together by canary.timeouts.smoke.
 	eng, file, note, err := e.localContainer(ctx)
 	if err != nil {
-		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: err}
+		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: err}
 	}
 	limit := localTimeout(cc.Timeouts.Smoke.Duration())
 	sctx, cancel := e.withClockTimeout(ctx, limit)
@@ -85,7 +85,7 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 	}
 	if err != nil && eng != nil && !late {
 		e.report.Local = receipt.SmokeOutcome{Where: where, ExitCode: code, Log: "local-smoke.log"}
-		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: err}
+		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: err}
 	}
 	out := e.judgeSmoke(where, code, resultPath, "local-smoke.log")
 	if late {
@@ -94,12 +94,12 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 	e.report.Local = out
 	if !out.Passed && !allowFailure {
 		if late {
-			return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: the smoke ran past canary.timeouts.smoke %s and was stopped", ErrLocalFailed, limit)}
+			return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: the smoke ran past canary.timeouts.smoke %s and was stopped", ErrLocalFailed, limit)}
 		}
 		if err != nil {
-			return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke: %w", ErrLocalFailed, err)}
+			return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke: %w", ErrLocalFailed, err)}
 		}
-		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke exited %d (want %d), missing fields %v", ErrLocalFailed, code, cc.ExpectExit, out.MissingFields)}
+		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: smoke exited %d (want %d), missing fields %v", ErrLocalFailed, code, cc.ExpectExit, out.MissingFields)}
 	}
 	return nil
 }
@@ -165,7 +165,7 @@ func (e *flow) gpuCanary(ctx context.Context, c *remote.Client, inst provider.In
 		return err
 	}
 	if err := e.Upload(c); err != nil {
-		return &run.StepError{Step: "upload", Instance: inst.ID, Err: err}
+		return &lifecycle.StepError{Step: "upload", Instance: inst.ID, Err: err}
 	}
 	env, err := e.TestEnv()
 	if err != nil {
@@ -232,7 +232,7 @@ func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]st
 	if err != nil {
 		chk.CaptureError = e.captureFailed("the GPU's identity (nvidia-smi)", err)
 	}
-	sec := run.SplitSections(out)
+	sec := lifecycle.SplitSections(out)
 	for _, line := range strings.Split(strings.TrimSpace(sec["csv"]), "\n") {
 		parts := strings.Split(line, ",")
 		if len(parts) >= 3 {
@@ -241,7 +241,7 @@ func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]st
 			chk.GPUs = append(chk.GPUs, receipt.GPUInfo{Name: strings.TrimSpace(parts[0]), MemoryMiB: mem, Driver: strings.TrimSpace(parts[2])})
 		}
 	}
-	chk.CUDA = run.CUDAVersion(sec["smi"])
+	chk.CUDA = lifecycle.CUDAVersion(sec["smi"])
 	chk.Passed = chk.CaptureError != "" || (len(chk.GPUs) > 0 && chk.CUDA > 0)
 	if chk.Command != "" {
 		var buf strings.Builder
@@ -252,7 +252,7 @@ func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]st
 		} else if err != nil {
 			chk.ExitCode = -1
 		}
-		chk.Output = e.Redactor.String(run.LastLines(buf.String(), 20))
+		chk.Output = e.Redactor.String(lifecycle.LastLines(buf.String(), 20))
 		chk.Passed = chk.Passed && chk.ExitCode == 0
 	}
 	return chk

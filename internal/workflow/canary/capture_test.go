@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/remote"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // deadShell is an instance whose SSH connection fails every call.
@@ -28,7 +28,7 @@ func (d deadShell) Run(context.Context, remote.Command) error      { return d.er
 // "no GPU" (which would turn a dropped connection into gpu_only_failure).
 func TestCanaryCaptureFailureIsReportedNotDecided(t *testing.T) {
 	secret := "s3cr3t-token-value"
-	e := newFlow(&run.Engine{Redactor: redact.New(secret), EvidenceDir: t.TempDir()}, false)
+	e := newFlow(lifecycle.New(&lifecycle.Deps{Redactor: redact.New(secret), EvidenceDir: t.TempDir()}), false)
 	dropped := deadShell{errors.New("ssh: connection lost while talking to " + secret)}
 
 	chk := e.cudaCheck(context.Background(), dropped, nil)
@@ -47,7 +47,7 @@ func TestCanaryCaptureFailureIsReportedNotDecided(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "capture failed: ") {
 		t.Fatalf("evidence file: %q %v", b, err)
 	}
-	md := run.Summary(&run.Receipt{Workflow: Name, Sections: receipt.Sections{Canary: e.report}})
+	md := lifecycle.Summary(&lifecycle.Receipt{Workflow: Name, Sections: receipt.Sections{Canary: e.report}})
 	if !strings.Contains(md, "| not captured | the GPU's identity (nvidia-smi): ssh: connection lost") {
 		t.Fatalf("summary:\n%s", md)
 	}
@@ -84,9 +84,9 @@ func TestDeltaFieldLevel(t *testing.T) {
 }
 
 // The canary's outcome is its comparison once the run went through, the
-// shared class otherwise; its Error carries the class to run.Outcome.
+// shared class otherwise; its Error carries the class to lifecycle.Outcome.
 func TestOutcomeIsTheComparison(t *testing.T) {
-	f := newFlow(&run.Engine{}, false)
+	f := newFlow(lifecycle.New(&lifecycle.Deps{}), false)
 	f.report.Comparison = receipt.CanaryOutputDelta
 	if got := f.Outcome(nil, receipt.Passed); got != receipt.Outcome(receipt.CanaryOutputDelta) {
 		t.Fatalf("went through: %s", got)
@@ -94,7 +94,7 @@ func TestOutcomeIsTheComparison(t *testing.T) {
 	if got := f.Outcome(errors.New("rent failed"), receipt.Error); got != receipt.Error {
 		t.Fatalf("did not go through: %s", got)
 	}
-	if got := run.Outcome(fmt.Errorf("wrapped: %w", &Error{Class: receipt.CanaryGPUOnlyFailure})); got != receipt.Outcome(receipt.CanaryGPUOnlyFailure) {
-		t.Fatalf("run.Outcome of a canary Error: %s", got)
+	if got := lifecycle.Outcome(fmt.Errorf("wrapped: %w", &Error{Class: receipt.CanaryGPUOnlyFailure})); got != receipt.Outcome(receipt.CanaryGPUOnlyFailure) {
+		t.Fatalf("lifecycle.Outcome of a canary Error: %s", got)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/remote"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/smoke"
 )
 
@@ -174,7 +174,7 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 	cc := e.canarySpec()
 	env, err := e.localEnv(extra)
 	if err != nil {
-		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", ErrLocalFailed, err)}
+		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", ErrLocalFailed, err)}
 	}
 	log, closeLog, err := e.evidenceLog("local-smoke.log")
 	if err != nil {
@@ -216,7 +216,7 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 		if why == "" && rep.Request != nil {
 			why = fmt.Sprintf("request failed: exit %d, status %d %s", rep.Request.ExitCode, rep.Request.Status, rep.Request.Error)
 		}
-		return &run.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: server smoke: %s", ErrLocalFailed, why)}
+		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: server smoke: %s", ErrLocalFailed, why)}
 	}
 	return nil
 }
@@ -234,11 +234,11 @@ func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[str
 		return receipt.SmokeOutcome{}, err
 	}
 	defer closeProbe()
-	if err := e.Record("intent", run.StepWork, map[string]any{"command": e.canarySpec().Smoke, "server": true}); err != nil {
-		return receipt.SmokeOutcome{}, &run.StepError{Step: run.StepWork, Err: err}
+	if err := e.Record("intent", lifecycle.StepWork, map[string]any{"command": e.canarySpec().Smoke, "server": true}); err != nil {
+		return receipt.SmokeOutcome{}, &lifecycle.StepError{Step: lifecycle.StepWork, Err: err}
 	}
 	// $VASTRUN_RESULT is absolute on the instance, as for a plain smoke.
-	prefix := `VASTRUN_RESULT="$PWD/` + run.ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; `
+	prefix := `VASTRUN_RESULT="$PWD/` + lifecycle.ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; `
 	spec := e.serverSpec(env, log, probe)
 	spec.Command = prefix + `rm -f "$VASTRUN_RESULT"; ` + spec.Command
 	if spec.Request.Command != "" {
@@ -252,16 +252,16 @@ func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[str
 		return receipt.SmokeOutcome{}, ctx.Err()
 	}
 	if late {
-		jerr := e.Record("failed", run.StepWork, map[string]any{"timeout": e.jobTimeout().String()})
-		return receipt.SmokeOutcome{}, errors.Join(&run.StepError{Step: run.StepWork, Outcome: run.OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.jobTimeout())}, jerr)
+		jerr := e.Record("failed", lifecycle.StepWork, map[string]any{"timeout": e.jobTimeout().String()})
+		return receipt.SmokeOutcome{}, errors.Join(&lifecycle.StepError{Step: lifecycle.StepWork, Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.jobTimeout())}, jerr)
 	}
 	if result == nil && (!e.canarySpec().Request.IsSet() || e.canarySpec().Request.Command != "") {
-		res := &run.TestOutcome{}
+		res := &lifecycle.TestOutcome{}
 		e.FetchResult(c, res)
 		result = res.Result
 	}
-	if err := e.Record("done", run.StepWork, map[string]any{"ready": rep.Ready, "passed": rep.Passed}); err != nil {
-		return receipt.SmokeOutcome{}, &run.StepError{Step: run.StepWork, Err: err}
+	if err := e.Record("done", lifecycle.StepWork, map[string]any{"ready": rep.Ready, "passed": rep.Passed}); err != nil {
+		return receipt.SmokeOutcome{}, &lifecycle.StepError{Step: lifecycle.StepWork, Err: err}
 	}
 	out := e.serverOutcome("gpu", rep, result, "test.log")
 	e.report.Health = &receipt.HealthCheck{URL: rep.HealthURL, Status: rep.HealthStatus, Attempts: rep.Attempts, Passed: rep.Ready, Error: rep.Error}
@@ -270,6 +270,6 @@ func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[str
 }
 
 // requestOf is the frozen request in the canary package's terms.
-func requestOf(r run.CanaryRequest) smoke.Request {
+func requestOf(r lifecycle.CanaryRequest) smoke.Request {
 	return smoke.Request{Command: r.Command, Method: r.Method, URL: r.URL, Headers: r.Headers, Body: r.Body, ExpectStatus: r.ExpectStatus}
 }

@@ -7,7 +7,7 @@
 // the run went through, else the shared classification.
 //
 // The workflow reads the canary's contract from the run's frozen spec
-// (run.Manifest.Canary), never from the configuration.
+// (lifecycle.Manifest.Canary), never from the configuration.
 package canary
 
 import (
@@ -15,9 +15,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/receipt"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // ErrLocalFailed means the local contract failed, so nothing was rented.
@@ -27,29 +27,31 @@ var ErrLocalFailed = errors.New("the local contract failed: nothing was rented")
 const Name = "canary"
 
 // flow is one canary run: the core's API (embedded) plus the canary's own
-// report. It is the run's run.Workflow.
+// report. It is the run's lifecycle.Workflow.
 type flow struct {
-	*run.Engine
+	*lifecycle.Scope
 	report            *receipt.CanaryReport
 	allowLocalFailure bool
 }
 
-func newFlow(e *run.Engine, allowLocalFailure bool) *flow {
-	return &flow{Engine: e, report: &receipt.CanaryReport{}, allowLocalFailure: allowLocalFailure}
+func newFlow(e *lifecycle.Scope, allowLocalFailure bool) *flow {
+	return &flow{Scope: e, report: &receipt.CanaryReport{}, allowLocalFailure: allowLocalFailure}
 }
 
 func (e *flow) Name() string { return Name }
 
 // Spec keeps the canary's contract; a canary has no train section.
-func (e *flow) Spec(m *run.Manifest) {
+func (e *flow) Spec(m *lifecycle.Manifest) {
 	m.Train = nil
 	if m.Canary == nil {
-		m.Canary = &run.CanarySpec{}
+		m.Canary = &lifecycle.CanarySpec{}
 	}
 }
 
 // JobBound is the whole job timeout: the GPU smoke may use all of it.
-func (e *flow) JobBound(m run.Manifest) time.Duration { return run.FrozenDuration(m.JobTimeout) }
+func (e *flow) JobBound(m lifecycle.Manifest) time.Duration {
+	return lifecycle.FrozenDuration(m.JobTimeout)
+}
 
 // Local is the local contract, after the freeze and before renting.
 func (e *flow) Local(ctx context.Context) error { return e.localContract(ctx, e.allowLocalFailure) }
@@ -65,29 +67,29 @@ func (e *flow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
 func (e *flow) Finish(context.Context) {}
 
 // WorkPhase: the GPU smoke runs under the job timeout.
-func (e *flow) WorkPhase(m run.Manifest) (string, time.Duration) {
-	return progress.PhaseTest, run.FrozenDuration(m.JobTimeout)
+func (e *flow) WorkPhase(m lifecycle.Manifest) (string, time.Duration) {
+	return progress.PhaseTest, lifecycle.FrozenDuration(m.JobTimeout)
 }
 
 // Interruptions: a canary rental that is outbid fails its smoke; no policy.
-func (e *flow) Interruptions(run.Manifest) (string, int) { return "", 0 }
+func (e *flow) Interruptions(lifecycle.Manifest) (string, int) { return "", 0 }
 
-func (e *flow) Section(r *run.Receipt) { r.Canary = e.report }
+func (e *flow) Section(r *lifecycle.Receipt) { r.Canary = e.report }
 
 // canarySpec is the frozen contract.
-func (e *flow) canarySpec() run.CanarySpec {
+func (e *flow) canarySpec() lifecycle.CanarySpec {
 	if c := e.Frozen().Canary; c != nil {
 		return *c
 	}
-	return run.CanarySpec{}
+	return lifecycle.CanarySpec{}
 }
 
-func (e *flow) jobTimeout() time.Duration { return run.FrozenDuration(e.Frozen().JobTimeout) }
+func (e *flow) jobTimeout() time.Duration { return lifecycle.FrozenDuration(e.Frozen().JobTimeout) }
 
 // Run proves the contract locally, then on the smallest GPU rental (e's
 // wiring filled). With allowLocalFailure a failing local side still rents,
 // so the receipt can say whether the GPU side fails too.
-func Run(ctx context.Context, e *run.Engine, allowLocalFailure bool) (*run.Receipt, error) {
+func Run(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*lifecycle.Receipt, error) {
 	f := newFlow(e, allowLocalFailure)
 	return e.Drive(ctx, f, false, f.gpuCanary)
 }
@@ -98,13 +100,13 @@ func Run(ctx context.Context, e *run.Engine, allowLocalFailure bool) (*run.Recei
 // runs again first — its result is what the GPU side is compared with, it
 // is not journaled, and it costs nothing — then the GPU smoke, the CUDA
 // check and the comparison.
-func Resume(ctx context.Context, e *run.Engine, allowLocalFailure bool) (*run.Receipt, error) {
+func Resume(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*lifecycle.Receipt, error) {
 	f := newFlow(e, allowLocalFailure)
 	return e.Resume(ctx, f, f.gpuCanary)
 }
 
 // Error reports a canary whose GPU outcome disagrees with the local one;
-// its class is the comparison's (run.ClassError).
+// its class is the comparison's (lifecycle.ClassError).
 type Error struct{ Class string }
 
 func (e *Error) Error() string { return "canary: " + e.Class }
@@ -113,9 +115,9 @@ func (e *Error) Error() string { return "canary: " + e.Class }
 func (e *Error) OutcomeClass() receipt.Outcome { return receipt.Outcome(e.Class) }
 
 var (
-	_ run.Workflow   = (*flow)(nil)
-	_ run.ClassError = (*Error)(nil)
+	_ lifecycle.Workflow   = (*flow)(nil)
+	_ lifecycle.ClassError = (*Error)(nil)
 )
 
-// gpuCanary's signature is a run.Body.
-var _ run.Body = (*flow)(nil).gpuCanary
+// gpuCanary's signature is a lifecycle.Body.
+var _ lifecycle.Body = (*flow)(nil).gpuCanary

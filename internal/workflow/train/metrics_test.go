@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/agent"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // A controller that re-attaches reads the instance's metrics file from its
@@ -18,7 +18,7 @@ import (
 // instance, another file) do not count.
 func TestReattachDoesNotDuplicateMetrics(t *testing.T) {
 	ev := t.TempDir()
-	e := newFlow(&run.Engine{EvidenceDir: ev, Redactor: redact.New()})
+	e := newFlow(lifecycle.New(&lifecycle.Deps{EvidenceDir: ev, Redactor: redact.New()}))
 	remote := `{"step":100,"loss":0.5}` + "\n" + "not json\n" + `{"step":200,"loss":0.4}` + "\n"
 
 	l := e.attemptLogFor(1)
@@ -28,7 +28,7 @@ func TestReattachDoesNotDuplicateMetrics(t *testing.T) {
 
 	// Attempt 2's controller dies and a new one re-attaches to instance 2,
 	// after the workload wrote one more line.
-	e2 := newFlow(&run.Engine{EvidenceDir: ev, Redactor: redact.New()})
+	e2 := newFlow(lifecycle.New(&lifecycle.Deps{EvidenceDir: ev, Redactor: redact.New()}))
 	l3 := e2.attemptLogFor(2)
 	if l3.skipMetrics != 1 {
 		t.Fatalf("the re-attached controller would skip %d lines of attempt 2, want 1", l3.skipMetrics)

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/agent"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/remote"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/spec"
 )
 
@@ -33,14 +33,14 @@ func (e *flow) onOutbid(ctx context.Context, inst provider.Instance, deadline ti
 	if inst.Running() {
 		// Outbid and resumed between two polls (the workload died with the
 		// stop): whatever the policy, the same rental goes on.
-		if err := e.Record("event", run.StepInterrupted, run.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
+		if err := e.Record("event", lifecycle.StepInterrupted, lifecycle.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
 			return false, err
 		}
 		e.Infof("instance %d was stopped and ran again between two polls (its workload is gone): restarting it there from the last committed checkpoint", inst.ID)
-		return true, e.Record("event", run.StepResumed, run.ResumedData{Instance: inst.ID})
+		return true, e.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: inst.ID})
 	}
 	e.fillTrainReport(ctx) // the last committed checkpoint, as the store says
-	if err := e.Record("event", run.StepInterrupted, run.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
+	if err := e.Record("event", lifecycle.StepInterrupted, lifecycle.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
 		return false, err
 	}
 	last := "none"
@@ -73,7 +73,7 @@ func (e *flow) onOutbid(ctx context.Context, inst provider.Instance, deadline ti
 // ceiling. false: the ceiling does not allow a winning bid (replace).
 func (e *flow) rebid(ctx context.Context, inst provider.Instance) (bool, error) {
 	a := e.State().AttemptFor(inst.ID)
-	bc, ok := e.Market.(run.BidChanger)
+	bc, ok := e.Market.(lifecycle.BidChanger)
 	if !ok || a == nil || a.Bid == nil {
 		return false, nil
 	}
@@ -87,11 +87,11 @@ func (e *flow) rebid(ctx context.Context, inst provider.Instance) (bool, error) 
 		e.Infof("min_bid $%.4f/h + storage $%.4f/h leaves no winning bid over $%.4f/h within gpu.max_bid $%.4f/h: replacing instance %d", inst.MinBid, a.StorageDPH, a.Bid.BidDPH, p.MaxBid, inst.ID)
 		return false, nil
 	}
-	if err := e.Record("event", run.StepBid, run.BidData{Instance: inst.ID, BidDPH: target, Reason: "rebid"}); err != nil {
+	if err := e.Record("event", lifecycle.StepBid, lifecycle.BidData{Instance: inst.ID, BidDPH: target, Reason: "rebid"}); err != nil {
 		return false, err
 	}
 	if err := bc.ChangeBid(ctx, inst.ID, target); err != nil {
-		return false, &run.StepError{Step: run.StepBid, Instance: inst.ID, Err: fmt.Errorf("raise the bid of instance %d to $%.4f/h: %w", inst.ID, target, err)}
+		return false, &lifecycle.StepError{Step: lifecycle.StepBid, Instance: inst.ID, Err: fmt.Errorf("raise the bid of instance %d to $%.4f/h: %w", inst.ID, target, err)}
 	}
 	e.Infof("raised the bid of instance %d to $%.4f/h (ceiling $%.4f/h)", inst.ID, target, p.MaxBid)
 	return true, nil
@@ -115,7 +115,7 @@ func (e *flow) waitResume(ctx context.Context, id provider.InstanceID, until, de
 				storage = a.StorageDPH * stopped / 3600
 			}
 			e.Infof("instance %d runs again after %.0fs stopped ($%.4f of storage)", id, stopped, storage)
-			return true, e.Record("event", run.StepResumed, run.ResumedData{Instance: id, StoppedSeconds: stopped, StoppedStorageUSD: storage})
+			return true, e.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: id, StoppedSeconds: stopped, StoppedStorageUSD: storage})
 		case err == nil && !inst.Paused() && inst.ActualStatus != "loading" && inst.ActualStatus != "stopped" && inst.ActualStatus != "":
 			return false, nil // exited, offline: not coming back
 		}
@@ -124,13 +124,13 @@ func (e *flow) waitResume(ctx context.Context, id provider.InstanceID, until, de
 			storageDPH = a.StorageDPH
 		}
 		if projected := e.SpentSoFar() + storageDPH*(2*interval).Hours(); projected > e.Frozen().MaxSpendUSD {
-			return false, &run.StepError{Step: "train", Outcome: run.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f (storage billed while outbid included) would pass budget.max_spend $%.2f", projected, e.Frozen().MaxSpendUSD)}
+			return false, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f (storage billed while outbid included) would pass budget.max_spend $%.2f", projected, e.Frozen().MaxSpendUSD)}
 		}
 		if !e.Now().Before(deadline) {
-			return false, &run.StepError{Step: "train", Outcome: run.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed while instance %d was outbid", e.trainSpec().RuntimeDeadline, id)}
+			return false, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed while instance %d was outbid", e.trainSpec().RuntimeDeadline, id)}
 		}
 		if !e.Now().Before(until) {
-			return false, e.Record("event", run.StepResumed, run.ResumedData{Instance: id, StoppedSeconds: e.Now().Sub(since).Seconds(), StoppedStorageUSD: storageDPH * e.Now().Sub(since).Hours()})
+			return false, e.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: id, StoppedSeconds: e.Now().Sub(since).Seconds(), StoppedStorageUSD: storageDPH * e.Now().Sub(since).Hours()})
 		}
 		if err := e.Sleep(ctx, e.Jittered(interval)); err != nil {
 			return false, err
@@ -152,7 +152,7 @@ func (e *flow) retireLost(ctx context.Context, c *remote.Client, id provider.Ins
 			return fmt.Errorf("clear the stopped workload on instance %d: %w", id, err)
 		}
 		if r, err = agent.DecodeRetire(b); err != nil {
-			return &run.StepError{Step: "train", Instance: id, Err: fmt.Errorf("%w: instance %d: %w", ErrAgentProtocol, id, err)}
+			return &lifecycle.StepError{Step: "train", Instance: id, Err: fmt.Errorf("%w: instance %d: %w", ErrAgentProtocol, id, err)}
 		}
 		if r.Retired || r.Kept != agent.KeptAlive || try >= 10 {
 			break

@@ -14,10 +14,10 @@ import (
 
 	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/checkpoint"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
-	"github.com/vastrun/vastrun/internal/run"
 	"github.com/vastrun/vastrun/internal/spec"
 	"github.com/vastrun/vastrun/internal/storage"
 )
@@ -59,7 +59,7 @@ type trainEnd struct {
 // Run runs a checkpointed training run to completion on e (its wiring
 // filled), replacing interrupted instances and resuming from the last
 // committed checkpoint.
-func Run(ctx context.Context, e *run.Engine) (*run.Receipt, error) {
+func Run(ctx context.Context, e *lifecycle.Scope) (*lifecycle.Receipt, error) {
 	f := newFlow(e)
 	return e.Manage(ctx, f, false, f.drive)
 }
@@ -67,8 +67,8 @@ func Run(ctx context.Context, e *run.Engine) (*run.Receipt, error) {
 // Resume continues a run whose controller died, from its journal (e
 // opened with Open), re-attaching to a live instance instead of renting.
 // A configuration that differs from the run's frozen manifest is refused
-// before anything is touched (see run.Engine.AcceptConfigChange).
-func Resume(ctx context.Context, e *run.Engine) (*run.Receipt, error) {
+// before anything is touched (see lifecycle.Scope.AcceptConfigChange).
+func Resume(ctx context.Context, e *lifecycle.Scope) (*lifecycle.Receipt, error) {
 	f := newFlow(e)
 	return e.Manage(ctx, f, true, f.drive)
 }
@@ -108,7 +108,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		client, inst, err = e.Attach(ctx, exclude)
 		var end trainEnd
 		switch {
-		case errors.Is(err, run.ErrNoAnswer) && ctx.Err() == nil && inst.ID != 0:
+		case errors.Is(err, lifecycle.ErrNoAnswer) && ctx.Err() == nil && inst.ID != 0:
 			// The verify probe got no answer (preempted while verifying, or
 			// SSH down past the ready deadline): an interruption, replaced
 			// below, not a verdict on the instance.
@@ -167,7 +167,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		}
 		// Interrupted: destroy it (confirmed), exclude its machine, replace.
 		t0 := e.Now()
-		if err := e.Record("event", run.StepFailover, run.InstanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
+		if err := e.Record("event", lifecycle.StepFailover, lifecycle.InstanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
 			return err // teardown destroys it
 		}
 		e.Infof("instance %d interrupted (%s): destroying it and renting a replacement", inst.ID, end.interrupted)
@@ -177,7 +177,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		e.AddTiming("interruption_to_replacement_requested", e.Now().Sub(t0))
 		exclude = append(exclude, inst.MachineID)
 		if attempts+1 >= e.trainSpec().MaxAttempts {
-			return &run.StepError{Step: "train", Outcome: run.OutcomeReadyFailed, Err: fmt.Errorf("interrupted %d times; giving up (train.max_attempts)", attempts+1)}
+			return &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeReadyFailed, Err: fmt.Errorf("interrupted %d times; giving up (train.max_attempts)", attempts+1)}
 		}
 	}
 }
@@ -220,7 +220,7 @@ func (e *flow) trainEnv(restored int64) map[string]string {
 		env["VASTRUN_DATASET_VERSION"] = t.DatasetVersion
 	}
 	env["VASTRUN_RESUME_PROOF"] = agent.ProofFile
-	env["VASTRUN_RESULT"] = run.ResultPath
+	env["VASTRUN_RESULT"] = lifecycle.ResultPath
 	if t.CheckpointFile != "" {
 		env["VASTRUN_CHECKPOINT_FILE"] = t.CheckpointFile
 	}
@@ -256,7 +256,7 @@ func (e *flow) agentJSON(ctx context.Context, c *remote.Client, env map[string]s
 	var out, errOut strings.Builder
 	err := c.Run(ctx, remote.Command{Env: env, Stdout: &out, Stderr: &errOut, Script: remoteBin + " agent " + args})
 	if err != nil {
-		if tail := strings.TrimSpace(run.LastLines(errOut.String(), 5)); tail != "" {
+		if tail := strings.TrimSpace(lifecycle.LastLines(errOut.String(), 5)); tail != "" {
 			return nil, fmt.Errorf("%w: %s", err, e.Redactor.String(tail))
 		}
 		return nil, err
@@ -418,7 +418,7 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 		// nothing about the instance).
 		if budgetReached(pctx, ctx) && (!done || end.exitCode == nil) {
 			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.State().Current().DPHTotal)
-			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeBudget, Err: fmt.Errorf("spending would pass budget.max_spend $%.4f once stopping is paid: the budget's moment came while the controller waited on instance %d: stopped with the last committed checkpoint", e.Frozen().MaxSpendUSD, inst.ID)}
+			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("spending would pass budget.max_spend $%.4f once stopping is paid: the budget's moment came while the controller waited on instance %d: stopped with the last committed checkpoint", e.Frozen().MaxSpendUSD, inst.ID)}
 		}
 		if done {
 			return end, err
@@ -447,7 +447,7 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 		projected := spent + dph*(2*gap+stopping).Hours()
 		if projected > e.Frozen().MaxSpendUSD {
 			e.commitBeforeBudget(ctx, c, inst.ID, seen, dph)
-			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Frozen().MaxSpendUSD)}
+			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Frozen().MaxSpendUSD)}
 		}
 		if dph > 0 {
 			left := e.Frozen().MaxSpendUSD - spent - dph*stopping.Hours()
@@ -455,7 +455,7 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 		}
 		if !e.Now().Before(deadline) {
 			e.commitPending(ctx, c, inst.ID, seen)
-			return trainEnd{}, &run.StepError{Step: "train", Outcome: run.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.trainSpec().RuntimeDeadline)}
+			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.trainSpec().RuntimeDeadline)}
 		}
 	}
 }
@@ -486,7 +486,7 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 			return trainEnd{}, ctx.Err(), true
 		}
 		if errors.Is(sshErr, ErrAgentProtocol) {
-			return trainEnd{}, &run.StepError{Step: "train", Instance: inst.ID, Err: sshErr}, true
+			return trainEnd{}, &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: sshErr}, true
 		}
 		if sshErr == nil && !*started {
 			*started = true
@@ -505,7 +505,7 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 		case apiErr == nil && e.isOutbid(cur):
 			return trainEnd{interrupted: "outbid", outbid: true}, nil, true
 		case apiErr == nil && !cur.Running():
-			return trainEnd{interrupted: run.InterruptionReason(cur)}, nil, true
+			return trainEnd{interrupted: lifecycle.InterruptionReason(cur)}, nil, true
 		case sshErr != nil && apiErr == nil:
 			// The instance runs; the answer is unknown, which is not a
 			// "no": nothing is started, and the limits below still apply.
@@ -530,11 +530,11 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 				if e.lostToOutbid(cur, apiErr) { // stopped and resumed between two polls
 					return trainEnd{interrupted: "outbid", outbid: true}, nil, true
 				}
-				return trainEnd{}, &run.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}, true
+				return trainEnd{}, &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}, true
 			}
 			if st.Disk.Full {
 				e.commitPending(ctx, c, inst.ID, seen)
-				return trainEnd{}, &run.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("instance %d has %d MiB free, too little for another checkpoint of %d MiB: stopped with the last committed checkpoint (raise gpu.disk_gb, lower train.keep, or save smaller checkpoints)", inst.ID, st.Disk.FreeBytes>>20, st.Checkpoint.LastSize>>20)}, true
+				return trainEnd{}, &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("instance %d has %d MiB free, too little for another checkpoint of %d MiB: stopped with the last committed checkpoint (raise gpu.disk_gb, lower train.keep, or save smaller checkpoints)", inst.ID, st.Disk.FreeBytes>>20, st.Checkpoint.LastSize>>20)}, true
 			}
 		}
 		return trainEnd{cur: cur}, nil, false
@@ -577,7 +577,7 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		}
 	}
 	if err := e.trainUpload(ctx, c, inst.ID); err != nil {
-		return &run.StepError{Step: "upload", Instance: inst.ID, Err: err}
+		return &lifecycle.StepError{Step: "upload", Instance: inst.ID, Err: err}
 	}
 	// Restore the last committed checkpoint that verifies.
 	restoreArgs := "restore --json --store " + remote.ShellQuote(t.CheckpointURI) + " --dir " + agent.ResumeDir
@@ -590,7 +590,7 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 	}
 	rs, err := agent.DecodeRestore(b)
 	if err != nil {
-		return &run.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: restore on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
+		return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: restore on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
 	}
 	if rs.Step >= 0 {
 		e.Infof("restored checkpoint %d on instance %d", rs.Step, inst.ID)
@@ -606,7 +606,7 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 	args := fmt.Sprintf("start --json --command %s %s --heartbeat %s --ttl %s --deadline %s --poll 1s",
 		remote.ShellQuote(t.Command), e.watchArgs(), agent.Heartbeat,
 		spec.ParseDuration(t.HeartbeatTTL), e.State().Started.Add(t.Runtime()).UTC().Format(time.RFC3339))
-	if err := e.Record("intent", run.StepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
+	if err := e.Record("intent", lifecycle.StepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
 		return err // no intent, no workload
 	}
 	b, err = e.agentJSON(ctx, c, e.trainEnv(rs.Step), args)
@@ -615,7 +615,7 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 	}
 	sr, err := agent.DecodeStart(b)
 	if err != nil {
-		return &run.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: start on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
+		return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: start on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
 	}
 	if !sr.Started {
 		e.Infof("the agent on instance %d did not start a second workload (%s); monitoring the one it has", inst.ID, sr.Refused)
@@ -692,7 +692,7 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 			os.WriteFile(filepath.Join(e.EvidenceDir, "agent-status.json"), e.Redactor.Bytes(b), 0o644)
 		}
 	}
-	res := &run.TestOutcome{Log: "train.log", ExitCode: code}
+	res := &lifecycle.TestOutcome{Log: "train.log", ExitCode: code}
 	e.FetchResult(c, res)
 	e.report.Result = res.Result
 	if code != 0 {
@@ -702,14 +702,14 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 	err := c.Run(ctx, remote.Command{Env: e.trainEnv(-1), Stdout: &out, Stderr: &errOut, Script: fmt.Sprintf("%s agent upload --json --store %s --dir %s",
 		remoteBin, remote.ShellQuote(t.OutputURI), remote.ShellQuote(t.OutputDir))})
 	if err != nil {
-		return fmt.Errorf("upload outputs: %w: %s", err, e.Redactor.String(strings.TrimSpace(run.LastLines(errOut.String(), 5))))
+		return fmt.Errorf("upload outputs: %w: %s", err, e.Redactor.String(strings.TrimSpace(lifecycle.LastLines(errOut.String(), 5))))
 	}
 	var up struct {
 		SHA string `json:"manifest_sha256"`
 	}
 	json.Unmarshal([]byte(strings.TrimSpace(out.String())), &up)
 	e.report.OutputsURI, e.report.OutputsSHA256 = t.OutputURI+"/outputs/000000000000", up.SHA
-	e.Record("done", run.StepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.SHA})
+	e.Record("done", lifecycle.StepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.SHA})
 	return nil
 }
 

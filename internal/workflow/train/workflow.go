@@ -7,7 +7,7 @@
 // exits non-zero is "failed" (ErrTrainFailed).
 //
 // The workflow reads its settings from the run's frozen spec
-// (run.Manifest.Train), never from the configuration. Approval before
+// (lifecycle.Manifest.Train), never from the configuration. Approval before
 // renting covers getting training started (JobBound 0): the controller's
 // budget check, on every monitoring pass, and the agent's own deadline
 // bound the rest.
@@ -18,9 +18,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/receipt"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // Name is the workflow's name in the journal, manifest and receipt.
@@ -30,33 +30,33 @@ const Name = "train"
 var ErrTrainFailed = errors.New("the training workload failed")
 
 // flow is one training run: the core's API (embedded) plus training's
-// own report. It is the run's run.Workflow.
+// own report. It is the run's lifecycle.Workflow.
 type flow struct {
-	*run.Engine
+	*lifecycle.Scope
 	report *receipt.TrainReport
 }
 
-func newFlow(e *run.Engine) *flow { return &flow{Engine: e} }
+func newFlow(e *lifecycle.Scope) *flow { return &flow{Scope: e} }
 
 func (e *flow) Name() string { return Name }
 
 // Spec keeps the train section (spec.Build scoped its store URIs to the
 // run); training has no test command and no canary.
-func (e *flow) Spec(m *run.Manifest) {
+func (e *flow) Spec(m *lifecycle.Manifest) {
 	m.Test, m.Canary = "", nil
 	if m.Train == nil {
-		m.Train = &run.TrainSpec{}
+		m.Train = &lifecycle.TrainSpec{}
 	}
 }
 
 // JobBound is 0: approval only needs to afford getting training started;
 // the controller's budget check and the agent's deadline bound the rest.
-func (e *flow) JobBound(run.Manifest) time.Duration { return 0 }
+func (e *flow) JobBound(lifecycle.Manifest) time.Duration { return 0 }
 
 func (e *flow) Local(context.Context) error { return nil }
 
 // WorkPhase: training runs under its own runtime deadline.
-func (e *flow) WorkPhase(m run.Manifest) (string, time.Duration) {
+func (e *flow) WorkPhase(m lifecycle.Manifest) (string, time.Duration) {
 	if m.Train == nil {
 		return progress.PhaseTrain, 0
 	}
@@ -65,7 +65,7 @@ func (e *flow) WorkPhase(m run.Manifest) (string, time.Duration) {
 
 // Interruptions: train.on_outbid, and train.max_attempts rentals for one
 // provisioning (an interruptible rental can be outbid while it boots).
-func (e *flow) Interruptions(m run.Manifest) (string, int) {
+func (e *flow) Interruptions(m lifecycle.Manifest) (string, int) {
 	if m.Train == nil {
 		return "", 0
 	}
@@ -74,7 +74,7 @@ func (e *flow) Interruptions(m run.Manifest) (string, int) {
 
 func (e *flow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
 	if errors.Is(err, ErrTrainFailed) {
-		return run.OutcomeFailed
+		return lifecycle.OutcomeFailed
 	}
 	return base
 }
@@ -85,7 +85,7 @@ func (e *flow) Finish(ctx context.Context) {
 	e.fillTrainReport(ctx)
 }
 
-func (e *flow) Section(r *run.Receipt) {
+func (e *flow) Section(r *lifecycle.Receipt) {
 	e.ensureReport()
 	r.Train = e.report
 }
@@ -100,11 +100,11 @@ func (e *flow) ensureReport() {
 }
 
 // trainSpec is the frozen train section.
-func (e *flow) trainSpec() run.TrainSpec {
+func (e *flow) trainSpec() lifecycle.TrainSpec {
 	if t := e.Frozen().Train; t != nil {
 		return *t
 	}
-	return run.TrainSpec{}
+	return lifecycle.TrainSpec{}
 }
 
-var _ run.Workflow = (*flow)(nil)
+var _ lifecycle.Workflow = (*flow)(nil)

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
-	"github.com/vastrun/vastrun/internal/run"
 )
 
 // Training's outcome mapping: a workload that exited non-zero is
 // "failed", whatever wraps it; anything else keeps the shared class.
 func TestOutcomeMapping(t *testing.T) {
-	f := newFlow(&run.Engine{})
+	f := newFlow(lifecycle.New(&lifecycle.Deps{}))
 	for _, c := range []struct {
 		err  error
 		base receipt.Outcome
@@ -32,12 +32,12 @@ func TestOutcomeMapping(t *testing.T) {
 // Training freezes its own section only: no test command, no canary, and
 // a train section even for a config without one (the zero spec).
 func TestSpecKeepsOnlyTrainsSection(t *testing.T) {
-	m := run.Manifest{Test: "make test", Canary: &run.CanarySpec{Smoke: "s"}}
-	newFlow(&run.Engine{}).Spec(&m)
+	m := lifecycle.Manifest{Test: "make test", Canary: &lifecycle.CanarySpec{Smoke: "s"}}
+	newFlow(lifecycle.New(&lifecycle.Deps{})).Spec(&m)
 	if m.Test != "" || m.Canary != nil || m.Train == nil {
 		t.Fatalf("%+v", m)
 	}
-	if (&flow{}).JobBound(run.Manifest{JobTimeout: "1h"}) != 0 {
+	if (&flow{}).JobBound(lifecycle.Manifest{JobTimeout: "1h"}) != 0 {
 		t.Fatal("training's approval bound is its start, not the job timeout")
 	}
 }

@@ -1,0 +1,29 @@
+// Package run is vastrun's lifecycle core: a run is an ordered list of
+// idempotent steps (gate, paths, freeze, select, approve, rent, ready,
+// connect, verify, then the workflow's own, then teardown and receipt)
+// over a journal, reading the run's frozen spec (internal/spec), never the
+// configuration after the draft is built.
+//
+// The core names no workflow. A workflow (internal/workflow/ci, canary,
+// train) implements [Workflow] — its spec sections, job bound, local step,
+// outcome mapping and receipt section — and drives a run through
+// [Engine.Drive] and [Engine.Resume] (one verified instance, then its
+// Body) or [Engine.Manage] (a workflow that attaches and replaces
+// instances itself), doing its own work through the small API in core.go.
+// The receipt is one versioned document: its workflow sections' types and
+// their rendering live with its schema (internal/receipt, embedded as
+// receipt.Sections); each workflow fills its own through Workflow.Section.
+//
+// Contracts:
+//   - Intent goes to the journal (fsync'd) before every marketplace side
+//     effect, and the outcome right after; the instance id also goes to the
+//     CI system's durable state the moment it is known.
+//   - One label, at most one live contract: an ambiguous create is never
+//     retried blindly but reconciled by a complete label listing.
+//   - Teardown runs on every path (success, failure, cancellation, panic)
+//     on a context detached from the cancelled one, with its own deadline,
+//     and is confirmed by id and by a complete label listing. What cannot
+//     be confirmed is escalated: a distinct exit code, a webhook alert and a
+//     CI annotation naming the instance.
+//   - No step sleeps on the wall clock: waits go through clock.Clock.
+package lifecycle

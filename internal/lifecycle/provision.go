@@ -1,0 +1,525 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/policy"
+	"github.com/vastrun/vastrun/internal/poll"
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/retry"
+	"github.com/vastrun/vastrun/internal/remote"
+)
+
+// reconcileGrace is how long an ambiguous create is given to show up in
+// listings (read-after-create lag) before it is judged not to have rented.
+const reconcileGrace = 90 * time.Second
+
+// maxAttempts bounds rentals per run: the first, and one replacement on a
+// different machine when the first never becomes ready.
+const maxAttempts = 2
+
+// rent creates one instance from o, journaling intent first. An ambiguous
+// outcome is reconciled by label, never retried blindly.
+func rent(ctx context.Context, e *Scope, o provider.Offer) (provider.InstanceID, error) {
+	// One live contract per label, whatever the timing: a rental starts only
+	// when the journal knows of no instance that may still be live and of no
+	// create whose outcome is unknown (retireEarlier and reconcile see to it).
+	if ids := e.state.Unconfirmed(); len(ids) > 0 {
+		return 0, &StepError{Step: stepRent, Err: fmt.Errorf("%w: instances %v", ErrEarlierRentalLive, ids)}
+	}
+	if e.state.AmbiguousRent() {
+		return 0, &StepError{Step: stepRent, Err: fmt.Errorf("%w: an earlier create's outcome is unknown", ErrEarlierRentalLive)}
+	}
+	login, err := imageLogin(e) // checked in prepare; read again here, before the intent
+	if err != nil {
+		return 0, err
+	}
+	m := e.Frozen()
+	p := m.Policy
+	total := p.Price(o) // the bid + storage for an interruptible rental (bid.go)
+	a := Attempt{MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, DPHTotal: total, DPHBase: o.DPHBase, StorageDPH: policy.StorageDPH(o, p.DiskGB), Bid: newAttemptBid(p, o)}
+	if err := e.Record("intent", stepRent, rentIntent{Label: e.state.Label, Offer: o.ID, Attempt: a}); err != nil {
+		return 0, err
+	}
+	// The label is known before the rental exists: put it in the CI's
+	// durable state now, so a job killed between create and its answer can
+	// still be cleaned up by label (post step, after_script, down --label).
+	if err := e.CI.Persist(ciKeys(e.state.RunID, map[string]string{"label": e.state.Label, "run_id": e.state.RunID})); err != nil {
+		e.Infof("warning: could not write CI state: %v", err)
+	}
+	e.Infof("renting offer %d (%s x%d, $%.4f/h) as %s", o.ID, o.GPUName, o.NumGPUs, total, e.state.Label)
+	res, err := e.Market.CreateInstance(ctx, provider.CreateRequest{
+		OfferID: o.ID, Image: m.Image, DiskGB: p.DiskGB, Label: e.state.Label,
+		Runtype: "ssh_direc ssh_proxy", CancelUnavail: true, ImageLogin: login, BidPrice: p.Bid(o), NumGPUs: o.NumGPUs,
+	})
+	switch {
+	case err == nil:
+		if err := rented(e, res.InstanceID, "created"); err != nil {
+			return res.InstanceID, err
+		}
+		return res.InstanceID, nil
+	case errors.Is(err, provider.ErrOutcomeUnknown):
+		var oe *provider.OutcomeUnknownError
+		errors.As(err, &oe)
+		e.Infof("create answered ambiguously (%v); reconciling by label %s", err, e.state.Label)
+		if jerr := e.Record("event", stepRent, map[string]any{"ambiguous": err.Error()}); jerr != nil {
+			return 0, jerr // teardown sweeps the label: the rent intent is journaled
+		}
+		return reconcile(ctx, e, oe.InstanceID)
+	default:
+		if jerr := e.Record("failed", stepRent, InstanceData{Reason: err.Error()}); jerr != nil {
+			return 0, errors.Join(err, jerr)
+		}
+		return 0, err
+	}
+}
+
+// ciKeys adds to kv a copy of each key suffixed with the run id
+// (label_<run>, instance_id_<run>), so that several runs in one CI job keep
+// separate cleanup handles; the plain keys name the latest run only, a
+// convenience like the state directory's "current" pointer.
+func ciKeys(runID string, kv map[string]string) map[string]string {
+	out := make(map[string]string, 2*len(kv))
+	for k, v := range kv {
+		out[k] = v
+		if k != "run_id" {
+			out[k+"_"+runID] = v
+		}
+	}
+	return out
+}
+
+// ErrEarlierRentalLive means a rent was refused because an earlier rental of
+// the run may still be live.
+var ErrEarlierRentalLive = errors.New("an earlier rental of this run is not confirmed destroyed, so nothing new is rented")
+
+// retireEarlier destroys, confirmed, every instance of the run whose
+// destruction the journal does not record as confirmed, before anything new
+// is rented. A controller killed between journaling "failover" and
+// "confirm" leaves such an instance live (paused instances still count):
+// renting beside it would make two live contracts for one label.
+func retireEarlier(ctx context.Context, e *Scope) error {
+	for _, id := range e.state.Unconfirmed() {
+		e.Infof("instance %d of this run is not confirmed destroyed: destroying it before renting another", id)
+		if err := destroyConfirm(context.WithoutCancel(ctx), e, id, time.Time{}); err != nil {
+			return &StepError{Step: stepRent, Instance: id, Err: fmt.Errorf("%w: %w", ErrEarlierRentalLive, err)}
+		}
+	}
+	return nil
+}
+
+// rented records the new id in the journal and in the CI's durable state.
+func rented(e *Scope, id provider.InstanceID, how string) error {
+	step := stepRent
+	if how == "adopted" {
+		step = stepAdopt
+	}
+	if err := e.Record("done", step, InstanceData{Instance: id, Reason: how}); err != nil {
+		return err
+	}
+	if err := e.CI.Persist(ciKeys(e.state.RunID, map[string]string{"instance_id": id.String()})); err != nil {
+		e.Infof("warning: could not write CI state: %v", err)
+	}
+	return nil
+}
+
+// errNotRented means reconciliation concluded nothing was rented.
+var errNotRented = errors.New("the ambiguous create did not rent anything")
+
+// reconcile finds what an ambiguous create did by listing the run's label
+// until the listing is complete and shows the rental, or the grace ends.
+// hint is a contract id the error body mentioned, if any.
+func reconcile(ctx context.Context, e *Scope, hint provider.InstanceID) (provider.InstanceID, error) {
+	var keep provider.InstanceID
+	var adoptErr error
+	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: 2 * time.Second, Max: 15 * time.Second, Jitter: e.jitter(), Deadline: e.Now().Add(reconcileGrace)},
+		func(ctx context.Context) (bool, error) {
+			list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+			if err != nil {
+				e.Log.Debug("label listing failed during reconcile", "err", err)
+				return false, err
+			}
+			ids := make([]provider.InstanceID, 0, len(list))
+			for _, in := range list {
+				// An instance the journal already knows (an earlier attempt,
+				// an extra) is never what this create rented.
+				if e.state.AttemptFor(in.ID) == nil && !containsID(e.state.Extras, in.ID) {
+					ids = append(ids, in.ID)
+				}
+			}
+			if hint != 0 && !containsID(ids, hint) {
+				if _, serr := e.Market.ShowInstance(ctx, hint); serr == nil {
+					ids = append(ids, hint)
+				}
+			}
+			if len(ids) == 0 {
+				return false, nil
+			}
+			keep = chooseKeeper(ids, hint)
+			if adoptErr = rented(e, keep, "adopted"); adoptErr != nil {
+				return true, nil
+			}
+			e.Infof("adopted instance %d found by label", keep)
+			for _, id := range ids {
+				if id != keep {
+					e.Infof("instance %d is a duplicate for label %s: destroying it", id, e.state.Label)
+					if adoptErr = e.Record("event", stepAdopt, InstanceData{Instance: id, Reason: "duplicate"}); adoptErr != nil {
+						return true, nil
+					}
+				}
+			}
+			return true, nil
+		})
+	var de *poll.DeadlineError
+	switch {
+	case err == nil:
+		return keep, adoptErr
+	case ctx.Err() != nil:
+		return 0, ctx.Err()
+	case errors.As(err, &de) && de.Last == nil:
+		if rerr := e.Record("failed", stepRent, InstanceData{Reason: "ambiguous create: nothing carries the label after the grace period"}); rerr != nil {
+			return 0, rerr
+		}
+		return 0, errNotRented
+	}
+	return 0, &StepError{Step: stepRent, Err: fmt.Errorf("outcome unknown and label %s could not be listed: %w (teardown will sweep the label)", e.state.Label, err)}
+}
+
+func containsID(ids []provider.InstanceID, id provider.InstanceID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// chooseKeeper picks the contract to keep: the one the server named, else
+// the oldest. Every process sees the same listing, so all agree.
+func chooseKeeper(ids []provider.InstanceID, hint provider.InstanceID) provider.InstanceID {
+	if hint != 0 && containsID(ids, hint) {
+		return hint
+	}
+	sorted := append([]provider.InstanceID(nil), ids...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	return sorted[0]
+}
+
+// dedupe enforces one live contract per label after a rental: any other
+// instance carrying the label is recorded as an extra and destroyed.
+func dedupe(ctx context.Context, e *Scope, keep provider.InstanceID) error {
+	list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+	if err != nil {
+		return nil // teardown lists again, completely, before it confirms
+	}
+	var jerr error
+	for _, in := range list {
+		if in.ID != keep && e.state.AttemptFor(in.ID) == nil {
+			// Destroying is the safe side: it goes ahead even when the
+			// journal cannot say so, and the step fails after it.
+			jerr = errors.Join(jerr, e.Record("event", stepAdopt, InstanceData{Instance: in.ID, Reason: "duplicate"}))
+			e.Infof("instance %d also carries label %s: destroying the duplicate", in.ID, e.state.Label)
+			destroyConfirm(ctx, e, in.ID, time.Time{})
+		}
+	}
+	return jerr
+}
+
+var imageErrorRE = regexp.MustCompile(`(?i)error response from daemon|manifest (for|unknown)|not found: manifest|pull access denied|unauthorized|oci runtime|no such image|error pulling|failed to pull|permission denied`)
+
+// stuckCreated is how long "created" may last before it counts as stuck.
+const stuckCreated = 3 * time.Minute
+
+// terminalReason says why an instance will never become ready, or "".
+func terminalReason(in provider.Instance, createdFor time.Duration) string {
+	switch {
+	case in.Paused():
+		return "paused (cur/intended/next state stopped): outbid or stopped"
+	case in.ActualStatus == "exited" || in.ActualStatus == "offline" || in.ActualStatus == "unknown":
+		return fmt.Sprintf("actual_status %s: %s", in.ActualStatus, in.StatusMsg)
+	case in.StatusMsg != "" && imageErrorRE.MatchString(in.StatusMsg):
+		return "image or container error: " + in.StatusMsg
+	case in.ActualStatus == "created" && createdFor >= stuckCreated:
+		return fmt.Sprintf("stuck in created for %s", createdFor.Round(time.Second))
+	}
+	return ""
+}
+
+// waitReady polls with adaptive, jittered intervals until the instance runs
+// with SSH published, fails terminally, or the deadline passes.
+func waitReady(ctx context.Context, e *Scope, id provider.InstanceID, deadline time.Time) (provider.Instance, error) {
+	start := e.Now()
+	var createdSince time.Time
+	last := ""
+	var inst provider.Instance
+	var stepErr *StepError
+	fail := func(reason string) (bool, error) {
+		stepErr = &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed, Err: errors.New(reason)}
+		return false, stepErr
+	}
+	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: 2 * time.Second, Max: 15 * time.Second, Factor: 1.5, Jitter: e.jitter(), Deadline: deadline,
+		// "loading" comes right before "running": poll it closely, since
+		// every second between running and noticing is billed.
+		Limit: func() time.Duration {
+			if inst.ActualStatus == "loading" {
+				return 5 * time.Second
+			}
+			return 15 * time.Second
+		},
+		Permanent: func(err error) bool { return errors.Is(err, provider.ErrAuth) || errors.As(err, new(*StepError)) }},
+		func(ctx context.Context) (bool, error) {
+			var err error
+			inst, err = e.Market.ShowInstance(ctx, id)
+			switch {
+			case errors.Is(err, provider.ErrNotFound):
+				if e.Now().Sub(start) > 2*time.Minute { // longer than any read lag
+					return fail("instance vanished")
+				}
+				return false, nil
+			case err != nil:
+				if !errors.Is(err, provider.ErrRateLimited) {
+					e.Log.Debug("readiness poll failed", "instance", id, "err", err)
+				}
+				return false, err
+			}
+			status := inst.ActualStatus
+			if status == "" {
+				status = "scheduling"
+			}
+			if desc := status + ": " + inst.StatusMsg; desc != last {
+				e.Infof("instance %d %s", id, strings.TrimSuffix(desc, ": "))
+				last = desc
+			}
+			if inst.Running() {
+				return true, nil
+			}
+			if inst.ActualStatus == "created" {
+				if createdSince.IsZero() {
+					createdSince = e.Now()
+				}
+			} else {
+				createdSince = time.Time{}
+			}
+			var createdFor time.Duration
+			if !createdSince.IsZero() {
+				createdFor = e.Now().Sub(createdSince)
+			}
+			if reason := terminalReason(inst, createdFor); reason != "" {
+				return fail(reason)
+			}
+			return false, nil
+		})
+	switch {
+	case err == nil:
+		return inst, e.Record("done", stepReady, InstanceData{Instance: id})
+	case stepErr != nil:
+		return inst, stepErr
+	case errors.Is(err, poll.ErrDeadline):
+		return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed,
+			Err: fmt.Errorf("not running within the ready deadline (last: %s)", orDash(last))}
+	}
+	return inst, err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// provision selects, approves, rents, waits and connects, replacing a
+// rental that never becomes ready once on a different machine.
+func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, provider.Instance, error) {
+	for attempt := 1; ; attempt++ {
+		if err := retireEarlier(ctx, e); err != nil {
+			return nil, provider.Instance{}, err
+		}
+		t0 := e.Now()
+		// Select and approve run for every rental: offers move, and each
+		// rental's plan is approved on its own.
+		offer, err := selectOffer(ctx, e, exclude)
+		e.timings.add("select", e.Now().Sub(t0))
+		if err = e.journalCondition(stepSelect, 0, err); err != nil {
+			return nil, provider.Instance{}, err
+		}
+		if err := e.journalCondition(stepApprove, 0, approve(e, *offer, attempt)); err != nil {
+			return nil, provider.Instance{}, err
+		}
+		t0 = e.Now()
+		id, err := rent(ctx, e, *offer)
+		if isOfferGone(err) {
+			var next provider.Offer
+			id, next, err = rentRace(ctx, e, *offer, err, &exclude, attempt)
+			offer = &next
+		}
+		e.timings.add("rent", e.Now().Sub(t0))
+		if err = e.journalCondition(stepRent, id, err); err != nil {
+			return nil, provider.Instance{}, err
+		}
+		if err := dedupe(ctx, e, id); err != nil {
+			return nil, provider.Instance{}, err
+		}
+		if err := assertBid(ctx, e, id); err != nil { // a bid is read back before anything else
+			return nil, provider.Instance{}, err
+		}
+		t0 = e.Now()
+		deadline := e.Now().Add(e.readyDeadline())
+		// Ready and connect are observed afresh for every new rental (a
+		// connection is this process's, not the journal's), so their
+		// conditions are journaled but never skip the step.
+		inst, err := waitReady(ctx, e, id, deadline)
+		err = e.journalCondition(stepReady, id, err)
+		var client *remote.Client
+		if err == nil {
+			client, err = connect(ctx, e, id, inst, deadline)
+			if err = e.journalCondition(stepConnect, id, err); err != nil && client != nil {
+				client.Close()
+				client = nil
+			}
+		}
+		e.timings.add("ready", e.Now().Sub(t0))
+		if err == nil {
+			return client, inst, nil
+		}
+		var se *StepError
+		if !errors.As(err, &se) || se.Outcome != OutcomeReadyFailed || ctx.Err() != nil {
+			return nil, inst, err
+		}
+		// Terminal or too slow: destroy it (confirmed) and try once elsewhere.
+		if jerr := e.Record("event", stepFailover, InstanceData{Instance: id, Reason: se.Err.Error()}); jerr != nil {
+			return nil, inst, errors.Join(err, jerr) // teardown destroys it
+		}
+		e.Infof("instance %d failed: %v; destroying it", id, se.Err)
+		if cerr := destroyConfirm(context.WithoutCancel(ctx), e, id, time.Time{}); cerr != nil {
+			return nil, inst, fmt.Errorf("%w; and its destruction is not confirmed: %v", err, cerr)
+		}
+		exclude = append(exclude, offer.MachineID)
+		if attempt >= provisionAttempts(e) {
+			return nil, inst, err
+		}
+		e.Infof("retrying once on a different machine")
+	}
+}
+
+// connect attaches the run's key and dials SSH until it answers.
+func connect(ctx context.Context, e *Scope, id provider.InstanceID, inst provider.Instance, deadline time.Time) (*remote.Client, error) {
+	kp, err := remote.EnsureKeyPair(e.runDir, "vastrun-"+e.state.RunID)
+	if err != nil {
+		return nil, err
+	}
+	// Attaching twice is harmless: the decorator retries it.
+	attach := &retry.Market{Inner: e.Market, Clock: e.Clock, MaxTries: 5, Initial: 2 * time.Second}
+	if err := attach.AttachSSHKey(ctx, id, kp.AuthorizedKey); err != nil {
+		return nil, &StepError{Step: "attach SSH key", Instance: id, Err: err}
+	}
+	// The client redials a dropped or stalled connection itself (same
+	// pinned host key), pacing its redials on the run's clock.
+	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: e.runDir + "/known_hosts", Clock: e.Clock, KeepAlive: e.SSHKeepAlive}
+	eps := endpoints(inst)
+	var c *remote.Client
+	tries := 0
+	err = poll.Until(ctx, e.Clock, poll.Policy{Initial: time.Second, Max: 10 * time.Second, Jitter: e.jitter(), Deadline: deadline,
+		Permanent: func(err error) bool { return errors.Is(err, remote.ErrHostKeyChanged) }},
+		func(ctx context.Context) (bool, error) {
+			if tries++; tries > 1 {
+				// Refresh endpoints: ports can be published late.
+				if fresh, err := e.Market.ShowInstance(ctx, id); err == nil && len(endpoints(fresh)) > 0 {
+					eps = endpoints(fresh)
+				}
+			}
+			var err error
+			if c, err = d.Dial(ctx, eps); err != nil {
+				e.Log.Debug("ssh not answering yet", "instance", id, "err", err)
+				return false, err
+			}
+			return true, nil
+		})
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.Is(err, remote.ErrHostKeyChanged):
+		return nil, &StepError{Step: "ssh", Instance: id, Outcome: OutcomeVerifyFailed, Err: err}
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	}
+	return nil, &StepError{Step: "ssh", Instance: id, Outcome: OutcomeReadyFailed, Err: fmt.Errorf("SSH never answered before the ready deadline: %w", err)}
+}
+
+func endpoints(in provider.Instance) []remote.Endpoint {
+	var out []remote.Endpoint
+	for _, ep := range in.SSHEndpoints() {
+		out = append(out, remote.Endpoint{Host: ep.Host, Port: ep.Port})
+	}
+	return out
+}
+
+// attach connects to the run's live instance, or rents a new one. It never
+// rents while the journal's current instance may still be alive.
+func attach(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, provider.Instance, error) {
+	// A controller that died mid-create left a rent intent without an id:
+	// what it rented (if anything) is found by label, never rented again.
+	if a := e.state.Current(); a != nil && a.InstanceID == 0 && a.Failure == "" {
+		e.Infof("the last create's outcome is unknown; reconciling by label %s", e.state.Label)
+		if _, err := reconcile(ctx, e, 0); err != nil && !errors.Is(err, errNotRented) {
+			return nil, provider.Instance{}, err
+		}
+	}
+	if a := e.state.Current(); a != nil && a.InstanceID != 0 && !a.Confirmed && a.Failure == "" {
+		inst, err := e.Market.ShowInstance(ctx, a.InstanceID)
+		switch {
+		case err == nil && inst.Running():
+			e.Infof("re-attaching to instance %d", inst.ID)
+			client, cerr := connect(ctx, e, inst.ID, inst, e.Now().Add(e.readyDeadline()))
+			if cerr == nil {
+				// A controller that died before its verify finished verifies
+				// now (a no-op when verify is True for this instance).
+				if err := verify(ctx, e, client, inst); err != nil {
+					client.Close()
+					return nil, inst, err
+				}
+				return client, inst, nil
+			}
+			if ctx.Err() != nil {
+				return nil, inst, cerr
+			}
+			// Unreachable (or stopped while we dialled): the same as a
+			// rental that never answered, so it is replaced, not the run
+			// failed.
+			if err := e.Record("event", stepFailover, InstanceData{Instance: a.InstanceID, Reason: "unreachable when the controller resumed: " + cerr.Error()}); err != nil {
+				return nil, inst, err
+			}
+			e.Infof("instance %d cannot be reached (%v): destroying it and renting a replacement", a.InstanceID, cerr)
+			if err := destroyConfirm(context.WithoutCancel(ctx), e, a.InstanceID, time.Time{}); err != nil {
+				return nil, inst, err
+			}
+			exclude = append(exclude, a.MachineID)
+		case err == nil || errors.Is(err, provider.ErrNotFound):
+			// Gone or not running: destroy whatever is left, then replace.
+			if err := e.Record("event", stepFailover, InstanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"}); err != nil {
+				return nil, inst, err
+			}
+			if err := destroyConfirm(context.WithoutCancel(ctx), e, a.InstanceID, time.Time{}); err != nil {
+				return nil, inst, err
+			}
+			exclude = append(exclude, a.MachineID)
+		default:
+			return nil, inst, fmt.Errorf("check instance %d before resuming: %w", a.InstanceID, err)
+		}
+	}
+	client, inst, err := provision(ctx, e, exclude)
+	if err != nil {
+		return nil, inst, err
+	}
+	if err := verify(ctx, e, client, inst); err != nil {
+		client.Close()
+		return nil, inst, err
+	}
+	return client, inst, nil
+}

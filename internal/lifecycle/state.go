@@ -1,0 +1,364 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/vastrun/vastrun/internal/journal"
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
+)
+
+// Journal record steps.
+const (
+	stepStart    = "start"
+	stepGate     = "gate"
+	stepFreeze   = "freeze"
+	stepSelect   = "select"
+	stepApprove  = "approve"
+	stepRent     = "rent"
+	stepAdopt    = "adopt"
+	stepReady    = "ready"
+	stepVerify   = "verify"
+	stepWork     = "work"
+	stepDestroy  = "destroy"
+	stepConfirm  = "confirm"
+	stepOutcome  = "outcome"
+	stepAlert    = "alert"
+	stepFailover = "failover"
+	stepPaths    = "paths"
+	stepConnect  = "connect"
+)
+
+// recCondition is the journal record type of a step's condition.
+const recCondition = "condition"
+
+// Attempt is one rental of the run.
+type Attempt struct {
+	OfferID     provider.OfferID    `json:"offer_id"`
+	MachineID   int64               `json:"machine_id"`
+	InstanceID  provider.InstanceID `json:"instance_id,omitempty"`
+	GPUName     string              `json:"gpu_name"`
+	NumGPUs     int                 `json:"num_gpus"`
+	DPHTotal    float64             `json:"dph_total"`
+	DPHBase     float64             `json:"dph_base"`
+	StorageDPH  float64             `json:"storage_dph"`
+	Failure     string              `json:"failure,omitempty"`
+	Destroyed   bool                `json:"destroyed"`
+	Confirmed   bool                `json:"destroy_confirmed"`
+	ConfirmedBy []string            `json:"confirmed_by,omitempty"`
+	Charged     *float64            `json:"charged_usd,omitempty"`
+	Bid         *AttemptBid         `json:"bid,omitempty"` // interruptible rentals (outbid.go)
+	BidCharge   *AttemptCharge      `json:"bid_charged,omitempty"`
+
+	IntentAt      time.Time `json:"rent_intent_at"`
+	RentedAt      time.Time `json:"rented_at,omitempty"`
+	RunningAt     time.Time `json:"running_at,omitempty"`
+	DestroySentAt time.Time `json:"destroy_sent_at,omitempty"`
+	ConfirmedAt   time.Time `json:"confirmed_at,omitempty"`
+}
+
+// State is what the journal says about a run.
+type State struct {
+	RunID        string
+	Label        string
+	Workflow     string
+	ManifestHash string
+	Attempts     []*Attempt
+	// Extras are instances found carrying the label that the run did not
+	// rent itself (lost create responses, duplicates); they are destroyed.
+	Extras   []provider.InstanceID
+	Outcome  receipt.Outcome
+	Approved bool
+	Started  time.Time
+	// Conditions hold each step's last journaled condition, by step name.
+	Conditions map[string]Condition
+}
+
+// Condition statuses, as in cluster-api: a step whose condition is True
+// has nothing left to do.
+const (
+	ConditionTrue    = "True"
+	ConditionFalse   = "False"
+	ConditionUnknown = "Unknown"
+)
+
+// Condition is what a step last journaled about itself: its status, a
+// machine-readable reason (an outcome class or "Done"), a message for
+// people, the instance it was about (0: the run as a whole), and when.
+type Condition struct {
+	Status   string              `json:"status"`
+	Reason   string              `json:"reason,omitempty"`
+	Message  string              `json:"message,omitempty"`
+	Instance provider.InstanceID `json:"instance_id,omitempty"`
+	At       time.Time           `json:"-"`
+}
+
+// IsTrue reports whether the condition says the step is done.
+func (c Condition) IsTrue() bool { return c.Status == ConditionTrue }
+
+// Condition is step's last condition; Unknown when none was journaled.
+func (s *State) Condition(step string) Condition {
+	if c, ok := s.Conditions[step]; ok {
+		return c
+	}
+	return Condition{Status: ConditionUnknown}
+}
+
+// Instances lists every instance the run knows of, its own and extras.
+func (s *State) Instances() []provider.InstanceID {
+	seen := map[provider.InstanceID]bool{}
+	var out []provider.InstanceID
+	for _, a := range s.Attempts {
+		if a.InstanceID != 0 && !seen[a.InstanceID] {
+			seen[a.InstanceID] = true
+			out = append(out, a.InstanceID)
+		}
+	}
+	for _, id := range s.Extras {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Current is the latest attempt, or nil.
+func (s *State) Current() *Attempt {
+	if len(s.Attempts) == 0 {
+		return nil
+	}
+	return s.Attempts[len(s.Attempts)-1]
+}
+
+func (s *State) AttemptFor(id provider.InstanceID) *Attempt {
+	for _, a := range s.Attempts {
+		if a.InstanceID == id {
+			return a
+		}
+	}
+	return nil
+}
+
+// AmbiguousRent reports a rent intent with no known instance and no
+// recorded failure: the create may have rented something unseen.
+func (s *State) AmbiguousRent() bool {
+	for _, a := range s.Attempts {
+		if a.InstanceID == 0 && a.Failure == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Unconfirmed lists instances whose destruction is not confirmed.
+func (s *State) Unconfirmed() []provider.InstanceID {
+	confirmed := map[provider.InstanceID]bool{}
+	for _, a := range s.Attempts {
+		if a.Confirmed {
+			confirmed[a.InstanceID] = true
+		}
+	}
+	out := []provider.InstanceID{}
+	for _, id := range s.Instances() {
+		if !confirmed[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+type startData struct {
+	RunID    string `json:"run_id"`
+	Label    string `json:"label"`
+	Workflow string `json:"workflow"`
+}
+
+type rentIntent struct {
+	Label string           `json:"label"`
+	Offer provider.OfferID `json:"offer_id"`
+	Attempt
+}
+
+type InstanceData struct {
+	Instance provider.InstanceID `json:"instance_id"`
+	Reason   string              `json:"reason,omitempty"`
+	Via      []string            `json:"via,omitempty"`
+}
+
+// Replay rebuilds State from journal records: a fold over Apply, so a
+// resumed run and a live one see the same state for the same records.
+func Replay(recs []journal.Record) (*State, error) {
+	s := &State{}
+	for _, r := range recs {
+		if err := s.Apply(r); err != nil {
+			return nil, err
+		}
+	}
+	if s.RunID == "" && len(recs) > 0 {
+		return nil, errors.New("journal does not start with a run record")
+	}
+	return s, nil
+}
+
+// Apply updates the state from one journal record. The engine applies each
+// record as it appends it, so no step ever re-reads the journal.
+func (s *State) Apply(r journal.Record) error {
+	replayBid(s, r) // interruptible rentals' records (outbid.go)
+	switch {
+	case r.Type == recCondition:
+		var c Condition
+		if err := r.Decode(&c); err != nil {
+			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		}
+		c.At = r.Time
+		if s.Conditions == nil {
+			s.Conditions = map[string]Condition{}
+		}
+		s.Conditions[r.Step] = c
+	case r.Step == stepStart:
+		var d startData
+		if err := r.Decode(&d); err != nil {
+			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		}
+		s.RunID, s.Label, s.Workflow, s.Started = d.RunID, d.Label, d.Workflow, r.Time
+	case r.Step == stepFreeze && r.Type == "done":
+		var d struct {
+			Hash string `json:"manifest_sha256"`
+		}
+		r.Decode(&d)
+		s.ManifestHash = d.Hash
+	case r.Step == stepApprove && r.Type == "done":
+		s.Approved = true
+	case r.Step == stepRent && r.Type == "intent":
+		var d rentIntent
+		if err := r.Decode(&d); err != nil {
+			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		}
+		a := d.Attempt
+		a.OfferID, a.IntentAt = d.Offer, r.Time
+		s.Attempts = append(s.Attempts, &a)
+	case r.Step == stepRent && r.Type == "done", r.Step == stepAdopt && r.Type == "done":
+		var d InstanceData
+		r.Decode(&d)
+		if a := s.Current(); a != nil && a.InstanceID == 0 {
+			a.InstanceID, a.RentedAt = d.Instance, r.Time
+		}
+	case r.Step == stepRent && r.Type == "failed":
+		var d InstanceData
+		r.Decode(&d)
+		if a := s.Current(); a != nil && a.InstanceID == 0 {
+			a.Failure = d.Reason
+		}
+	case r.Step == stepAdopt && r.Type == "event": // an extra found by label
+		var d InstanceData
+		r.Decode(&d)
+		if s.AttemptFor(d.Instance) == nil {
+			s.Extras = append(s.Extras, d.Instance)
+		}
+	case r.Step == stepReady && r.Type == "done":
+		var d InstanceData
+		r.Decode(&d)
+		if a := s.AttemptFor(d.Instance); a != nil {
+			a.RunningAt = r.Time
+		}
+	case r.Step == stepFailover:
+		var d InstanceData
+		r.Decode(&d)
+		if a := s.AttemptFor(d.Instance); a != nil {
+			a.Failure = d.Reason
+		}
+		// The rental is being replaced: its per-instance steps start over.
+		for _, step := range []string{stepRent, stepReady, stepConnect, stepVerify} {
+			delete(s.Conditions, step)
+		}
+	case r.Step == stepDestroy && r.Type == "intent":
+		var d InstanceData
+		r.Decode(&d)
+		if a := s.AttemptFor(d.Instance); a != nil && a.DestroySentAt.IsZero() {
+			a.DestroySentAt = r.Time
+		}
+	case r.Step == stepDestroy && r.Type == "done":
+		var d InstanceData
+		r.Decode(&d)
+		if a := s.AttemptFor(d.Instance); a != nil {
+			a.Destroyed = true
+		}
+	case r.Step == stepConfirm && r.Type == "done":
+		var d InstanceData
+		r.Decode(&d)
+		a := s.AttemptFor(d.Instance)
+		if a == nil { // an extra: track its confirmation as a pseudo-attempt
+			a = &Attempt{InstanceID: d.Instance, Failure: "extra instance carrying the run label"}
+			s.Attempts = append(s.Attempts, a)
+			a.IntentAt = r.Time
+		}
+		a.Destroyed, a.Confirmed, a.ConfirmedBy, a.ConfirmedAt = true, true, d.Via, r.Time
+	case r.Step == stepOutcome:
+		var d struct {
+			Outcome string `json:"outcome"`
+		}
+		r.Decode(&d)
+		s.Outcome = receipt.Outcome(d.Outcome)
+	}
+	return nil
+}
+
+// LoadState reads a run directory's journal without locking it.
+func LoadState(runDir string) (*State, error) {
+	recs, err := journal.Read(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("read run %s: %w", runDir, err)
+	}
+	return Replay(recs)
+}
+
+// stateFile is a small summary beside the journal for scripts and the
+// GitHub Action's post step; the journal stays the source of truth.
+type stateFile struct {
+	Schema      string                `json:"schema"`
+	RunID       string                `json:"run_id"`
+	Label       string                `json:"label"`
+	Instances   []provider.InstanceID `json:"instance_ids"`
+	Unconfirmed []provider.InstanceID `json:"unconfirmed_instance_ids"`
+	Outcome     string                `json:"outcome,omitempty"`
+	EvidenceDir string                `json:"evidence_dir,omitempty"`
+}
+
+func writeStateFile(runDir string, s *State, evidence string) error {
+	ids := s.Instances()
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	b, _ := json.MarshalIndent(stateFile{Schema: "vastrun.state/v1", RunID: s.RunID, Label: s.Label, Instances: ids,
+		Unconfirmed: s.Unconfirmed(), Outcome: string(s.Outcome), EvidenceDir: evidence}, "", "  ")
+	return writeFileAtomic(filepath.Join(runDir, "state.json"), append(b, '\n'), 0o600)
+}
+
+func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

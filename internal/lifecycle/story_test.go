@@ -1,0 +1,51 @@
+package lifecycle
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestStoryCILogTailOnlyOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	var log strings.Builder
+	for i := 1; i <= 30; i++ {
+		log.WriteString("line " + strings.Repeat("x", i%3) + "\n")
+	}
+	log.WriteString("the last line\n")
+	os.WriteFile(filepath.Join(dir, "test.log"), []byte(log.String()), 0o644)
+	r := &Receipt{Workflow: "ci", Outcome: OutcomeFailed, EvidenceDir: dir, Test: &TestOutcome{ExitCode: 1, Log: "test.log"},
+		Verify: &verifyReport{Checks: []Check{{Name: "gpu count", OK: true, Detail: "1 GPU"}, {Name: "cuda", OK: false, Detail: "11.8 < 12.0"}}}}
+	var tail *Section
+	for _, s := range Story(r) {
+		if strings.HasPrefix(s.Title, "Last lines of test.log") {
+			s := s
+			tail = &s
+		}
+	}
+	if tail == nil || strings.Count(tail.Block, "\n")+1 != 20 || !strings.HasSuffix(tail.Block, "the last line") {
+		t.Fatalf("tail: %+v", tail)
+	}
+	if md := Summary(r); !strings.Contains(md, "| cuda | FAILED — 11.8 < 12.0 |") {
+		t.Fatalf("verify checks missing:\n%s", md)
+	}
+	r.Outcome, r.Test.ExitCode = OutcomePassed, 0
+	for _, s := range Story(r) {
+		if strings.HasPrefix(s.Title, "Last lines") {
+			t.Fatal("a passing test's log tail is shown")
+		}
+	}
+}
+
+func TestInWords(t *testing.T) {
+	for reason, want := range map[string]string{
+		"paused (cur/intended/next state stopped): outbid or stopped actual_status stopped": "the host stopped the instance (outbid or preempted)",
+		"instance vanished": "the instance disappeared from the marketplace",
+		"something new":     "something new",
+	} {
+		if got := InWords(reason); got != want {
+			t.Errorf("InWords(%q) = %q, want %q", reason, got, want)
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/vastrun/vastrun/internal/remote"
+)
+
+// ResultPath is where, relative to the login directory, a test may write
+// its JSON result; $VASTRUN_RESULT holds the absolute path.
+const ResultPath = ".vastrun/result.json"
+
+// TestOutcome is how a command on the instance ended.
+type TestOutcome struct {
+	ExitCode  int            `json:"exit_code"`
+	Signal    string         `json:"signal,omitempty"`
+	Result    map[string]any `json:"result,omitempty"`
+	ResultErr string         `json:"result_error,omitempty"`
+	Log       string         `json:"log"`
+	TimedOut  bool           `json:"timed_out,omitempty"`
+}
+
+// testEnv is the environment the test gets: config env, declared secrets
+// (read from vastrun's own environment), and run facts.
+func testEnv(e *Scope) (map[string]string, error) {
+	env := map[string]string{}
+	for k, v := range e.Frozen().Env {
+		env[k] = v
+	}
+	var missing []string
+	for _, name := range e.Frozen().SecretNames {
+		v := e.Getenv(name)
+		if v == "" {
+			missing = append(missing, name)
+			continue
+		}
+		env[name] = v
+		e.Redactor.Add(v)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("secrets %v are declared in the config but not set in the environment", missing)
+	}
+	env["VASTRUN_RUN_ID"] = e.state.RunID
+	env["VASTRUN_LABEL"] = e.state.Label
+	return env, nil
+}
+
+// upload copies the config's upload paths to the same relative paths; with
+// workdir set, the workdir and those paths travel as one archive instead.
+func upload(e *Scope, c *remote.Client) error {
+	if e.Frozen().Workdir != "" {
+		return syncWorkdir(e, c)
+	}
+	var total int64
+	for _, u := range e.Frozen().Upload {
+		local := filepath.Join(e.RepoDir, u)
+		if _, err := os.Stat(local); err != nil {
+			return fmt.Errorf("upload %s: %w", u, err)
+		}
+		total += treeSize(local)
+	}
+	pr := &uploadProgress{total: total, say: e.Infof}
+	for _, u := range e.Frozen().Upload {
+		local := filepath.Join(e.RepoDir, u)
+		if err := c.UploadProgress(local, filepath.ToSlash(filepath.Clean(u)), pr.at(u)); err != nil {
+			return err
+		}
+		pr.done(u)
+	}
+	return nil
+}
+
+// uploadProgressMin is the smallest upload worth progress lines: below it
+// an upload takes no time worth watching.
+const uploadProgressMin = 8 << 20
+
+// uploadProgress says how far the uploads are, at each quarter of the total
+// bytes, so a large upload is never a silent wait. A redialled try of one
+// path copies it again; its bytes count once.
+type uploadProgress struct {
+	total    int64
+	finished int64 // bytes of the paths already uploaded
+	current  int64 // bytes of the path being uploaded, this try
+	said     int   // quarters already said
+	size     map[string]int64
+	say      func(format string, args ...any)
+}
+
+func (p *uploadProgress) at(path string) func(int64) {
+	return func(copied int64) {
+		if p.size == nil {
+			p.size = map[string]int64{}
+		}
+		p.current = max(p.current, copied)
+		p.size[path] = p.current
+		p.report()
+	}
+}
+
+func (p *uploadProgress) done(path string) {
+	p.finished += p.size[path]
+	p.current = 0
+	p.report()
+}
+
+func (p *uploadProgress) report() {
+	if p.total < uploadProgressMin || p.say == nil {
+		return
+	}
+	sent := min(p.finished+p.current, p.total)
+	q := int(sent * 4 / p.total)
+	if q > p.said {
+		p.said = q
+		p.say("uploaded %d%% (%.1f of %.1f MB)", q*25, float64(sent)/1e6, float64(p.total)/1e6)
+	}
+}
+
+// treeSize is the bytes of the regular files under path (0 when unreadable:
+// it only sizes progress lines).
+func treeSize(path string) int64 {
+	var n int64
+	filepath.Walk(path, func(_ string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+// work runs the test under the job timeout, streaming redacted output to
+// the terminal and to test.log, then fetches its JSON result, if any.
+func work(ctx context.Context, e *Scope, c *remote.Client, script string, env map[string]string) (*TestOutcome, error) {
+	logPath := filepath.Join(e.EvidenceDir, "test.log")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var sinks io.Writer = f
+	if e.Stream != nil {
+		sinks = io.MultiWriter(f, e.Stream)
+	}
+	out := e.Redactor.Writer(sinks)
+	defer out.Close()
+
+	jctx, cancel := context.WithTimeout(ctx, e.jobTimeout())
+	defer cancel()
+	if err := e.Record("intent", stepWork, map[string]any{"command": script}); err != nil {
+		return &TestOutcome{Log: "test.log"}, &StepError{Step: stepWork, Err: err} // not run: no intent, no side effect
+	}
+	full := `VASTRUN_RESULT="$PWD/` + ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; rm -f "$VASTRUN_RESULT"; ` + script
+	err = c.Run(jctx, remote.Command{Script: full, Env: env, Stdout: out, Stderr: out})
+	out.Flush()
+	res := &TestOutcome{Log: "test.log"}
+	var ee *remote.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.ExitCode, res.Signal = ee.Code, ee.Signal
+	case ctx.Err() != nil:
+		return res, ctx.Err()
+	case jctx.Err() != nil:
+		res.TimedOut, res.ExitCode = true, -1
+		jerr := e.Record("failed", stepWork, map[string]any{"timeout": e.jobTimeout().String()})
+		return res, errors.Join(&StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the test ran past the job timeout %s", e.jobTimeout())}, jerr)
+	default:
+		return res, &StepError{Step: stepWork, Err: err}
+	}
+	fetchResult(e, c, res)
+	if err := e.Record("done", stepWork, map[string]any{"exit_code": res.ExitCode}); err != nil {
+		return res, &StepError{Step: stepWork, Err: err}
+	}
+	return res, nil
+}
+
+func fetchResult(e *Scope, c *remote.Client, res *TestOutcome) {
+	tmp := filepath.Join(e.runDir, "result.json.download")
+	defer os.Remove(tmp)
+	err := c.Download(ResultPath, tmp, 1<<20)
+	if errors.Is(err, remote.ErrRemoteMissing) {
+		return
+	}
+	if err != nil {
+		res.ResultErr = err.Error()
+		return
+	}
+	b, _ := os.ReadFile(tmp)
+	b = e.maskResult(b)
+	os.WriteFile(filepath.Join(e.EvidenceDir, "result.json"), b, 0o644)
+	if err := json.Unmarshal(b, &res.Result); err != nil {
+		res.ResultErr = "result file is not a JSON object: " + err.Error()
+	}
+}
