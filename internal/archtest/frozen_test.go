@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// configReaders are the only engine methods that may read the live
-// configuration (Engine.Config). Everything else, every step after the
+// configReaders are the only lifecycle functions that may read the live
+// configuration (Deps.Config). Everything else, every step after the
 // freeze and every step of a resumed run, reads the frozen spec
 // (e.frozen(), e.trainSpec(), e.canarySpec()), so a vastrun.yaml edited
 // after the freeze cannot change a run (issue 9, Deliver 2).
@@ -78,6 +78,14 @@ func TestStepsNeverReadTheLiveConfig(t *testing.T) {
 				recv := ""
 				if fn.Recv != nil && len(fn.Recv.List) == 1 && len(fn.Recv.List[0].Names) == 1 {
 					recv = fn.Recv.List[0].Names[0].Name
+				}
+				// A step's function takes the scope as a parameter.
+				for _, p := range fn.Type.Params.List {
+					if st, ok := p.Type.(*ast.StarExpr); ok && len(p.Names) == 1 {
+						if id, ok := st.X.(*ast.Ident); ok && id.Name == "Scope" {
+							recv = p.Names[0].Name
+						}
+					}
 				}
 				ast.Inspect(fn.Body, func(n ast.Node) bool {
 					sel, ok := n.(*ast.SelectorExpr)

@@ -62,7 +62,7 @@ func bidPlan(e *Scope, o provider.Offer) *BidPlan {
 	}
 	b := &BidPlan{BidDPH: p.Bid(o), MinBid: o.MinBid, TotalDPH: p.Price(o), OnDemandDPH: policy.TotalDPH(o, p.DiskGB),
 		MaxBid: p.MaxBid}
-	b.OnOutbid, _ = e.workflow().Interruptions(e.manifest)
+	b.OnOutbid, _ = e.workflow().interruptions(e.manifest)
 	b.WorstDPH = b.TotalDPH
 	if b.OnOutbid == config.OnOutbidRebid && p.MaxBid > 0 {
 		b.WorstDPH = p.MaxBid

@@ -198,7 +198,7 @@ func assertBid(ctx context.Context, e *Scope, id provider.InstanceID) error {
 // machines as train.max_attempts allows.
 func provisionAttempts(e *Scope) int {
 	if e.Frozen().Policy.Interruptible {
-		_, n := e.workflow().Interruptions(e.manifest)
+		_, n := e.workflow().interruptions(e.manifest)
 		return max(maxAttempts, n)
 	}
 	return maxAttempts

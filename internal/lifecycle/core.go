@@ -65,32 +65,6 @@ const (
 	StepBid         = stepBid
 )
 
-// Manage runs w's lifecycle around work, for a workflow that provisions
-// its own instances (Attach) as it goes: a new run (Begin) or, with
-// resume, a run opened with Open (its frozen spec adopted as Resume
-// does), then prepare, then work; teardown and the receipt follow on
-// every path, a panic included. work closes the connections it opens.
-func (e *Scope) Manage(ctx context.Context, w Workflow, resume bool, work func(ctx context.Context) error) (receipt *Receipt, err error) {
-	if resume {
-		e.Workflow, e.flow = w.Name(), w
-		if err := adoptFrozen(ctx, e); err != nil {
-			e.Close()
-			return nil, err
-		}
-	} else {
-		e.flow = w
-		if err := e.Begin(w.Name()); err != nil {
-			return nil, err
-		}
-	}
-	defer e.Close()
-	defer func() { receipt, err = settle(ctx, e, recover(), nil, false, err) }()
-	if err := prepare(ctx, e); err != nil {
-		return nil, err
-	}
-	return nil, work(ctx)
-}
-
 // Attach connects to the run's live instance (re-attaching after a
 // controller restart), or replaces one that is gone or unreachable, or
 // rents a new one (machines in exclude never): it never rents while the

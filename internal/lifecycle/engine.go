@@ -24,6 +24,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
+	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/spec"
 )
 
@@ -161,14 +162,21 @@ type Run struct {
 	journalErr  error
 	unjournaled []journal.Record
 	evidenceUp  *EvidenceUpload // the copy at evidence.uri (evidence.go)
-	// flow is what the run's workflow adds to the shared steps.
-	flow      Workflow
+	// flow is the run's workflow: its steps and what it adds to the
+	// shared ones.
+	flow *Flow
+	// opened: the run was replayed by Open, so Execute continues it.
+	opened    bool
 	lastEvent progress.Event
 }
 
-// Scope is what a step works with: the run and its wiring.
+// Scope is what a step works with: the run and its wiring, and the
+// instance the provision step connected to (zero before it, and again
+// after the connection is closed).
 type Scope struct {
 	*Run
+	Inst provider.Instance
+	Conn *remote.Client
 }
 
 func (e *Run) Mark(phase string) {
@@ -350,8 +358,8 @@ func (e *Scope) Begin(workflow string) error {
 	if err != nil {
 		return err
 	}
-	if e.flow == nil || e.flow.Name() != workflow {
-		e.flow = plainWorkflow{name: workflow}
+	if e.flow == nil || e.flow.Name != workflow {
+		e.flow = plainFlow(workflow)
 	}
 	e.Workflow = workflow
 	e.runDir = filepath.Join(e.StateRoot, "runs", runID)
@@ -404,7 +412,7 @@ func (e *Scope) Open(runDir string) error {
 	if err := e.hookJournal(j, st.RunID); err != nil {
 		return err
 	}
-	e.j, e.state = j, st
+	e.j, e.state, e.opened = j, st, true
 	e.defaultEvidence(st.RunID)
 	// exec and down on an opened run read its frozen spec; a run frozen
 	// before, whose manifest cannot be read, still gets torn down, from the
@@ -465,7 +473,7 @@ func draft(ctx context.Context, e *Scope, runID, lbl string) Manifest {
 	m := spec.Build(e.Config, spec.Facts{RunID: runID, Label: lbl, Workflow: e.Workflow,
 		Commit: gitCommit(ctx, e.RepoDir, e.CI.Commit), CIRun: e.CI.RunURL,
 		EvidenceDir: e.EvidenceDir, EvidenceURI: evidenceBase(e), CreatedAt: e.Now().UTC()})
-	e.workflow().Spec(&m)
+	e.workflow().spec(&m)
 	return m
 }
 
@@ -517,7 +525,7 @@ func selectOffer(ctx context.Context, e *Scope, exclude []int64) (*provider.Offe
 // workflow's (training's is open-ended and bounded while it runs).
 func worstCase(e *Scope, dph float64) float64 {
 	m := e.manifest
-	hours := (frozenDuration(m.ReadyDeadline) + e.workflow().JobBound(m) + frozenDuration(m.TeardownLimit)).Hours()
+	hours := (frozenDuration(m.ReadyDeadline) + e.workflow().jobBound(m) + frozenDuration(m.TeardownLimit)).Hours()
 	return dph * hours
 }
 

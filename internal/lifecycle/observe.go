@@ -31,7 +31,7 @@ func (e *Run) observeRecord(typ, step string, data any) {
 		ev.Phase = progress.PhaseVerify
 	case step == stepWork && typ == "intent":
 		var bound time.Duration
-		ev.Phase, bound = e.workflow().WorkPhase(e.manifest)
+		ev.Phase, bound = e.workflow().workPhase(e.manifest)
 		if bound > 0 {
 			ev.Deadline = e.Now().Add(bound)
 		}
@@ -70,7 +70,7 @@ func (e *Run) ObserveSteps(step, total int64) {
 	if e.Observer == nil {
 		return
 	}
-	if work, _ := e.workflow().WorkPhase(e.manifest); e.lastEvent.Phase != work {
+	if work, _ := e.workflow().workPhase(e.manifest); e.lastEvent.Phase != work {
 		return // steps belong to the workflow's own work, not to its set-up
 	}
 	ev := e.progressEvent()

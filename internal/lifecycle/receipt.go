@@ -195,7 +195,7 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 		StartedAt: st.Started, FinishedAt: e.Now().UTC(), EvidenceDir: e.EvidenceDir, EvidenceUpload: e.evidenceUp,
 		CI: ReceiptCI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},
 	}
-	e.workflow().Section(r)
+	e.workflow().section(r)
 	r.Attempts = roundedAttempts(r.Attempts)
 	if runErr != nil {
 		r.Error = e.Redactor.String(runErr.Error())

@@ -69,7 +69,11 @@ func smiHasModel(smiName, vastName string) bool {
 // It is a no-op for an instance whose verify condition is already True (a
 // resumed run re-attaching to the instance it verified before).
 func verify(ctx context.Context, e *Scope, c *remote.Client, inst provider.Instance) error {
-	return e.reconcileStep(stepVerify, inst.ID, func() error { return verifyOnce(ctx, e, c, inst) })
+	return e.reconcileStep(stepVerify, inst.ID, func() error {
+		t0 := e.Now()
+		defer func() { e.timings.add("verify", e.Now().Sub(t0)) }()
+		return verifyOnce(ctx, e, c, inst)
+	})
 }
 
 // verifyProbe is what verify runs on the instance. It only reads, so it

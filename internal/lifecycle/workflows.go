@@ -13,7 +13,6 @@ import (
 
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
-	"github.com/vastrun/vastrun/internal/remote"
 )
 
 // gate runs the config's CPU commands locally; any failure means no rental.
@@ -115,122 +114,19 @@ func Outcome(err error) receipt.Outcome {
 	return OutcomeError
 }
 
-// prepare runs the local steps in order: gate, paths, freeze (with the
-// checks that need no rental), then the workflow's own local step. Each is
-// guarded by its journaled condition, so a resumed run walks the same list
-// and repeats only what is not done; a resumed run's freeze is already
-// True (adoptFrozen loaded and checked the frozen manifest).
-func prepare(ctx context.Context, e *Scope) error {
-	if err := os.MkdirAll(e.EvidenceDir, 0o755); err != nil {
-		return fmt.Errorf("create evidence directory: %w", err)
-	}
-	if err := e.reconcileStep(stepGate, 0, func() error { return gate(ctx, e) }); err != nil {
-		return err
-	}
-	if err := e.reconcileStep(stepPaths, 0, func() error { return pathsTouched(ctx, e) }); err != nil {
-		return err
-	}
-	// What the rental will need is checked every time, resumed or not: a
-	// resumed run needs its secrets and registry login as much as a new one.
-	if err := CheckImagePinned(e.Frozen().Image); err != nil {
-		return &StepError{Step: stepFreeze, Err: err}
-	}
-	if _, err := testEnv(e); err != nil {
-		return &StepError{Step: stepFreeze, Err: err}
-	}
-	if _, err := imageLogin(e); err != nil {
-		return &StepError{Step: stepFreeze, Err: err}
-	}
-	if err := checkEvidenceURI(e); err != nil { // evidence.go
-		return &StepError{Step: stepFreeze, Err: err}
-	}
-	if err := e.reconcileStep(stepFreeze, 0, func() error {
-		if e.state.ManifestHash != "" {
-			return nil // frozen before (adoptFrozen holds it): never twice
-		}
-		if err := checkWorkdir(ctx, e); err != nil {
-			return &StepError{Step: stepFreeze, Err: err}
-		}
-		return freeze(ctx, e)
-	}); err != nil {
-		return err
-	}
-	return e.workflow().Local(ctx)
-}
-
-// Body is a workflow's own work on a verified instance it is connected
-// to; its error is the run's (Outcome classifies it).
-type Body func(ctx context.Context, c *remote.Client, inst provider.Instance) error
-
-// Drive runs a new run of workflow w: begin, prepare (gate, paths, freeze,
-// then w.Local), provision one verified instance (rent, ready, connect,
-// verify), then body on it. Teardown and the receipt follow on every path
-// (a panic on this goroutine included) unless keep is set and the run
-// succeeded. It returns a receipt once the run has begun.
-func (e *Scope) Drive(ctx context.Context, w Workflow, keep bool, body Body) (receipt *Receipt, err error) {
-	e.flow = w
-	if err := e.Begin(w.Name()); err != nil {
-		return nil, err
-	}
-	defer e.Close()
-	var client *remote.Client
-	defer func() { receipt, err = settle(ctx, e, recover(), client, keep, err) }()
-	if err := prepare(ctx, e); err != nil {
-		return nil, err
-	}
-	var inst provider.Instance
-	client, inst, err = provision(ctx, e, nil)
-	if err != nil {
-		return nil, err
-	}
-	return nil, body(ctx, client, inst)
-}
-
-func (e *Run) rentAttempted() bool { return e.state != nil && len(e.state.Attempts) > 0 }
-
-// Resume continues, as workflow w, a run opened with Open whose controller
-// died: it adopts the run's frozen manifest (refusing a changed
-// configuration unless AcceptConfigChange), walks the same steps as a new
-// run (those whose condition is True are skipped), re-attaches to the
-// run's live instance or replaces one that is gone, then runs body;
-// teardown and the receipt follow on every path.
-func (e *Scope) Resume(ctx context.Context, w Workflow, body Body) (receipt *Receipt, err error) {
-	e.Workflow, e.flow = w.Name(), w
-	if err := adoptFrozen(ctx, e); err != nil {
-		e.Close()
-		return nil, err
-	}
-	defer e.Close()
-	var client *remote.Client
-	defer func() { receipt, err = settle(ctx, e, recover(), client, false, err) }()
-	if err := prepare(ctx, e); err != nil { // done steps are not repeated
-		return nil, err
-	}
-	var exclude []int64
-	for _, a := range e.state.Attempts {
-		if a.Failure != "" {
-			exclude = append(exclude, a.MachineID)
-		}
-	}
-	var inst provider.Instance
-	if client, inst, err = attach(ctx, e, exclude); err != nil {
-		return nil, err
-	}
-	return nil, body(ctx, client, inst)
-}
-
 // settle is the shared end of every workflow: report a panic as an error,
 // close SSH, classify the outcome, tear down (unless keeping a successful
 // rental), and write the receipt.
-func settle(ctx context.Context, e *Scope, recovered any, client *remote.Client, keep bool, err error) (*Receipt, error) {
+func settle(ctx context.Context, e *Scope, recovered any, keep bool, err error) (*Receipt, error) {
 	if recovered != nil {
 		e.Log.Error("panic", "value", recovered, "stack", string(debug.Stack()))
 		err = fmt.Errorf("internal error (panic): %v", recovered)
 	}
-	if client != nil {
-		client.Close()
+	if e.Conn != nil {
+		e.Conn.Close()
+		e.Conn = nil
 	}
-	outcome := e.workflow().Outcome(err, Outcome(err))
+	outcome := e.workflow().outcome(err, Outcome(err))
 	// A run whose journal could not be written never counts as a success,
 	// even if the step that hit it did not report it.
 	if e.journalErr != nil && !errors.Is(err, ErrJournal) {
@@ -246,7 +142,7 @@ func settle(ctx context.Context, e *Scope, recovered any, client *remote.Client,
 			err = errors.Join(err, terr)
 		}
 	}
-	e.workflow().Finish(ctx)
+	e.workflow().finish(ctx, e)
 	// After teardown, whatever the outcome: a failed upload joins err
 	// without changing the outcome (evidence.go).
 	evErr := uploadEvidence(ctx, e)

@@ -25,16 +25,16 @@ type instanceShell interface {
 
 // captureFailed notes evidence that could not be captured.
 func (e *flow) captureFailed(what string, err error) string {
-	msg := e.Redactor.String(fmt.Sprintf("%s: %v", what, err))
+	msg := e.s.Redactor.String(fmt.Sprintf("%s: %v", what, err))
 	e.report.CaptureErrors = append(e.report.CaptureErrors, msg)
-	e.Infof("canary: could not capture %s (the run goes on; the receipt notes it)", msg)
+	e.s.Infof("canary: could not capture %s (the run goes on; the receipt notes it)", msg)
 	return msg
 }
 
 func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 	cc := e.canarySpec()
 	if cc.Unit != "" {
-		e.Infof("local unit tests: %s", cc.Unit)
+		e.s.Infof("local unit tests: %s", cc.Unit)
 		uctx, cancel := e.withClockTimeout(ctx, localTimeout(cc.Timeouts.Unit.Duration()))
 		code, err := e.localRun(uctx, cc.Unit, "unit.log", nil)
 		timedOut := timedOut(uctx)
@@ -53,7 +53,7 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 			return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests exited %d", ErrLocalFailed, code)}
 		}
 	}
-	resultPath, _ := filepath.Abs(filepath.Join(e.EvidenceDir, "local-result.json"))
+	resultPath, _ := filepath.Abs(filepath.Join(e.s.EvidenceDir, "local-result.json"))
 	env := map[string]string{"VASTRUN_DEVICE": "cpu", "VASTRUN_RESULT": resultPath}
 	if cc.IsServer() {
 		return e.localServerSmoke(ctx, env, resultPath, allowFailure)
@@ -74,8 +74,8 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 		code, err = e.containerSmoke(sctx, eng, file, resultPath, env)
 	} else {
 		e.report.LocalNote = note
-		e.Infof("%s", note)
-		e.Infof("local smoke (%s): %s", where, cc.Smoke)
+		e.s.Infof("%s", note)
+		e.s.Infof("local smoke (%s): %s", where, cc.Smoke)
 		code, err = e.localRun(sctx, cc.Smoke, "local-smoke.log", env)
 	}
 	late := timedOut(sctx)
@@ -115,13 +115,13 @@ func (e *flow) localRun(ctx context.Context, script, logName string, env map[str
 	if err != nil {
 		return -1, err
 	}
-	return smoke.Local{Dir: e.RepoDir}.Run(ctx, script, full, w)
+	return smoke.Local{Dir: e.s.RepoDir}.Run(ctx, script, full, w)
 }
 
 func (e *flow) judgeSmoke(where string, code int, resultPath, log string) receipt.SmokeOutcome {
 	out := receipt.SmokeOutcome{Where: where, ExitCode: code, Log: log}
 	if b, err := os.ReadFile(resultPath); err == nil {
-		json.Unmarshal(e.Redactor.JSON(b), &out.Result)
+		json.Unmarshal(e.s.Redactor.JSON(b), &out.Result)
 	}
 	for _, f := range e.canarySpec().ExpectFields {
 		if _, ok := lookup(out.Result, f); !ok {
@@ -161,32 +161,32 @@ func (e *flow) compareResults(local, gpu map[string]any) []receipt.FieldDelta {
 }
 
 func (e *flow) gpuCanary(ctx context.Context, c *remote.Client, inst provider.Instance) error {
-	if err := e.Verify(ctx, c, inst); err != nil {
+	if err := e.s.Verify(ctx, c, inst); err != nil {
 		return err
 	}
-	if err := e.Upload(c); err != nil {
+	if err := e.s.Upload(c); err != nil {
 		return &lifecycle.StepError{Step: "upload", Instance: inst.ID, Err: err}
 	}
-	env, err := e.TestEnv()
+	env, err := e.s.TestEnv()
 	if err != nil {
 		return err
 	}
 	env["VASTRUN_DEVICE"] = "gpu"
 	cc := e.canarySpec()
-	e.Infof("GPU smoke on instance %d: %s", inst.ID, cc.Smoke)
+	e.s.Infof("GPU smoke on instance %d: %s", inst.ID, cc.Smoke)
 	var gpu receipt.SmokeOutcome
 	if cc.IsServer() {
-		e.Mark("test_start")
+		e.s.Mark("test_start")
 		out, err := e.gpuServerSmoke(ctx, c, env)
-		e.Mark("test_end")
+		e.s.Mark("test_end")
 		if err != nil {
 			return err
 		}
 		gpu = out
 	} else {
-		e.Mark("test_start")
-		res, err := e.Work(ctx, c, cc.Smoke, env)
-		e.Mark("test_end")
+		e.s.Mark("test_start")
+		res, err := e.s.Work(ctx, c, cc.Smoke, env)
+		e.s.Mark("test_end")
 		if err != nil {
 			return err
 		}
@@ -217,7 +217,7 @@ func (e *flow) gpuCanary(ctx context.Context, c *remote.Client, inst provider.In
 			e.report.Comparison = receipt.CanaryMatch
 		}
 	}
-	e.Infof("canary: %s", e.report.Comparison)
+	e.s.Infof("canary: %s", e.report.Comparison)
 	if e.report.Comparison != receipt.CanaryMatch {
 		return &Error{Class: e.report.Comparison}
 	}
@@ -252,7 +252,7 @@ func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]st
 		} else if err != nil {
 			chk.ExitCode = -1
 		}
-		chk.Output = e.Redactor.String(lifecycle.LastLines(buf.String(), 20))
+		chk.Output = e.s.Redactor.String(lifecycle.LastLines(buf.String(), 20))
 		chk.Passed = chk.Passed && chk.ExitCode == 0
 	}
 	return chk
@@ -263,12 +263,12 @@ func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]st
 func (e *flow) collectFailureEvidence(ctx context.Context, c instanceShell, inst provider.Instance) {
 	out, err := c.Output(ctx, `echo "== nvidia-smi"; nvidia-smi; echo "== nvidia-smi -L"; nvidia-smi -L; echo "== kernel"; uname -a; echo "== environment names"; env | cut -d= -f1 | sort; echo "== disk"; df -h .; true`)
 	body := fmt.Sprintf("instance %d on machine %d\nimage (pinned): %s\nimage_uuid (reported): %s\ndriver %s, CUDA %.1f\nsmoke command: %s\ncuda check: %s\n\n%s",
-		inst.ID, inst.MachineID, e.Frozen().Image, inst.ImageUUID, inst.DriverVersion, inst.CUDAMax, e.canarySpec().Smoke, e.canarySpec().CUDACheck, out)
+		inst.ID, inst.MachineID, e.s.Frozen().Image, inst.ImageUUID, inst.DriverVersion, inst.CUDAMax, e.canarySpec().Smoke, e.canarySpec().CUDACheck, out)
 	if err != nil {
 		body += "\n(capture failed: " + e.captureFailed("the GPU-only failure's environment (nvidia-smi, kernel, env names, disk)", err) + ")\n"
 	}
 	name := "gpu-failure-evidence.txt"
-	if os.WriteFile(filepath.Join(e.EvidenceDir, name), []byte(e.Redactor.String(body)), 0o644) == nil {
+	if os.WriteFile(filepath.Join(e.s.EvidenceDir, name), []byte(e.s.Redactor.String(body)), 0o644) == nil {
 		e.report.FailureEvidence = name
 	}
 }

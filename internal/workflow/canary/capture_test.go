@@ -43,7 +43,7 @@ func TestCanaryCaptureFailureIsReportedNotDecided(t *testing.T) {
 	if len(e.report.CaptureErrors) != 2 || e.report.FailureEvidence == "" {
 		t.Fatalf("receipt: %+v", e.report)
 	}
-	b, err := os.ReadFile(filepath.Join(e.EvidenceDir, e.report.FailureEvidence))
+	b, err := os.ReadFile(filepath.Join(e.s.EvidenceDir, e.report.FailureEvidence))
 	if err != nil || !strings.Contains(string(b), "capture failed: ") {
 		t.Fatalf("evidence file: %q %v", b, err)
 	}
@@ -88,10 +88,10 @@ func TestDeltaFieldLevel(t *testing.T) {
 func TestOutcomeIsTheComparison(t *testing.T) {
 	f := newFlow(lifecycle.New(&lifecycle.Deps{}), false)
 	f.report.Comparison = receipt.CanaryOutputDelta
-	if got := f.Outcome(nil, receipt.Passed); got != receipt.Outcome(receipt.CanaryOutputDelta) {
+	if got := f.Flow().Outcome(nil, receipt.Passed); got != receipt.Outcome(receipt.CanaryOutputDelta) {
 		t.Fatalf("went through: %s", got)
 	}
-	if got := f.Outcome(errors.New("rent failed"), receipt.Error); got != receipt.Error {
+	if got := f.Flow().Outcome(errors.New("rent failed"), receipt.Error); got != receipt.Error {
 		t.Fatalf("did not go through: %s", got)
 	}
 	if got := lifecycle.Outcome(fmt.Errorf("wrapped: %w", &Error{Class: receipt.CanaryGPUOnlyFailure})); got != receipt.Outcome(receipt.CanaryGPUOnlyFailure) {

@@ -27,7 +27,7 @@ var ErrContainer = errors.New("the local smoke's container could not be built or
 // localContainer finds the engine and the build file. A nil engine means
 // the host path, with note saying why.
 func (e *flow) localContainer(ctx context.Context) (eng *container.Engine, file, note string, err error) {
-	want := e.Getenv("VASTRUN_CONTAINER_ENGINE")
+	want := e.s.Getenv("VASTRUN_CONTAINER_ENGINE")
 	if want == "none" {
 		return nil, "", "no container engine used (VASTRUN_CONTAINER_ENGINE=none): the smoke command ran directly on this host in CPU mode", nil
 	}
@@ -43,12 +43,12 @@ func (e *flow) localContainer(ctx context.Context) (eng *container.Engine, file,
 		candidates = []string{f}
 	}
 	for _, f := range candidates {
-		if _, err := os.Stat(filepath.Join(e.RepoDir, f)); err == nil {
+		if _, err := os.Stat(filepath.Join(e.s.RepoDir, f)); err == nil {
 			return eng, f, "", nil
 		}
 	}
 	if f := e.canarySpec().Containerfile; f != "" {
-		return nil, "", "", fmt.Errorf("%w: canary.containerfile %s does not exist in %s", ErrContainer, f, e.RepoDir)
+		return nil, "", "", fmt.Errorf("%w: canary.containerfile %s does not exist in %s", ErrContainer, f, e.s.RepoDir)
 	}
 	return nil, "", fmt.Sprintf("%s is available but the repository has no Containerfile or Dockerfile (set canary.containerfile): the smoke command ran directly on this host in CPU mode", eng.Name), nil
 }
@@ -57,15 +57,15 @@ func (e *flow) localContainer(ctx context.Context) (eng *container.Engine, file,
 // written through a mount of its directory; env (and the config's env)
 // reaches the container by name, its values never in argv.
 func (e *flow) containerSmoke(ctx context.Context, eng *container.Engine, file, resultPath string, env map[string]string) (int, error) {
-	tag := "localhost/vastrun-canary:" + strings.ToLower(e.State().RunID)
-	e.Infof("building the image locally with %s from %s", eng.Name, file)
-	if err := e.logTo(ctx, "build.log", func(w io.Writer) error { return eng.Build(ctx, e.RepoDir, file, tag, w) }); err != nil {
+	tag := "localhost/vastrun-canary:" + strings.ToLower(e.s.State().RunID)
+	e.s.Infof("building the image locally with %s from %s", eng.Name, file)
+	if err := e.logTo(ctx, "build.log", func(w io.Writer) error { return eng.Build(ctx, e.s.RepoDir, file, tag, w) }); err != nil {
 		return -1, fmt.Errorf("%w: %s build: %w (see build.log)", ErrContainer, eng.Name, err)
 	}
-	e.Infof("local smoke (%s, CPU mode): %s", eng.Name, e.canarySpec().Smoke)
+	e.s.Infof("local smoke (%s, CPU mode): %s", eng.Name, e.canarySpec().Smoke)
 	// The same contract locally and on the GPU: env:, declared secrets and
 	// the VASTRUN_* names (testEnv), nothing else from this shell.
-	cenv, err := e.TestEnv()
+	cenv, err := e.s.TestEnv()
 	if err != nil {
 		return -1, err
 	}
@@ -90,16 +90,16 @@ func (e *flow) containerSmoke(ctx context.Context, eng *container.Engine, file, 
 // logTo runs fn with a redacting writer on the evidence file name (and the
 // live stream).
 func (e *flow) logTo(ctx context.Context, name string, fn func(io.Writer) error) error {
-	f, err := os.Create(filepath.Join(e.EvidenceDir, name))
+	f, err := os.Create(filepath.Join(e.s.EvidenceDir, name))
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	var sink io.Writer = f
-	if e.Stream != nil {
-		sink = io.MultiWriter(f, e.Stream)
+	if e.s.Stream != nil {
+		sink = io.MultiWriter(f, e.s.Stream)
 	}
-	w := e.Redactor.Writer(sink)
+	w := e.s.Redactor.Writer(sink)
 	defer w.Close()
 	return fn(w)
 }

@@ -11,13 +11,13 @@ import (
 // are found, plus extra. Nothing else from this shell reaches the local
 // run, so a variable set only here cannot make the two sides differ.
 func (e *flow) localEnv(extra map[string]string) (map[string]string, error) {
-	env, err := e.TestEnv()
+	env, err := e.s.TestEnv()
 	if err != nil {
 		return nil, err
 	}
 	for _, k := range []string{"PATH", "HOME"} {
 		if _, set := env[k]; !set {
-			if v := e.Getenv(k); v != "" {
+			if v := e.s.Getenv(k); v != "" {
 				env[k] = v
 			}
 		}
@@ -33,7 +33,7 @@ func (e *flow) localEnv(extra map[string]string) (map[string]string, error) {
 // localEnv's.
 func (e *flow) containerEnvFlags() string {
 	var b strings.Builder
-	env, _ := e.TestEnv()
+	env, _ := e.s.TestEnv()
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)
@@ -54,7 +54,7 @@ func (e *flow) engineEnv(extra map[string]string) map[string]string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "CONTAINERS_") || strings.HasPrefix(k, "DOCKER_") || strings.HasPrefix(k, "BUILDAH_") || strings.HasPrefix(k, "XDG_") || k == "REGISTRY_AUTH_FILE" || k == "TMPDIR" {
-			if v := e.Getenv(k); v != "" {
+			if v := e.s.Getenv(k); v != "" {
 				out[k] = v
 			}
 		}

@@ -100,7 +100,7 @@ func (e *flow) serverSpec(env map[string]string, log, probeLog io.Writer) smoke.
 		Request:   requestOf(cc.Request),
 		Ready:     cc.HealthTimeout.Duration(),
 		Grace:     cc.Timeouts.Stop.Duration(),
-		Clock:     e.Clock,
+		Clock:     e.s.Clock,
 		Log:       log,
 		ProbeLog:  probeLog,
 	}
@@ -108,15 +108,15 @@ func (e *flow) serverSpec(env map[string]string, log, probeLog io.Writer) smoke.
 
 // evidenceLog opens a redacted evidence log, also streamed to the terminal.
 func (e *flow) evidenceLog(name string) (io.Writer, func(), error) {
-	f, err := os.Create(filepath.Join(e.EvidenceDir, name))
+	f, err := os.Create(filepath.Join(e.s.EvidenceDir, name))
 	if err != nil {
 		return nil, nil, err
 	}
 	var sink io.Writer = f
-	if e.Stream != nil {
-		sink = io.MultiWriter(f, e.Stream)
+	if e.s.Stream != nil {
+		sink = io.MultiWriter(f, e.s.Stream)
 	}
-	w := e.Redactor.Writer(sink)
+	w := e.s.Redactor.Writer(sink)
 	return w, func() { w.Close(); f.Close() }, nil
 }
 
@@ -153,14 +153,14 @@ var errStepTimeout = errors.New("the local step ran past its timeout")
 // real time even when the simulator's clock is scaled (--sim), so there
 // the bound is stretched by the scale: canary.timeouts mean wall seconds.
 func (e *flow) withClockTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if sc, ok := e.Clock.(*clock.Scaled); ok && sc.Factor > 1 {
+	if sc, ok := e.s.Clock.(*clock.Scaled); ok && sc.Factor > 1 {
 		d = time.Duration(float64(d) * sc.Factor)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
 		case <-ctx.Done():
-		case <-e.Clock.After(d):
+		case <-e.s.Clock.After(d):
 			cancel(errStepTimeout)
 		}
 	}()
@@ -188,9 +188,9 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 	defer closeProbe()
 	limit := localTimeout(cc.Timeouts.Smoke.Duration())
 	e.report.LocalNote = "the server smoke ran directly on this host in CPU mode"
-	e.Infof("local server smoke (host-cpu): %s", cc.Smoke)
+	e.s.Infof("local server smoke (host-cpu): %s", cc.Smoke)
 	sctx, cancel := e.withClockTimeout(ctx, limit)
-	rep, result := smoke.RunServer(sctx, smoke.Local{Dir: e.RepoDir}, e.serverSpec(env, log, probe), cc.ExpectExit)
+	rep, result := smoke.RunServer(sctx, smoke.Local{Dir: e.s.RepoDir}, e.serverSpec(env, log, probe), cc.ExpectExit)
 	late := timedOut(sctx)
 	cancel()
 	if ctx.Err() != nil {
@@ -198,7 +198,7 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 	}
 	if result == nil && (!cc.Request.IsSet() || cc.Request.Command != "") {
 		if b, err := os.ReadFile(resultPath); err == nil {
-			json.Unmarshal(e.Redactor.JSON(b), &result)
+			json.Unmarshal(e.s.Redactor.JSON(b), &result)
 		}
 	}
 	out := e.serverOutcome("host-cpu", rep, result, "local-smoke.log")
@@ -207,7 +207,7 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 		rep.Error = fmt.Sprintf("the smoke ran past canary.timeouts.smoke %s and was stopped", limit)
 	}
 	e.report.Local = out
-	e.Infof("local server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
+	e.s.Infof("local server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
 	if !out.Passed && !allowFailure {
 		why := rep.Error
 		if why == "" && len(out.MissingFields) > 0 {
@@ -234,7 +234,7 @@ func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[str
 		return receipt.SmokeOutcome{}, err
 	}
 	defer closeProbe()
-	if err := e.Record("intent", lifecycle.StepWork, map[string]any{"command": e.canarySpec().Smoke, "server": true}); err != nil {
+	if err := e.s.Record("intent", lifecycle.StepWork, map[string]any{"command": e.canarySpec().Smoke, "server": true}); err != nil {
 		return receipt.SmokeOutcome{}, &lifecycle.StepError{Step: lifecycle.StepWork, Err: err}
 	}
 	// $VASTRUN_RESULT is absolute on the instance, as for a plain smoke.
@@ -252,20 +252,20 @@ func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[str
 		return receipt.SmokeOutcome{}, ctx.Err()
 	}
 	if late {
-		jerr := e.Record("failed", lifecycle.StepWork, map[string]any{"timeout": e.jobTimeout().String()})
+		jerr := e.s.Record("failed", lifecycle.StepWork, map[string]any{"timeout": e.jobTimeout().String()})
 		return receipt.SmokeOutcome{}, errors.Join(&lifecycle.StepError{Step: lifecycle.StepWork, Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.jobTimeout())}, jerr)
 	}
 	if result == nil && (!e.canarySpec().Request.IsSet() || e.canarySpec().Request.Command != "") {
 		res := &lifecycle.TestOutcome{}
-		e.FetchResult(c, res)
+		e.s.FetchResult(c, res)
 		result = res.Result
 	}
-	if err := e.Record("done", lifecycle.StepWork, map[string]any{"ready": rep.Ready, "passed": rep.Passed}); err != nil {
+	if err := e.s.Record("done", lifecycle.StepWork, map[string]any{"ready": rep.Ready, "passed": rep.Passed}); err != nil {
 		return receipt.SmokeOutcome{}, &lifecycle.StepError{Step: lifecycle.StepWork, Err: err}
 	}
 	out := e.serverOutcome("gpu", rep, result, "test.log")
 	e.report.Health = &receipt.HealthCheck{URL: rep.HealthURL, Status: rep.HealthStatus, Attempts: rep.Attempts, Passed: rep.Ready, Error: rep.Error}
-	e.Infof("GPU server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
+	e.s.Infof("GPU server smoke: ready=%t after %d attempt(s), stopped by %s, passed=%t %s", rep.Ready, rep.Attempts, rep.Stopped, out.Passed, rep.Error)
 	return out, nil
 }
 

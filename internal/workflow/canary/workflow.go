@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/lifecycle"
-	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/receipt"
 )
 
@@ -26,72 +25,68 @@ var ErrLocalFailed = errors.New("the local contract failed: nothing was rented")
 // Name is the workflow's name in the journal, manifest and receipt.
 const Name = "canary"
 
-// flow is one canary run: the core's API (embedded) plus the canary's own
-// report. It is the run's lifecycle.Workflow.
+// flow is one canary run: its scope and the canary's own report; Flow
+// lists its steps.
 type flow struct {
-	*lifecycle.Scope
+	s                 *lifecycle.Scope
 	report            *receipt.CanaryReport
 	allowLocalFailure bool
 }
 
 func newFlow(e *lifecycle.Scope, allowLocalFailure bool) *flow {
-	return &flow{Scope: e, report: &receipt.CanaryReport{}, allowLocalFailure: allowLocalFailure}
+	return &flow{s: e, report: &receipt.CanaryReport{}, allowLocalFailure: allowLocalFailure}
 }
 
-func (e *flow) Name() string { return Name }
-
-// Spec keeps the canary's contract; a canary has no train section.
-func (e *flow) Spec(m *lifecycle.Manifest) {
-	m.Train = nil
-	if m.Canary == nil {
-		m.Canary = &lifecycle.CanarySpec{}
+// Flow is the canary: the local steps, the local contract (after the
+// freeze, before renting), the smallest GPU rental, then the GPU smoke,
+// the CUDA check and the comparison. A resumed run walks the same list:
+// the local contract runs again — its result is what the GPU side is
+// compared with, it is not journaled, and it costs nothing — and a live
+// instance is re-attached to, never rented again.
+func (e *flow) Flow() lifecycle.Flow {
+	return lifecycle.Flow{
+		Name: Name,
+		Steps: append(lifecycle.LocalSteps(),
+			lifecycle.NewStep("local smoke", func(ctx context.Context, _ *lifecycle.Scope) error {
+				return e.localContract(ctx, e.allowLocalFailure)
+			}),
+			lifecycle.Provision,
+			lifecycle.NewStep("gpu smoke", func(ctx context.Context, s *lifecycle.Scope) error {
+				return e.gpuCanary(ctx, s.Conn, s.Inst)
+			})),
+		// A canary has no train section.
+		Spec: func(m *lifecycle.Manifest) {
+			m.Train = nil
+			if m.Canary == nil {
+				m.Canary = &lifecycle.CanarySpec{}
+			}
+		},
+		// The comparison's class for a run that went through.
+		Outcome: func(err error, base receipt.Outcome) receipt.Outcome {
+			if c := e.report; err == nil && c.Comparison != "" {
+				return receipt.Outcome(c.Comparison)
+			}
+			return base
+		},
+		Section: func(r *lifecycle.Receipt) { r.Canary = e.report },
 	}
 }
-
-// JobBound is the whole job timeout: the GPU smoke may use all of it.
-func (e *flow) JobBound(m lifecycle.Manifest) time.Duration {
-	return lifecycle.FrozenDuration(m.JobTimeout)
-}
-
-// Local is the local contract, after the freeze and before renting.
-func (e *flow) Local(ctx context.Context) error { return e.localContract(ctx, e.allowLocalFailure) }
-
-// Outcome is the comparison's class for a run that went through.
-func (e *flow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
-	if c := e.report; err == nil && c.Comparison != "" {
-		return receipt.Outcome(c.Comparison)
-	}
-	return base
-}
-
-func (e *flow) Finish(context.Context) {}
-
-// WorkPhase: the GPU smoke runs under the job timeout.
-func (e *flow) WorkPhase(m lifecycle.Manifest) (string, time.Duration) {
-	return progress.PhaseTest, lifecycle.FrozenDuration(m.JobTimeout)
-}
-
-// Interruptions: a canary rental that is outbid fails its smoke; no policy.
-func (e *flow) Interruptions(lifecycle.Manifest) (string, int) { return "", 0 }
-
-func (e *flow) Section(r *lifecycle.Receipt) { r.Canary = e.report }
 
 // canarySpec is the frozen contract.
 func (e *flow) canarySpec() lifecycle.CanarySpec {
-	if c := e.Frozen().Canary; c != nil {
+	if c := e.s.Frozen().Canary; c != nil {
 		return *c
 	}
 	return lifecycle.CanarySpec{}
 }
 
-func (e *flow) jobTimeout() time.Duration { return lifecycle.FrozenDuration(e.Frozen().JobTimeout) }
+func (e *flow) jobTimeout() time.Duration { return lifecycle.FrozenDuration(e.s.Frozen().JobTimeout) }
 
 // Run proves the contract locally, then on the smallest GPU rental (e's
 // wiring filled). With allowLocalFailure a failing local side still rents,
 // so the receipt can say whether the GPU side fails too.
 func Run(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*lifecycle.Receipt, error) {
-	f := newFlow(e, allowLocalFailure)
-	return e.Drive(ctx, f, false, f.gpuCanary)
+	return lifecycle.Execute(ctx, e, newFlow(e, allowLocalFailure).Flow())
 }
 
 // Resume continues a canary run whose controller died (e opened with
@@ -101,8 +96,7 @@ func Run(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*life
 // is not journaled, and it costs nothing — then the GPU smoke, the CUDA
 // check and the comparison.
 func Resume(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*lifecycle.Receipt, error) {
-	f := newFlow(e, allowLocalFailure)
-	return e.Resume(ctx, f, f.gpuCanary)
+	return lifecycle.Execute(ctx, e, newFlow(e, allowLocalFailure).Flow())
 }
 
 // Error reports a canary whose GPU outcome disagrees with the local one;
@@ -114,10 +108,4 @@ func (e *Error) Error() string { return "canary: " + e.Class }
 // OutcomeClass is the comparison's class.
 func (e *Error) OutcomeClass() receipt.Outcome { return receipt.Outcome(e.Class) }
 
-var (
-	_ lifecycle.Workflow   = (*flow)(nil)
-	_ lifecycle.ClassError = (*Error)(nil)
-)
-
-// gpuCanary's signature is a lifecycle.Body.
-var _ lifecycle.Body = (*flow)(nil).gpuCanary
+var _ lifecycle.ClassError = (*Error)(nil)

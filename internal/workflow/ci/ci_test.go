@@ -1,32 +1,39 @@
 package ci
 
 import (
+	"slices"
 	"testing"
-	"time"
 
 	"github.com/vastrun/vastrun/internal/lifecycle"
-	"github.com/vastrun/vastrun/internal/receipt"
 )
 
-// ci freezes only the shared spec and its test; its approval covers the
-// whole job timeout; its outcome is the shared classification; its
-// receipt section is the test's outcome.
-func TestWorkflowContract(t *testing.T) {
-	w := &workflow{name: Name, test: &lifecycle.TestOutcome{ExitCode: 3}}
-	m := lifecycle.Manifest{Test: "make test", JobTimeout: "5m0s", Train: &lifecycle.TrainSpec{}, Canary: &lifecycle.CanarySpec{}}
-	w.Spec(&m)
-	if m.Train != nil || m.Canary != nil || m.Test != "make test" {
-		t.Fatalf("spec: %+v", m)
+func names(f lifecycle.Flow) []string {
+	var out []string
+	for _, s := range f.Steps {
+		out = append(out, s.Name())
 	}
-	if got := w.JobBound(m); got != 5*time.Minute {
-		t.Fatalf("job bound %s", got)
+	return out
+}
+
+// ci is the local steps, one verified instance, the upload and the test,
+// with the plain defaults (drop other sections, approve the whole job
+// timeout, the shared outcome); its receipt section is the test's
+// outcome. up is the same without the test, keeping its rental.
+func TestFlowComposition(t *testing.T) {
+	f := Flow()
+	if want := []string{"gate", "paths", "checks", "freeze", "provision", "upload", "test"}; !slices.Equal(names(f), want) {
+		t.Fatalf("ci steps %v, want %v", names(f), want)
 	}
-	if got := w.Outcome(&lifecycle.TestFailedError{Code: 3}, receipt.Failed); got != receipt.Failed {
-		t.Fatalf("outcome %s", got)
+	if f.Name != Name || f.Keep || f.Spec != nil || f.JobBound != nil || f.Outcome != nil {
+		t.Fatalf("ci flow overrides a default: %+v", f)
 	}
 	var r lifecycle.Receipt
-	w.Section(&r)
-	if r.Test == nil || r.Test.ExitCode != 3 {
-		t.Fatalf("section: %+v", r.Test)
+	f.Section(&r)
+	if r.Test != nil {
+		t.Fatalf("section before the test ran: %+v", r.Test)
+	}
+	u := UpFlow()
+	if want := []string{"gate", "paths", "checks", "freeze", "provision", "upload"}; !slices.Equal(names(u), want) || !u.Keep || u.Name != "up" {
+		t.Fatalf("up flow %v keep=%v", names(u), u.Keep)
 	}
 }

@@ -24,8 +24,8 @@ func (e *flow) budgetCtx(ctx context.Context, at time.Time) (context.Context, co
 	if at.IsZero() {
 		return ctx, func() {}
 	}
-	d := at.Sub(e.Now())
-	switch c := e.Clock.(type) {
+	d := at.Sub(e.s.Now())
+	switch c := e.s.Clock.(type) {
 	case clock.Real, *clock.Real:
 	case *clock.Scaled:
 		if c.Factor > 0 {
@@ -50,13 +50,13 @@ func budgetReached(pctx, ctx context.Context) bool {
 // committed checkpoint stands).
 func (e *flow) commitBeforeBudget(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool, dph float64) {
 	if dph > 0 {
-		teardown := min(e.TeardownLimit(), time.Minute)
-		left := e.Frozen().MaxSpendUSD - e.SpentSoFar() - dph*teardown.Hours()
+		teardown := min(e.s.TeardownLimit(), time.Minute)
+		left := e.s.Frozen().MaxSpendUSD - e.s.SpentSoFar() - dph*teardown.Hours()
 		if left <= 0 {
-			e.Infof("no budget left for a final checkpoint commit on instance %d: the last committed checkpoint stands", inst)
+			e.s.Infof("no budget left for a final checkpoint commit on instance %d: the last committed checkpoint stands", inst)
 			return
 		}
-		cctx, cancel := e.budgetCtx(ctx, e.Now().Add(time.Duration(left/dph*float64(time.Hour))))
+		cctx, cancel := e.budgetCtx(ctx, e.s.Now().Add(time.Duration(left/dph*float64(time.Hour))))
 		defer cancel()
 		ctx = cctx
 	}

@@ -36,15 +36,15 @@ func (e *flow) startHeartbeat(ctx context.Context, c *remote.Client) (stop func(
 			return s, nil
 		},
 		Logf: func(format string, args ...any) {
-			e.Log.Debug("heartbeat", "detail", e.Redactor.String(fmt.Sprintf(format, args...)))
+			e.s.Log.Debug("heartbeat", "detail", e.s.Redactor.String(fmt.Sprintf(format, args...)))
 		},
 	}
 	h.Start(ctx)
 	return func() {
 		st := h.Stop()
-		e.Log.Debug("heartbeat stopped", "beats", st.Beats, "failed", st.Failed, "sessions", st.Sessions)
+		e.s.Log.Debug("heartbeat stopped", "beats", st.Beats, "failed", st.Failed, "sessions", st.Sessions)
 		if err := h.Err(); err != nil {
-			e.Infof("the agent's heartbeat channel speaks another protocol: %v", err)
+			e.s.Infof("the agent's heartbeat channel speaks another protocol: %v", err)
 		}
 	}
 }

@@ -71,13 +71,13 @@ func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 	if out.Len() == 0 {
 		return
 	}
-	os.MkdirAll(e.EvidenceDir, 0o755)
-	if f, err := os.OpenFile(filepath.Join(e.EvidenceDir, receipt.MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
-		f.Write(e.Redactor.Bytes([]byte(out.String())))
+	os.MkdirAll(e.s.EvidenceDir, 0o755)
+	if f, err := os.OpenFile(filepath.Join(e.s.EvidenceDir, receipt.MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		f.Write(e.s.Redactor.Bytes([]byte(out.String())))
 		f.Close()
 	}
 	if step > 0 {
-		e.ObserveSteps(step, total)
+		e.s.ObserveSteps(step, total)
 	}
 }
 
@@ -87,7 +87,7 @@ func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 // instance (and reads that file from its start again) skips this many
 // instead of recording them twice.
 func (e *flow) recordedMetrics(attempt int) int {
-	f, err := os.Open(filepath.Join(e.EvidenceDir, receipt.MetricsFile))
+	f, err := os.Open(filepath.Join(e.s.EvidenceDir, receipt.MetricsFile))
 	if err != nil {
 		return 0
 	}

@@ -16,7 +16,7 @@ import (
 // isOutbid reports an interruptible rental stopped while the run wants it
 // running: Vast's outbid signature (intended, cur and next state stopped).
 func (e *flow) isOutbid(inst provider.Instance) bool {
-	a := e.State().AttemptFor(inst.ID)
+	a := e.s.State().AttemptFor(inst.ID)
 	return a != nil && a.Bid != nil && inst.Paused()
 }
 
@@ -27,27 +27,27 @@ func (e *flow) isOutbid(inst provider.Instance) bool {
 // counting the storage billed while stopped.
 func (e *flow) onOutbid(ctx context.Context, inst provider.Instance, deadline time.Time) (bool, error) {
 	pol := e.trainSpec().OnOutbid
-	if cur, err := e.Market.ShowInstance(ctx, inst.ID); err == nil {
+	if cur, err := e.s.Market.ShowInstance(ctx, inst.ID); err == nil {
 		inst = cur // the market now, not at rent
 	}
 	if inst.Running() {
 		// Outbid and resumed between two polls (the workload died with the
 		// stop): whatever the policy, the same rental goes on.
-		if err := e.Record("event", lifecycle.StepInterrupted, lifecycle.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
+		if err := e.s.Record("event", lifecycle.StepInterrupted, lifecycle.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
 			return false, err
 		}
-		e.Infof("instance %d was stopped and ran again between two polls (its workload is gone): restarting it there from the last committed checkpoint", inst.ID)
-		return true, e.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: inst.ID})
+		e.s.Infof("instance %d was stopped and ran again between two polls (its workload is gone): restarting it there from the last committed checkpoint", inst.ID)
+		return true, e.s.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: inst.ID})
 	}
 	e.fillTrainReport(ctx) // the last committed checkpoint, as the store says
-	if err := e.Record("event", lifecycle.StepInterrupted, lifecycle.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
+	if err := e.s.Record("event", lifecycle.StepInterrupted, lifecycle.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
 		return false, err
 	}
 	last := "none"
 	if cp := e.report.LastCheckpoint; cp != nil {
 		last = fmt.Sprint(cp.Step)
 	}
-	e.Infof("instance %d was outbid (min_bid now $%.4f/h; last committed checkpoint %s): on_outbid %s", inst.ID, inst.MinBid, last, pol)
+	e.s.Infof("instance %d was outbid (min_bid now $%.4f/h; last committed checkpoint %s): on_outbid %s", inst.ID, inst.MinBid, last, pol)
 	wait := e.trainSpec().OutbidWait.Duration()
 	switch pol {
 	case spec.OnOutbidRebid:
@@ -59,10 +59,10 @@ func (e *flow) onOutbid(ctx context.Context, inst provider.Instance, deadline ti
 	default:
 		return false, nil
 	}
-	resumed, err := e.waitResume(ctx, inst.ID, e.Now().Add(wait), deadline)
+	resumed, err := e.waitResume(ctx, inst.ID, e.s.Now().Add(wait), deadline)
 	if err != nil || !resumed {
 		if err == nil {
-			e.Infof("instance %d did not run again within %s: replacing it", inst.ID, wait)
+			e.s.Infof("instance %d did not run again within %s: replacing it", inst.ID, wait)
 		}
 		return false, err
 	}
@@ -72,50 +72,50 @@ func (e *flow) onOutbid(ctx context.Context, inst provider.Instance, deadline ti
 // rebid raises the bid to the current min_bid plus the margin, within the
 // ceiling. false: the ceiling does not allow a winning bid (replace).
 func (e *flow) rebid(ctx context.Context, inst provider.Instance) (bool, error) {
-	a := e.State().AttemptFor(inst.ID)
-	bc, ok := e.Market.(lifecycle.BidChanger)
+	a := e.s.State().AttemptFor(inst.ID)
+	bc, ok := e.s.Market.(lifecycle.BidChanger)
 	if !ok || a == nil || a.Bid == nil {
 		return false, nil
 	}
-	p := e.Frozen().Policy
+	p := e.s.Frozen().Policy
 	target := provider.RoundBid(inst.MinBid * (1 + p.BidMargin))
 	room := p.MaxBid - a.StorageDPH
 	if p.MaxBid > 0 && target > room {
 		target = provider.RoundBid(room - 0.0005)
 	}
 	if target < inst.MinBid || target <= a.Bid.BidDPH {
-		e.Infof("min_bid $%.4f/h + storage $%.4f/h leaves no winning bid over $%.4f/h within gpu.max_bid $%.4f/h: replacing instance %d", inst.MinBid, a.StorageDPH, a.Bid.BidDPH, p.MaxBid, inst.ID)
+		e.s.Infof("min_bid $%.4f/h + storage $%.4f/h leaves no winning bid over $%.4f/h within gpu.max_bid $%.4f/h: replacing instance %d", inst.MinBid, a.StorageDPH, a.Bid.BidDPH, p.MaxBid, inst.ID)
 		return false, nil
 	}
-	if err := e.Record("event", lifecycle.StepBid, lifecycle.BidData{Instance: inst.ID, BidDPH: target, Reason: "rebid"}); err != nil {
+	if err := e.s.Record("event", lifecycle.StepBid, lifecycle.BidData{Instance: inst.ID, BidDPH: target, Reason: "rebid"}); err != nil {
 		return false, err
 	}
 	if err := bc.ChangeBid(ctx, inst.ID, target); err != nil {
 		return false, &lifecycle.StepError{Step: lifecycle.StepBid, Instance: inst.ID, Err: fmt.Errorf("raise the bid of instance %d to $%.4f/h: %w", inst.ID, target, err)}
 	}
-	e.Infof("raised the bid of instance %d to $%.4f/h (ceiling $%.4f/h)", inst.ID, target, p.MaxBid)
+	e.s.Infof("raised the bid of instance %d to $%.4f/h (ceiling $%.4f/h)", inst.ID, target, p.MaxBid)
 	return true, nil
 }
 
 // waitResume polls until the instance runs again, the wait ends (false),
 // or the budget or the runtime deadline stops the run.
 func (e *flow) waitResume(ctx context.Context, id provider.InstanceID, until, deadline time.Time) (bool, error) {
-	a := e.State().AttemptFor(id)
-	since := e.Now()
+	a := e.s.State().AttemptFor(id)
+	since := e.s.Now()
 	interval := max(e.trainSpec().Poll.Duration(), minTrainPoll)
 	for {
-		inst, err := e.Market.ShowInstance(ctx, id)
+		inst, err := e.s.Market.ShowInstance(ctx, id)
 		switch {
 		case errors.Is(err, provider.ErrNotFound):
 			return false, nil
 		case err == nil && inst.Running():
-			stopped := e.Now().Sub(since).Seconds()
+			stopped := e.s.Now().Sub(since).Seconds()
 			storage := 0.0
 			if a != nil {
 				storage = a.StorageDPH * stopped / 3600
 			}
-			e.Infof("instance %d runs again after %.0fs stopped ($%.4f of storage)", id, stopped, storage)
-			return true, e.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: id, StoppedSeconds: stopped, StoppedStorageUSD: storage})
+			e.s.Infof("instance %d runs again after %.0fs stopped ($%.4f of storage)", id, stopped, storage)
+			return true, e.s.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: id, StoppedSeconds: stopped, StoppedStorageUSD: storage})
 		case err == nil && !inst.Paused() && inst.ActualStatus != "loading" && inst.ActualStatus != "stopped" && inst.ActualStatus != "":
 			return false, nil // exited, offline: not coming back
 		}
@@ -123,16 +123,16 @@ func (e *flow) waitResume(ctx context.Context, id provider.InstanceID, until, de
 		if a != nil {
 			storageDPH = a.StorageDPH
 		}
-		if projected := e.SpentSoFar() + storageDPH*(2*interval).Hours(); projected > e.Frozen().MaxSpendUSD {
-			return false, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f (storage billed while outbid included) would pass budget.max_spend $%.2f", projected, e.Frozen().MaxSpendUSD)}
+		if projected := e.s.SpentSoFar() + storageDPH*(2*interval).Hours(); projected > e.s.Frozen().MaxSpendUSD {
+			return false, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f (storage billed while outbid included) would pass budget.max_spend $%.2f", projected, e.s.Frozen().MaxSpendUSD)}
 		}
-		if !e.Now().Before(deadline) {
+		if !e.s.Now().Before(deadline) {
 			return false, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed while instance %d was outbid", e.trainSpec().RuntimeDeadline, id)}
 		}
-		if !e.Now().Before(until) {
-			return false, e.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: id, StoppedSeconds: e.Now().Sub(since).Seconds(), StoppedStorageUSD: storageDPH * e.Now().Sub(since).Hours()})
+		if !e.s.Now().Before(until) {
+			return false, e.s.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: id, StoppedSeconds: e.s.Now().Sub(since).Seconds(), StoppedStorageUSD: storageDPH * e.s.Now().Sub(since).Hours()})
 		}
-		if err := e.Sleep(ctx, e.Jittered(interval)); err != nil {
+		if err := e.s.Sleep(ctx, e.s.Jittered(interval)); err != nil {
 			return false, err
 		}
 	}
@@ -157,14 +157,14 @@ func (e *flow) retireLost(ctx context.Context, c *remote.Client, id provider.Ins
 		if r.Retired || r.Kept != agent.KeptAlive || try >= 10 {
 			break
 		}
-		if err := e.Sleep(ctx, time.Second); err != nil {
+		if err := e.s.Sleep(ctx, time.Second); err != nil {
 			return err
 		}
 	}
 	if r.Retired {
-		e.Infof("the workload the outbid stopped on instance %d is set aside; it starts again from the last committed checkpoint", id)
+		e.s.Infof("the workload the outbid stopped on instance %d is set aside; it starts again from the last committed checkpoint", id)
 	} else {
-		e.Log.Debug("nothing to retire after the resume", "instance", id, "kept", r.Kept)
+		e.s.Log.Debug("nothing to retire after the resume", "instance", id, "kept", r.Kept)
 	}
 	return nil
 }
@@ -173,7 +173,7 @@ func (e *flow) retireLost(ctx context.Context, c *remote.Client, id provider.Ins
 // API shows running: the signature of a stop and resume that fell between
 // two polls (a stop kills every process of the instance).
 func (e *flow) lostToOutbid(cur provider.Instance, apiErr error) bool {
-	a := e.State().AttemptFor(cur.ID)
+	a := e.s.State().AttemptFor(cur.ID)
 	return apiErr == nil && a != nil && a.Bid != nil && cur.Running()
 }
 
@@ -181,9 +181,9 @@ func (e *flow) lostToOutbid(cur provider.Instance, apiErr error) bool {
 // stopped by the market, so an outbid is seen within one poll however long
 // SSH takes to fail. No call is made for an on-demand rental.
 func (e *flow) outbidNow(ctx context.Context, id provider.InstanceID) bool {
-	if a := e.State().AttemptFor(id); a == nil || a.Bid == nil {
+	if a := e.s.State().AttemptFor(id); a == nil || a.Bid == nil {
 		return false
 	}
-	cur, err := e.Market.ShowInstance(ctx, id)
+	cur, err := e.s.Market.ShowInstance(ctx, id)
 	return err == nil && e.isOutbid(cur)
 }

@@ -60,8 +60,7 @@ type trainEnd struct {
 // filled), replacing interrupted instances and resuming from the last
 // committed checkpoint.
 func Run(ctx context.Context, e *lifecycle.Scope) (*lifecycle.Receipt, error) {
-	f := newFlow(e)
-	return e.Manage(ctx, f, false, f.drive)
+	return lifecycle.Execute(ctx, e, newFlow(e).Flow())
 }
 
 // Resume continues a run whose controller died, from its journal (e
@@ -69,8 +68,7 @@ func Run(ctx context.Context, e *lifecycle.Scope) (*lifecycle.Receipt, error) {
 // A configuration that differs from the run's frozen manifest is refused
 // before anything is touched (see lifecycle.Scope.AcceptConfigChange).
 func Resume(ctx context.Context, e *lifecycle.Scope) (*lifecycle.Receipt, error) {
-	f := newFlow(e)
-	return e.Manage(ctx, f, true, f.drive)
+	return lifecycle.Execute(ctx, e, newFlow(e).Flow())
 }
 
 // drive is training's work, after prepare: attach (or rent), train and
@@ -84,18 +82,18 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		}
 	}()
 	e.ensureReport()
-	for k, v := range e.StorageEnv {
+	for k, v := range e.s.StorageEnv {
 		if strings.Contains(k, "SECRET") || strings.Contains(k, "TOKEN") || strings.Contains(k, "KEY_ID") {
-			e.Redactor.Add(v)
+			e.s.Redactor.Add(v)
 		}
 	}
 	// The secrets are masked from the start, also when this controller
 	// re-attaches and never builds the workload's environment itself.
 	e.trainEnv(-1)
-	started := e.State().Started
+	started := e.s.State().Started
 	deadline := started.Add(e.trainSpec().Runtime())
 	var exclude []int64
-	for _, a := range e.State().Attempts {
+	for _, a := range e.s.State().Attempts {
 		if a.Failure != "" {
 			exclude = append(exclude, a.MachineID)
 		}
@@ -105,7 +103,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 	for attempts := 0; ; attempts++ {
 		var inst provider.Instance
 		var err error
-		client, inst, err = e.Attach(ctx, exclude)
+		client, inst, err = e.s.Attach(ctx, exclude)
 		var end trainEnd
 		switch {
 		case errors.Is(err, lifecycle.ErrNoAnswer) && ctx.Err() == nil && inst.ID != 0:
@@ -122,7 +120,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 			if afterStop {
 				afterStop = false
 				if err := e.retireLost(ctx, client, inst.ID); err != nil {
-					e.Infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
+					e.s.Infof("could not clear the stopped workload on instance %d: %v", inst.ID, err)
 				}
 			}
 			end, err = e.trainOn(ctx, client, inst, deadline)
@@ -139,7 +137,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		if err != nil && remote.Lost(err) && ctx.Err() == nil && reconnects < 3 {
 			reconnects++
 			attempts--
-			e.Infof("SSH to instance %d lost (%v); checking the instance again", inst.ID, err)
+			e.s.Infof("SSH to instance %d lost (%v); checking the instance again", inst.ID, err)
 			continue
 		}
 		if err != nil {
@@ -150,7 +148,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 			if *end.exitCode != 0 {
 				return fmt.Errorf("%w (exit status %d; see train.log)", ErrTrainFailed, *end.exitCode)
 			}
-			e.Infof("training finished")
+			e.s.Infof("training finished")
 			return nil
 		}
 		e.resumesInterrupted(inst.ID, end.interrupted)
@@ -166,15 +164,15 @@ func (e *flow) drive(ctx context.Context) (err error) {
 			}
 		}
 		// Interrupted: destroy it (confirmed), exclude its machine, replace.
-		t0 := e.Now()
-		if err := e.Record("event", lifecycle.StepFailover, lifecycle.InstanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
+		t0 := e.s.Now()
+		if err := e.s.Record("event", lifecycle.StepFailover, lifecycle.InstanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
 			return err // teardown destroys it
 		}
-		e.Infof("instance %d interrupted (%s): destroying it and renting a replacement", inst.ID, end.interrupted)
-		if err := e.DestroyConfirm(context.WithoutCancel(ctx), inst.ID, time.Time{}); err != nil {
+		e.s.Infof("instance %d interrupted (%s): destroying it and renting a replacement", inst.ID, end.interrupted)
+		if err := e.s.DestroyConfirm(context.WithoutCancel(ctx), inst.ID, time.Time{}); err != nil {
 			return err
 		}
-		e.AddTiming("interruption_to_replacement_requested", e.Now().Sub(t0))
+		e.s.AddTiming("interruption_to_replacement_requested", e.s.Now().Sub(t0))
 		exclude = append(exclude, inst.MachineID)
 		if attempts+1 >= e.trainSpec().MaxAttempts {
 			return &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeReadyFailed, Err: fmt.Errorf("interrupted %d times; giving up (train.max_attempts)", attempts+1)}
@@ -197,19 +195,19 @@ func (e *flow) resumesInterrupted(inst provider.InstanceID, why string) {
 func (e *flow) trainEnv(restored int64) map[string]string {
 	t := e.trainSpec()
 	env := map[string]string{}
-	for k, v := range e.Frozen().Env {
+	for k, v := range e.s.Frozen().Env {
 		env[k] = v
 	}
-	for k, v := range e.StorageEnv {
+	for k, v := range e.s.StorageEnv {
 		env[k] = v
 	}
-	for _, name := range e.Frozen().SecretNames {
-		if v := e.Getenv(name); v != "" {
+	for _, name := range e.s.Frozen().SecretNames {
+		if v := e.s.Getenv(name); v != "" {
 			env[name] = v
-			e.Redactor.Add(v)
+			e.s.Redactor.Add(v)
 		}
 	}
-	env["VASTRUN_RUN_ID"] = e.State().RunID
+	env["VASTRUN_RUN_ID"] = e.s.State().RunID
 	env["VASTRUN_CHECKPOINT_DIR"] = t.CheckpointDir
 	env["VASTRUN_CHECKPOINT_EVERY"] = strconv.Itoa(t.Cadence)
 	env["VASTRUN_OUTPUT_DIR"] = t.OutputDir
@@ -228,7 +226,7 @@ func (e *flow) trainEnv(restored int64) map[string]string {
 		env["VASTRUN_RESUME_STEP"] = strconv.FormatInt(restored, 10)
 		env["VASTRUN_RESUME_DIR"] = agent.ResumeDir
 	}
-	env["VASTRUN_API_URL"] = e.APIURL
+	env["VASTRUN_API_URL"] = e.s.APIURL
 	return env
 }
 
@@ -257,7 +255,7 @@ func (e *flow) agentJSON(ctx context.Context, c *remote.Client, env map[string]s
 	err := c.Run(ctx, remote.Command{Env: env, Stdout: &out, Stderr: &errOut, Script: remoteBin + " agent " + args})
 	if err != nil {
 		if tail := strings.TrimSpace(lifecycle.LastLines(errOut.String(), 5)); tail != "" {
-			return nil, fmt.Errorf("%w: %s", err, e.Redactor.String(tail))
+			return nil, fmt.Errorf("%w: %s", err, e.s.Redactor.String(tail))
 		}
 		return nil, err
 	}
@@ -293,13 +291,13 @@ type attemptLog struct {
 }
 
 func (e *flow) newAttemptLog() *attemptLog {
-	return e.attemptLogFor(max(len(e.State().Attempts), 1))
+	return e.attemptLogFor(max(len(e.s.State().Attempts), 1))
 }
 
 // attemptLogFor is the log collection of attempt n (1-based).
 func (e *flow) attemptLogFor(n int) *attemptLog {
-	os.MkdirAll(e.EvidenceDir, 0o755)
-	p := filepath.Join(e.EvidenceDir, fmt.Sprintf("train.attempt-%d.log", n))
+	os.MkdirAll(e.s.EvidenceDir, 0o755)
+	p := filepath.Join(e.s.EvidenceDir, fmt.Sprintf("train.attempt-%d.log", n))
 	// Truncated: a re-attached controller reads the remote log again from its
 	// start. Created now, so every attempt has its log in the evidence, with
 	// what the polls brought back before any interruption.
@@ -325,11 +323,11 @@ func (e *flow) addLog(l *attemptLog, ch agent.LogChunk) {
 	if err != nil {
 		return
 	}
-	f.Write(e.Redactor.Bytes(data))
+	f.Write(e.s.Redactor.Bytes(data))
 	f.Close()
 	l.offset += int64(len(data))
-	if e.Stream != nil { // live, as the ci test's output is
-		e.Stream.Write(e.Redactor.Bytes(data))
+	if e.s.Stream != nil { // live, as the ci test's output is
+		e.s.Stream.Write(e.s.Redactor.Bytes(data))
 	}
 }
 
@@ -339,8 +337,8 @@ func (e *flow) addLog(l *attemptLog, ch agent.LogChunk) {
 func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[string]bool) {
 	if cp := st.Checkpoint; cp.LastStep >= 0 {
 		if e.report.LastCheckpoint == nil || e.report.LastCheckpoint.Step != cp.LastStep {
-			e.Infof("checkpoint %d committed", cp.LastStep)
-			e.Record("event", "checkpoint", map[string]any{"step": cp.LastStep, "manifest_sha256": cp.LastSHA256})
+			e.s.Infof("checkpoint %d committed", cp.LastStep)
+			e.s.Record("event", "checkpoint", map[string]any{"step": cp.LastStep, "manifest_sha256": cp.LastSHA256})
 		}
 		e.report.LastCheckpoint = &receipt.CheckpointRef{Step: cp.LastStep, ManifestSHA256: cp.LastSHA256}
 	}
@@ -361,18 +359,18 @@ func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[st
 		}
 		if rs.Error != "" && !seen["proof"] {
 			seen["proof"] = true
-			e.Infof("resume proof on instance %d not accepted: %s", inst, e.Redactor.String(rs.Error))
+			e.s.Infof("resume proof on instance %d not accepted: %s", inst, e.s.Redactor.String(rs.Error))
 		}
 	}
 	for _, msg := range st.Agent.Errors {
 		if !seen["err:"+msg] {
 			seen["err:"+msg] = true
-			e.Infof("agent on instance %d: %s", inst, e.Redactor.String(msg))
+			e.s.Infof("agent on instance %d: %s", inst, e.s.Redactor.String(msg))
 		}
 	}
 	if st.Disk.Low && !seen["disk"] {
 		seen["disk"] = true
-		e.Infof("warning: instance %d has %.1f GiB free, room for few more checkpoints of %.1f GiB (raise gpu.disk_gb or lower train.keep)",
+		e.s.Infof("warning: instance %d has %.1f GiB free, room for few more checkpoints of %.1f GiB (raise gpu.disk_gb or lower train.keep)",
 			inst, float64(st.Disk.FreeBytes)/(1<<30), float64(st.Checkpoint.LastSize)/(1<<30))
 	}
 }
@@ -393,17 +391,17 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 	// Known from the rental's price before the first pass, so the setup
 	// pass (agent copy, uploads, restore, start: the slowest on a loaded
 	// machine) is bounded by the budget's moment like every later one.
-	if dph := e.State().Current().DPHTotal; dph > 0 {
-		left := e.Frozen().MaxSpendUSD - e.SpentSoFar() - dph*min(e.TeardownLimit(), time.Minute).Hours()
-		budgetAt = e.Now().Add(time.Duration(left / dph * float64(time.Hour)))
+	if dph := e.s.State().Current().DPHTotal; dph > 0 {
+		left := e.s.Frozen().MaxSpendUSD - e.s.SpentSoFar() - dph*min(e.s.TeardownLimit(), time.Minute).Hours()
+		budgetAt = e.s.Now().Add(time.Duration(left / dph * float64(time.Hour)))
 	}
 	for pass := 0; ; pass++ {
 		if pass > 0 {
-			wait := e.Jittered(poll)
+			wait := e.s.Jittered(poll)
 			if !budgetAt.IsZero() {
-				wait = max(0, min(wait, budgetAt.Sub(e.Now())))
+				wait = max(0, min(wait, budgetAt.Sub(e.s.Now())))
 			}
-			if err := e.Sleep(ctx, wait); err != nil {
+			if err := e.s.Sleep(ctx, wait); err != nil {
 				return trainEnd{}, err
 			}
 		}
@@ -417,8 +415,8 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 		// at the budget's moment is a budget stop (its failed calls say
 		// nothing about the instance).
 		if budgetReached(pctx, ctx) && (!done || end.exitCode == nil) {
-			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.State().Current().DPHTotal)
-			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("spending would pass budget.max_spend $%.4f once stopping is paid: the budget's moment came while the controller waited on instance %d: stopped with the last committed checkpoint", e.Frozen().MaxSpendUSD, inst.ID)}
+			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.s.State().Current().DPHTotal)
+			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("spending would pass budget.max_spend $%.4f once stopping is paid: the budget's moment came while the controller waited on instance %d: stopped with the last committed checkpoint", e.s.Frozen().MaxSpendUSD, inst.ID)}
 		}
 		if done {
 			return end, err
@@ -433,27 +431,27 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 		// for stopping.
 		dph := cur.DPHTotal
 		if dph == 0 {
-			dph = e.State().Current().DPHTotal
+			dph = e.s.State().Current().DPHTotal
 		}
-		stopping := min(e.TeardownLimit(), time.Minute)
+		stopping := min(e.s.TeardownLimit(), time.Minute)
 		// Two passes as they really take (a slow SSH round trip or a busy
 		// machine stretches a pass past the poll), never less than two polls.
 		gap := poll
 		if !lastCheck.IsZero() {
-			gap = max(gap, e.Now().Sub(lastCheck))
+			gap = max(gap, e.s.Now().Sub(lastCheck))
 		}
-		lastCheck = e.Now()
-		spent := e.SpentSoFar()
+		lastCheck = e.s.Now()
+		spent := e.s.SpentSoFar()
 		projected := spent + dph*(2*gap+stopping).Hours()
-		if projected > e.Frozen().MaxSpendUSD {
+		if projected > e.s.Frozen().MaxSpendUSD {
 			e.commitBeforeBudget(ctx, c, inst.ID, seen, dph)
-			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.Frozen().MaxSpendUSD)}
+			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.s.Frozen().MaxSpendUSD)}
 		}
 		if dph > 0 {
-			left := e.Frozen().MaxSpendUSD - spent - dph*stopping.Hours()
-			budgetAt = e.Now().Add(time.Duration(left / dph * float64(time.Hour)))
+			left := e.s.Frozen().MaxSpendUSD - spent - dph*stopping.Hours()
+			budgetAt = e.s.Now().Add(time.Duration(left / dph * float64(time.Hour)))
 		}
-		if !e.Now().Before(deadline) {
+		if !e.s.Now().Before(deadline) {
 			e.commitPending(ctx, c, inst.ID, seen)
 			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.trainSpec().RuntimeDeadline)}
 		}
@@ -496,9 +494,9 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 				}
 				return trainEnd{again: true}, nil, false
 			}
-			e.Infof("the workload is %s on instance %d; monitoring it", st.Workload.State, inst.ID)
+			e.s.Infof("the workload is %s on instance %d; monitoring it", st.Workload.State, inst.ID)
 		}
-		cur, apiErr := e.Market.ShowInstance(ctx, inst.ID)
+		cur, apiErr := e.s.Market.ShowInstance(ctx, inst.ID)
 		switch {
 		case errors.Is(apiErr, provider.ErrNotFound):
 			return trainEnd{interrupted: "instance vanished"}, nil, true
@@ -509,7 +507,7 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 		case sshErr != nil && apiErr == nil:
 			// The instance runs; the answer is unknown, which is not a
 			// "no": nothing is started, and the limits below still apply.
-			e.Log.Debug("agent status failed while the API says running", "err", sshErr)
+			e.s.Log.Debug("agent status failed while the API says running", "err", sshErr)
 		case sshErr != nil:
 			return trainEnd{interrupted: "SSH lost and the API cannot be read: " + sshErr.Error()}, nil, true
 		}
@@ -522,7 +520,7 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 				if st.Workload.Finalized {
 					code := *st.Workload.ExitCode
 					if st.Workload.Signal != "" {
-						e.Infof("the workload was killed by signal %s", st.Workload.Signal)
+						e.s.Infof("the workload was killed by signal %s", st.Workload.Signal)
 					}
 					return trainEnd{exitCode: &code}, e.finishTraining(ctx, c, inst.ID, code, alog), true
 				}
@@ -562,7 +560,7 @@ func (e *flow) watchArgs() string {
 func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provider.Instance, needBinary bool) error {
 	t := e.trainSpec()
 	if needBinary {
-		bin := e.AgentBinary
+		bin := e.s.AgentBinary
 		if bin == "" {
 			var err error
 			if bin, err = os.Executable(); err != nil {
@@ -593,20 +591,20 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: restore on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
 	}
 	if rs.Step >= 0 {
-		e.Infof("restored checkpoint %d on instance %d", rs.Step, inst.ID)
+		e.s.Infof("restored checkpoint %d on instance %d", rs.Step, inst.ID)
 		for _, s := range rs.Skipped {
-			e.Infof("checkpoint %d failed verification and was skipped: %s", s.Step, s.Reason)
+			e.s.Infof("checkpoint %d failed verification and was skipped: %s", s.Step, s.Reason)
 		}
 		for _, p := range rs.Placed {
-			e.Infof("put %s back at its path for the workload's own resume", p)
+			e.s.Infof("put %s back at its path for the workload's own resume", p)
 		}
 		e.report.Resumes = append(e.report.Resumes, receipt.ResumeProof{Instance: inst.ID, RestoredStep: rs.Step, Skipped: rs.Skipped})
-		e.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)})
+		e.s.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)})
 	}
 	args := fmt.Sprintf("start --json --command %s %s --heartbeat %s --ttl %s --deadline %s --poll 1s",
 		remote.ShellQuote(t.Command), e.watchArgs(), agent.Heartbeat,
-		spec.ParseDuration(t.HeartbeatTTL), e.State().Started.Add(t.Runtime()).UTC().Format(time.RFC3339))
-	if err := e.Record("intent", lifecycle.StepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
+		spec.ParseDuration(t.HeartbeatTTL), e.s.State().Started.Add(t.Runtime()).UTC().Format(time.RFC3339))
+	if err := e.s.Record("intent", lifecycle.StepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
 		return err // no intent, no workload
 	}
 	b, err = e.agentJSON(ctx, c, e.trainEnv(rs.Step), args)
@@ -618,10 +616,10 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: start on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
 	}
 	if !sr.Started {
-		e.Infof("the agent on instance %d did not start a second workload (%s); monitoring the one it has", inst.ID, sr.Refused)
+		e.s.Infof("the agent on instance %d did not start a second workload (%s); monitoring the one it has", inst.ID, sr.Refused)
 		return nil
 	}
-	e.Infof("training started on instance %d", inst.ID)
+	e.s.Infof("training started on instance %d", inst.ID)
 	return nil
 }
 
@@ -629,20 +627,20 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 // those files (the agent's manifest matches the local one), and says how
 // much it copies.
 func (e *flow) trainUpload(ctx context.Context, c *remote.Client, inst provider.InstanceID) error {
-	if len(e.Frozen().Upload) == 0 {
+	if len(e.s.Frozen().Upload) == 0 {
 		return nil
 	}
-	local, err := agent.SumTree(e.RepoDir, e.Frozen().Upload)
+	local, err := agent.SumTree(e.s.RepoDir, e.s.Frozen().Upload)
 	if err != nil {
 		return fmt.Errorf("upload: %w", err)
 	}
 	args := "manifest --json"
-	for _, u := range e.Frozen().Upload {
+	for _, u := range e.s.Frozen().Upload {
 		args += " " + remote.ShellQuote(filepath.ToSlash(filepath.Clean(u)))
 	}
 	if b, err := e.agentJSON(ctx, c, nil, args); err == nil {
 		if m, err := agent.DecodeManifest(b); err == nil && reflect.DeepEqual(m.Files, local) {
-			e.Infof("uploads skipped: instance %d already has the same %d files", inst, len(local))
+			e.s.Infof("uploads skipped: instance %d already has the same %d files", inst, len(local))
 			return nil
 		}
 	}
@@ -650,8 +648,8 @@ func (e *flow) trainUpload(ctx context.Context, c *remote.Client, inst provider.
 	for _, f := range local {
 		size += f.Size
 	}
-	e.Infof("uploading %d files (%.1f MB) to instance %d", len(local), float64(size)/1e6, inst)
-	return e.Upload(c)
+	e.s.Infof("uploading %d files (%.1f MB) to instance %d", len(local), float64(size)/1e6, inst)
+	return e.s.Upload(c)
 }
 
 // commitPending has the agent commit complete checkpoints now, under the
@@ -661,7 +659,7 @@ func (e *flow) commitPending(ctx context.Context, c *remote.Client, inst provide
 	args := fmt.Sprintf("watch --once --store %s --dir %s --keep %d --status %s --quiet %s",
 		remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agent.StatusFile, t.QuietPeriod.Duration())
 	if _, err := e.agentJSON(ctx, c, e.trainEnv(-1), args); err != nil {
-		e.Log.Debug("final commit pass failed", "err", err)
+		e.s.Log.Debug("final commit pass failed", "err", err)
 	}
 	if st, err := e.askAgent(ctx, c, inst, 0); err == nil {
 		e.noteStatus(inst, st, seen)
@@ -672,28 +670,28 @@ func (e *flow) commitPending(ctx context.Context, c *remote.Client, inst provide
 // outputs with checksums and collects the log, result and proof.
 func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provider.InstanceID, code int, alog *attemptLog) error {
 	t := e.trainSpec()
-	os.MkdirAll(e.EvidenceDir, 0o755)
-	logPath := filepath.Join(e.EvidenceDir, "train.log")
+	os.MkdirAll(e.s.EvidenceDir, 0o755)
+	logPath := filepath.Join(e.s.EvidenceDir, "train.log")
 	if err := c.Download(agent.LogFile, logPath+".raw", 64<<20); err == nil {
 		b, _ := os.ReadFile(logPath + ".raw")
-		os.WriteFile(logPath, e.Redactor.Bytes(b), 0o644)
-		os.WriteFile(alog.path, e.Redactor.Bytes(b), 0o644)
+		os.WriteFile(logPath, e.s.Redactor.Bytes(b), 0o644)
+		os.WriteFile(alog.path, e.s.Redactor.Bytes(b), 0o644)
 		os.Remove(logPath + ".raw")
 	}
 	if err := c.Download(agent.AgentLog, logPath+".raw", 16<<20); err == nil {
 		b, _ := os.ReadFile(logPath + ".raw")
-		os.WriteFile(filepath.Join(e.EvidenceDir, "agent.log"), e.Redactor.Bytes(b), 0o644)
+		os.WriteFile(filepath.Join(e.s.EvidenceDir, "agent.log"), e.s.Redactor.Bytes(b), 0o644)
 		os.Remove(logPath + ".raw")
 	}
 	if st, err := e.askAgent(ctx, c, inst, 0); err == nil {
 		e.noteStatus(inst, st, map[string]bool{})
 		st.Log = agent.LogChunk{Data: []byte{}, Size: st.Log.Size}
 		if b, err := json.MarshalIndent(st, "", "  "); err == nil {
-			os.WriteFile(filepath.Join(e.EvidenceDir, "agent-status.json"), e.Redactor.Bytes(b), 0o644)
+			os.WriteFile(filepath.Join(e.s.EvidenceDir, "agent-status.json"), e.s.Redactor.Bytes(b), 0o644)
 		}
 	}
 	res := &lifecycle.TestOutcome{Log: "train.log", ExitCode: code}
-	e.FetchResult(c, res)
+	e.s.FetchResult(c, res)
 	e.report.Result = res.Result
 	if code != 0 {
 		return nil
@@ -702,14 +700,14 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 	err := c.Run(ctx, remote.Command{Env: e.trainEnv(-1), Stdout: &out, Stderr: &errOut, Script: fmt.Sprintf("%s agent upload --json --store %s --dir %s",
 		remoteBin, remote.ShellQuote(t.OutputURI), remote.ShellQuote(t.OutputDir))})
 	if err != nil {
-		return fmt.Errorf("upload outputs: %w: %s", err, e.Redactor.String(strings.TrimSpace(lifecycle.LastLines(errOut.String(), 5))))
+		return fmt.Errorf("upload outputs: %w: %s", err, e.s.Redactor.String(strings.TrimSpace(lifecycle.LastLines(errOut.String(), 5))))
 	}
 	var up struct {
 		SHA string `json:"manifest_sha256"`
 	}
 	json.Unmarshal([]byte(strings.TrimSpace(out.String())), &up)
 	e.report.OutputsURI, e.report.OutputsSHA256 = t.OutputURI+"/outputs/000000000000", up.SHA
-	e.Record("done", lifecycle.StepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.SHA})
+	e.s.Record("done", lifecycle.StepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.SHA})
 	return nil
 }
 
@@ -732,9 +730,9 @@ func (e *flow) fillTrainReport(ctx context.Context) {
 
 func (e *flow) storageGetenv() func(string) string {
 	return func(k string) string {
-		if v, ok := e.StorageEnv[k]; ok {
+		if v, ok := e.s.StorageEnv[k]; ok {
 			return v
 		}
-		return e.Getenv(k)
+		return e.s.Getenv(k)
 	}
 }

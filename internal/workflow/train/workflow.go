@@ -29,65 +29,65 @@ const Name = "train"
 // ErrTrainFailed means the workload exited non-zero.
 var ErrTrainFailed = errors.New("the training workload failed")
 
-// flow is one training run: the core's API (embedded) plus training's
-// own report. It is the run's lifecycle.Workflow.
+// flow is one training run: its scope and training's own report; Flow
+// lists its steps.
 type flow struct {
-	*lifecycle.Scope
+	s      *lifecycle.Scope
 	report *receipt.TrainReport
 }
 
-func newFlow(e *lifecycle.Scope) *flow { return &flow{Scope: e} }
+func newFlow(e *lifecycle.Scope) *flow { return &flow{s: e} }
 
-func (e *flow) Name() string { return Name }
-
-// Spec keeps the train section (spec.Build scoped its store URIs to the
-// run); training has no test command and no canary.
-func (e *flow) Spec(m *lifecycle.Manifest) {
-	m.Test, m.Canary = "", nil
-	if m.Train == nil {
-		m.Train = &lifecycle.TrainSpec{}
+// Flow is training: the local steps, then training itself (attach or
+// rent, train and monitor, and on an interruption replace the instance,
+// until the workload ends or a limit stops it). A resumed run walks the
+// same list and re-attaches to a live instance instead of renting.
+func (e *flow) Flow() lifecycle.Flow {
+	return lifecycle.Flow{
+		Name:  Name,
+		Steps: append(lifecycle.LocalSteps(), lifecycle.NewStep("train", func(ctx context.Context, _ *lifecycle.Scope) error { return e.drive(ctx) })),
+		// The train section (spec.Build scoped its store URIs to the run);
+		// training has no test command and no canary.
+		Spec: func(m *lifecycle.Manifest) {
+			m.Test, m.Canary = "", nil
+			if m.Train == nil {
+				m.Train = &lifecycle.TrainSpec{}
+			}
+		},
+		// Approval only needs to afford getting training started; the
+		// controller's budget check and the agent's deadline bound the rest.
+		JobBound: func(lifecycle.Manifest) time.Duration { return 0 },
+		// Training runs under its own runtime deadline.
+		WorkPhase: func(m lifecycle.Manifest) (string, time.Duration) {
+			if m.Train == nil {
+				return progress.PhaseTrain, 0
+			}
+			return progress.PhaseTrain, m.Train.Runtime()
+		},
+		// train.on_outbid, and train.max_attempts rentals for one
+		// provisioning (an interruptible rental can be outbid while it boots).
+		Interruptions: func(m lifecycle.Manifest) (string, int) {
+			if m.Train == nil {
+				return "", 0
+			}
+			return m.Train.OnOutbid, m.Train.MaxAttempts
+		},
+		Outcome: func(err error, base receipt.Outcome) receipt.Outcome {
+			if errors.Is(err, ErrTrainFailed) {
+				return lifecycle.OutcomeFailed
+			}
+			return base
+		},
+		// Finish reads the committed checkpoints from the store.
+		Finish: func(ctx context.Context, _ *lifecycle.Scope) {
+			e.ensureReport()
+			e.fillTrainReport(ctx)
+		},
+		Section: func(r *lifecycle.Receipt) {
+			e.ensureReport()
+			r.Train = e.report
+		},
 	}
-}
-
-// JobBound is 0: approval only needs to afford getting training started;
-// the controller's budget check and the agent's deadline bound the rest.
-func (e *flow) JobBound(lifecycle.Manifest) time.Duration { return 0 }
-
-func (e *flow) Local(context.Context) error { return nil }
-
-// WorkPhase: training runs under its own runtime deadline.
-func (e *flow) WorkPhase(m lifecycle.Manifest) (string, time.Duration) {
-	if m.Train == nil {
-		return progress.PhaseTrain, 0
-	}
-	return progress.PhaseTrain, m.Train.Runtime()
-}
-
-// Interruptions: train.on_outbid, and train.max_attempts rentals for one
-// provisioning (an interruptible rental can be outbid while it boots).
-func (e *flow) Interruptions(m lifecycle.Manifest) (string, int) {
-	if m.Train == nil {
-		return "", 0
-	}
-	return m.Train.OnOutbid, m.Train.MaxAttempts
-}
-
-func (e *flow) Outcome(err error, base receipt.Outcome) receipt.Outcome {
-	if errors.Is(err, ErrTrainFailed) {
-		return lifecycle.OutcomeFailed
-	}
-	return base
-}
-
-// Finish reads the committed checkpoints from the store.
-func (e *flow) Finish(ctx context.Context) {
-	e.ensureReport()
-	e.fillTrainReport(ctx)
-}
-
-func (e *flow) Section(r *lifecycle.Receipt) {
-	e.ensureReport()
-	r.Train = e.report
 }
 
 // ensureReport starts the report once the spec is known: each run has its
@@ -101,10 +101,8 @@ func (e *flow) ensureReport() {
 
 // trainSpec is the frozen train section.
 func (e *flow) trainSpec() lifecycle.TrainSpec {
-	if t := e.Frozen().Train; t != nil {
+	if t := e.s.Frozen().Train; t != nil {
 		return *t
 	}
 	return lifecycle.TrainSpec{}
 }
-
-var _ lifecycle.Workflow = (*flow)(nil)

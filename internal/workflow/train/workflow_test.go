@@ -23,7 +23,7 @@ func TestOutcomeMapping(t *testing.T) {
 		{nil, receipt.Passed, receipt.Passed},
 		{errors.New("budget"), receipt.Budget, receipt.Budget},
 	} {
-		if got := f.Outcome(c.err, c.base); got != c.want {
+		if got := f.Flow().Outcome(c.err, c.base); got != c.want {
 			t.Errorf("Outcome(%v, %s) = %s, want %s", c.err, c.base, got, c.want)
 		}
 	}
@@ -33,11 +33,11 @@ func TestOutcomeMapping(t *testing.T) {
 // a train section even for a config without one (the zero spec).
 func TestSpecKeepsOnlyTrainsSection(t *testing.T) {
 	m := lifecycle.Manifest{Test: "make test", Canary: &lifecycle.CanarySpec{Smoke: "s"}}
-	newFlow(lifecycle.New(&lifecycle.Deps{})).Spec(&m)
+	newFlow(lifecycle.New(&lifecycle.Deps{})).Flow().Spec(&m)
 	if m.Test != "" || m.Canary != nil || m.Train == nil {
 		t.Fatalf("%+v", m)
 	}
-	if (&flow{}).JobBound(lifecycle.Manifest{JobTimeout: "1h"}) != 0 {
+	if (&flow{}).Flow().JobBound(lifecycle.Manifest{JobTimeout: "1h"}) != 0 {
 		t.Fatal("training's approval bound is its start, not the job timeout")
 	}
 }
