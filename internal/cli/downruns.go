@@ -2,13 +2,18 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/runs"
@@ -40,10 +45,18 @@ func refuseOtherLiveRuns(stateDir string) error {
 		Hint: fmt.Sprintf("destroy them all: vastrun down --all --yes; or one: vastrun down --run %s --yes", live[0].RunID)}
 }
 
-// downRun tears one run down from its journal, validated first.
-func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, dir string) error {
-	if err := checkJournal(dir); err != nil {
-		return err
+// downRun tears one run down from its journal, validated first. A run
+// whose journal cannot be replayed (damaged, torn, missing) is torn down
+// by what its state.json names, which needs no journal (downDamaged);
+// settle is that label sweep's.
+func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, dir string, settle time.Duration) error {
+	jerr := checkJournal(dir)
+	if _, err := os.Stat(filepath.Join(dir, journal.FileName)); jerr == nil && errors.Is(err, fs.ErrNotExist) {
+		// Opening would create an empty journal: "holds no run".
+		jerr = &DamagedJournalError{RunDir: dir, Err: fmt.Errorf("%s is missing: %w", journal.FileName, err)}
+	}
+	if jerr != nil {
+		return downDamaged(ctx, f, o, cfg, dir, jerr, settle)
 	}
 	e, err := newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
 	if err != nil {
@@ -67,6 +80,53 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	return err
 }
 
+// downDamaged tears down the run in dir, whose journal cannot be read,
+// by the label and instances its state.json names: the label is swept
+// until listings stay clean, which also finds a rental the journal never
+// got to record. The journal is only read, never opened, so it stays byte
+// for byte as it was (for a person, or a later repair, to judge). Without
+// a label in state.json there is nothing to go by: jerr is returned. Nor
+// with team state, where the bucket holds the journal and a sweep from here
+// would act outside the run's lease.
+func downDamaged(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, dir string, jerr error, settle time.Duration) error {
+	var de *DamagedJournalError
+	if !errors.As(jerr, &de) {
+		return jerr
+	}
+	if loc, err := stateLocation(o, cfg); err != nil || loc.Kind == "s3" {
+		return jerr
+	}
+	idx, err := readStateIndex(dir)
+	if err != nil || idx.Label == "" {
+		return jerr
+	}
+	de.Label, de.Instances = idx.Label, idx.Instances
+	f.IO.Infof("%v", de)
+	f.IO.Infof("run %s: destroying by label %s and the unconfirmed instances %v that state.json names, which needs no journal", filepath.Base(dir), idx.Label, idx.Unconfirmed)
+	ids := make([]int64, len(idx.Unconfirmed))
+	for i, id := range idx.Unconfirmed {
+		ids[i] = int64(id)
+	}
+	return downTargets(ctx, f, o, cfg, ids, idx.Label, settle)
+}
+
+// stateIndex is what a run's state.json says (run.stateFile): a summary
+// beside the journal, enough to find the run's rentals without it.
+type stateIndex struct {
+	Label       string                `json:"label"`
+	Instances   []provider.InstanceID `json:"instance_ids"`
+	Unconfirmed []provider.InstanceID `json:"unconfirmed_instance_ids"`
+}
+
+func readStateIndex(dir string) (stateIndex, error) {
+	var idx stateIndex
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		return idx, err
+	}
+	return idx, json.Unmarshal(b, &idx)
+}
+
 // downAll tears down every run that still holds instances, one at a time
 // (each confirms its own label), and reports every failure.
 func downAll(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config) error {
@@ -86,7 +146,7 @@ func downAll(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	yes.Yes = true // approved once for all of them
 	var errs []error
 	for _, r := range live {
-		if err := downRun(ctx, f, &yes, cfg, r.Dir); err != nil {
+		if err := downRun(ctx, f, &yes, cfg, r.Dir, lifecycle.SweepSettle); err != nil {
 			errs = append(errs, fmt.Errorf("run %s: %w", r.RunID, err))
 		}
 	}

@@ -126,7 +126,7 @@ func runDown(ctx context.Context, opts *DownOptions) error {
 			}
 			return &UsageError{Err: err, Hint: "pass --instance ID or --label LABEL"}
 		}
-		return downRun(ctx, f, o, cfg, dir)
+		return downRun(ctx, f, o, cfg, dir, opts.Settle)
 	}
 	return downTargets(ctx, f, o, cfg, opts.Instances, opts.Label, opts.Settle)
 }

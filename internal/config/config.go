@@ -448,6 +448,7 @@ func (c *Config) validate(valueErrs []string) error {
 		errs = append(errs, "budget.max_spend is required: the most this run may cost, in $")
 	}
 	errs = append(errs, c.checkBid()...)
+	errs = append(errs, c.checkLimits()...) // limits.go
 	errs = append(errs, dedupe(valueErrs, errs)...)
 	if err := c.Policy().Validate(); err != nil {
 		errs = append(errs, err.Error())

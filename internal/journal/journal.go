@@ -6,7 +6,9 @@
 // the marketplace and an outcome record after it. Replaying the records
 // rebuilds what happened, so a run can be resumed (or torn down) after any
 // crash. A torn last line (a crash mid-write) is ignored on read; any other
-// damage is an error, never silently skipped.
+// damage is an error, never silently skipped. A journal that is nothing
+// but a torn line is damage too (ErrTornOnly): that line is the only record
+// of the run, so it is never cut away.
 package journal
 
 import (
@@ -31,6 +33,11 @@ const Version = 1
 
 // ErrLocked means another process holds the run's journal.
 var ErrLocked = errors.New("journal is locked by another vastrun process")
+
+// ErrTornOnly means the journal holds a torn line and no complete record
+// before it: a crash during the first write, or a file cut short. It is
+// left as it is; the run's label is in state.json beside it.
+var ErrTornOnly = errors.New("the journal holds only a torn line, no complete record")
 
 // Record is one line of the journal.
 type Record struct {
@@ -234,17 +241,28 @@ func readFile(f *os.File) ([]Record, error) {
 		}
 		recs = append(recs, r)
 	}
-	return recs, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 && len(bytes.TrimSpace(b)) > 0 {
+		return nil, fmt.Errorf("its %d bytes end without a newline: %w", len(b), ErrTornOnly)
+	}
+	return recs, nil
 }
 
-// truncateTornTail cuts a partial last line left by a crash, so that the
-// next record starts on a line of its own.
+// truncateTornTail cuts a partial last line left by a crash after the
+// last complete record, so that the next record starts on a line of its
+// own. A file with no complete line is never cut (readFile refuses it).
 func truncateTornTail(f *os.File) error {
 	b, err := os.ReadFile(f.Name())
 	if err != nil || len(b) == 0 || b[len(b)-1] == '\n' {
 		return err
 	}
-	return f.Truncate(int64(bytes.LastIndexByte(b, '\n') + 1))
+	end := bytes.LastIndexByte(b, '\n')
+	if end < 0 {
+		return fmt.Errorf("%d bytes with no newline: %w", len(b), ErrTornOnly)
+	}
+	return f.Truncate(int64(end + 1))
 }
 
 func hasMoreLines(sc *bufio.Scanner) bool { return sc.Scan() }

@@ -126,3 +126,36 @@ func TestWriteFaultWritesNothing(t *testing.T) {
 		t.Fatalf("records after a failed append: %+v %v", recs, err)
 	}
 }
+
+// A journal that is one torn line is the only record of its run: reading
+// it is an error, and opening it leaves every byte where it was.
+func TestTornOnlyLineIsNeverCut(t *testing.T) {
+	for _, content := range []string{
+		`{"v":1,"seq":1,"time":"2026-12-04T00:00:00Z","type":"event","step":"start","data":{"run_id":"ab`,
+		"\n\n{\"v\":1,\"se",
+	} {
+		dir := t.TempDir()
+		p := filepath.Join(dir, FileName)
+		os.WriteFile(p, []byte(content), 0o600)
+		if _, err := Read(dir); !errors.Is(err, ErrTornOnly) {
+			t.Errorf("%q: Read = %v, want ErrTornOnly", content, err)
+		}
+		if j, err := Open(dir, nil); !errors.Is(err, ErrTornOnly) {
+			if j != nil {
+				j.Close()
+			}
+			t.Errorf("%q: Open = %v, want ErrTornOnly", content, err)
+		}
+		if b, _ := os.ReadFile(p); string(b) != content {
+			t.Errorf("%q: the journal changed to %q", content, b)
+		}
+	}
+	// Empty and blank journals hold no run, and are no damage.
+	for _, content := range []string{"", "\n", "  \n"} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, FileName), []byte(content), 0o600)
+		if recs, err := Read(dir); err != nil || len(recs) != 0 {
+			t.Errorf("%q: %d %v", content, len(recs), err)
+		}
+	}
+}

@@ -27,6 +27,30 @@ const DefaultPrefix = "vastrun"
 // MaxLen keeps labels within what every Vast client is known to accept.
 const MaxLen = 60
 
+// MaxPrefixLen is the longest prefix whose labels stay within MaxLen for
+// as long as run ids and expiries keep their lengths: a run id is the Unix
+// milliseconds in base 36 (8 digits until 2059, then 9) and 4 random
+// digits, an expiry the Unix seconds in base 36 (6 digits until 2038, then
+// 7), the check 8 hex digits, and three dashes join them: 60-13-7-8-3 = 29.
+const MaxPrefixLen = MaxLen - 13 - 7 - 8 - 3
+
+// ErrBadPrefix means a label prefix cannot start a vastrun label.
+var ErrBadPrefix = errors.New("not a valid label prefix")
+
+// CheckPrefix says whether prefix can start every label vastrun makes:
+// lowercase ASCII letters, digits and inner dashes (what Parse reads back
+// and what a label filter on Vast matches exactly), at most MaxPrefixLen
+// characters. The error wraps ErrBadPrefix.
+func CheckPrefix(prefix string) error {
+	switch {
+	case !validToken(prefix, true):
+		return fmt.Errorf("label prefix %q: use lowercase ASCII letters (a-z), digits and inner dashes: %w", prefix, ErrBadPrefix)
+	case len(prefix) > MaxPrefixLen:
+		return fmt.Errorf("label prefix %q is %d characters; at most %d keep a label within %d: %w", prefix, len(prefix), MaxPrefixLen, MaxLen, ErrBadPrefix)
+	}
+	return nil
+}
+
 // ErrNotOurs means the text is not a vastrun label (or fails its check).
 var ErrNotOurs = errors.New("not a vastrun label")
 
@@ -67,8 +91,8 @@ func New(prefix, runID string, expiry time.Time) (Label, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	if !validToken(prefix, true) {
-		return Label{}, fmt.Errorf("label prefix %q: use lowercase letters, digits and inner dashes", prefix)
+	if err := CheckPrefix(prefix); err != nil {
+		return Label{}, err
 	}
 	if !validToken(runID, false) {
 		return Label{}, fmt.Errorf("run id %q: use lowercase letters and digits", runID)

@@ -89,3 +89,27 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckPrefixBoundaries(t *testing.T) {
+	for _, c := range []struct {
+		prefix string
+		ok     bool
+	}{
+		{"vastrun", true}, {"a", true}, {"ci-2", true}, {"vastrun-acme-ml", true},
+		{strings.Repeat("p", MaxPrefixLen), true},
+		{strings.Repeat("p", MaxPrefixLen+1), false},
+		{"", false}, {"bad prefix!", false}, {"vastrün", false}, {"Vast", false},
+		{"-ci", false}, {"ci-", false}, {"ci_x", false}, {"ci.x", false},
+	} {
+		err := CheckPrefix(c.prefix)
+		if c.ok != (err == nil) || (err != nil && !errors.Is(err, ErrBadPrefix)) {
+			t.Errorf("CheckPrefix(%q) = %v, want ok=%v", c.prefix, err, c.ok)
+		}
+	}
+	// The longest accepted prefix keeps the longest label within MaxLen:
+	// a 13-character run id and a 7-digit expiry (after 2038).
+	l, err := New(strings.Repeat("p", MaxPrefixLen), "abcdefghijklm", time.Unix(1<<36, 0))
+	if err != nil || len(l.String()) > MaxLen {
+		t.Fatalf("%q (%d) %v", l.String(), len(l.String()), err)
+	}
+}

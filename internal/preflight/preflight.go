@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -78,17 +77,8 @@ type Input struct {
 func Local(in Input) error {
 	var ps []Problem
 	ps = append(ps, checkImage(in.Config.Image)...)
-	for i, u := range in.Config.Upload {
-		p := filepath.Join(in.RepoDir, u)
-		if _, err := os.Stat(p); err != nil {
-			what := "does not exist"
-			if !errors.Is(err, os.ErrNotExist) {
-				what = "cannot be read: " + err.Error()
-			}
-			ps = append(ps, Problem{Field: fmt.Sprintf("upload[%d]", i), Value: fmt.Sprintf("%q", u), What: what + " (paths are relative to " + in.RepoDir + ")",
-				Fix: "correct the path, or remove it from upload:"})
-		}
-	}
+	ps = append(ps, checkUploads(in)...) // uploads.go
+	ps = append(ps, checkWorkdir(in)...) // workdir.go
 	for _, d := range []struct{ field, path string }{{"state_dir", in.Config.StateDir}, {"evidence_dir", in.Config.EvidenceDir}} {
 		if d.path == "" {
 			continue

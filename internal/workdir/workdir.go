@@ -84,6 +84,21 @@ type Options struct {
 // Collect lists and hashes root/dir's files (git's view) plus extras.
 // dir is recorded as given.
 func Collect(ctx context.Context, root, dir string, o Options) (*Manifest, error) {
+	return collect(ctx, root, dir, o, true)
+}
+
+// Measure is Collect without reading the files: the uncompressed bytes
+// Collect would count, failing as Collect would (ErrTooLarge, ErrNotGit),
+// cheaply enough for a preflight that must not hash a large tree twice.
+func Measure(ctx context.Context, root, dir string, o Options) (int64, error) {
+	m, err := collect(ctx, root, dir, o, false)
+	if err != nil {
+		return 0, err
+	}
+	return m.TotalBytes, nil
+}
+
+func collect(ctx context.Context, root, dir string, o Options, hash bool) (*Manifest, error) {
 	limit := o.Limit
 	if limit <= 0 {
 		limit = DefaultLimit
@@ -117,7 +132,7 @@ func Collect(ctx context.Context, root, dir string, o Options) (*Manifest, error
 		if seen[rel] || skip(rel) {
 			return nil
 		}
-		f, ok, err := stat(base, rel, source)
+		f, ok, err := stat(base, rel, source, hash)
 		if err != nil || !ok {
 			return err
 		}
@@ -193,9 +208,10 @@ func gitFiles(ctx context.Context, base string) ([]string, error) {
 	return paths, nil
 }
 
-// stat hashes one file; ok is false for what is not packed (a deleted
-// tracked file, a directory such as a submodule, a device).
-func stat(base, rel, source string) (File, bool, error) {
+// stat hashes one file (sizes it only, without hash); ok is false for
+// what is not packed (a deleted tracked file, a directory such as a
+// submodule, a device).
+func stat(base, rel, source string, hash bool) (File, bool, error) {
 	full := filepath.Join(base, filepath.FromSlash(rel))
 	info, err := os.Lstat(full)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -216,6 +232,9 @@ func stat(base, rel, source string) (File, bool, error) {
 		return f, true, nil
 	case !info.Mode().IsRegular():
 		return File{}, false, nil
+	case !hash:
+		f.Size, f.Mode = info.Size(), "file"
+		return f, true, nil
 	}
 	fh, err := os.Open(full)
 	if err != nil {

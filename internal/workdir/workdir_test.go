@@ -145,3 +145,28 @@ func TestCollectRefusesWhatItCannotSend(t *testing.T) {
 		t.Fatalf("not a git tree: %v", err)
 	}
 }
+
+// Measure counts what Collect counts and fails where it fails.
+func TestMeasureAgreesWithCollect(t *testing.T) {
+	dir := repo(t)
+	o := Options{Extras: []string{"build/keep.bin"}}
+	m, err := Collect(context.Background(), dir, ".", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Measure(context.Background(), dir, ".", o)
+	if err != nil || n != m.TotalBytes || n == 0 {
+		t.Fatalf("Measure = %d, %v; Collect counted %d", n, err, m.TotalBytes)
+	}
+	o.Limit = m.TotalBytes
+	if _, err := Measure(context.Background(), dir, ".", o); err != nil {
+		t.Fatalf("at the limit: %v", err)
+	}
+	o.Limit = m.TotalBytes - 1
+	if _, err := Measure(context.Background(), dir, ".", o); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("one byte over: %v", err)
+	}
+	if _, err := Measure(context.Background(), t.TempDir(), ".", Options{}); !errors.Is(err, ErrNotGit) {
+		t.Fatalf("not a git tree: %v", err)
+	}
+}
