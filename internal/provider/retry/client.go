@@ -230,3 +230,23 @@ func (c *Client) CloudCopy(ctx context.Context, r provider.CloudCopyRequest) (st
 		return c.inner.CloudCopy(ctx, r)
 	})
 }
+
+func (c *Client) InstanceSSHKeys(ctx context.Context, id provider.InstanceID) ([]string, error) {
+	return call(ctx, &c.policy, fmt.Sprintf("list SSH keys of instance %d", id), safe, func(ctx context.Context) ([]string, error) {
+		return c.inner.InstanceSSHKeys(ctx, id)
+	})
+}
+
+func (c *Client) SpendRate(ctx context.Context) (provider.SpendRate, error) {
+	return call(ctx, &c.policy, "read spend rate", safe, c.inner.SpendRate)
+}
+
+func (c *Client) MachineEarnings(ctx context.Context, from, to time.Time) (provider.Earnings, error) {
+	return call(ctx, &c.policy, "read machine earnings", safe, func(ctx context.Context) (provider.Earnings, error) {
+		return c.inner.MachineEarnings(ctx, from, to)
+	})
+}
+
+func (c *Client) PendingPriceIncreases(ctx context.Context) ([]provider.PriceIncrease, error) {
+	return call(ctx, &c.policy, "list pending price increases", safe, c.inner.PendingPriceIncreases)
+}

@@ -43,7 +43,7 @@
 //     at result_url), change bid (billing follows), deposit, filters, GPU
 //     names, legacy and searched invoices, copy_direct, rsync, rclone to a
 //     directory-backed cloud integration, and a template catalog whose
-//     hashes resolve to an image (404 no_such_template otherwise).
+//     hashes resolve to an image (400 invalid_args otherwise).
 //   - A v1 list page renders only its own rows; SeedInstances fills an
 //     account for listing at scale.
 //   - Instances run their SSH sessions in a host sandbox directory, or,
