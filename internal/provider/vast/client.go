@@ -209,9 +209,12 @@ func (c *Client) SearchOffers(ctx context.Context, q provider.Query) ([]provider
 	if err := decode(op, res.body, &out); err != nil {
 		return nil, err
 	}
+	seen := c.clock.Now()
 	offers := make([]provider.Offer, 0, len(out.Offers))
 	for _, w := range out.Offers {
-		offers = append(offers, w.domain())
+		o := w.domain()
+		o.SeenAt = seen
+		offers = append(offers, o)
 	}
 	return offers, nil
 }
