@@ -37,8 +37,14 @@ type Client struct {
 
 var _ Surface = (*Client)(nil)
 
-// Wrap decorates s with p.
-func Wrap(s Surface, p Policy) *Client { return &Client{inner: s, policy: p} }
+// Wrap decorates s with p. Without p.Budget, the client's calls share a
+// default one.
+func Wrap(s Surface, p Policy) *Client {
+	if p.Budget == nil {
+		p.Budget = NewRateBudget(p.Clock, 0, 0)
+	}
+	return &Client{inner: s, policy: p}
+}
 
 func (c *Client) SearchOffers(ctx context.Context, q provider.Query) ([]provider.Offer, error) {
 	return call(ctx, &c.policy, "search offers", safe, func(ctx context.Context) ([]provider.Offer, error) {
