@@ -141,6 +141,14 @@ func (s *Server) route(method, ver string, p []string) (string, int64, handlerFu
 		return "price_increases", 0, s.handlePendingPriceIncreases
 	case ver == "v0" && len(p) == 2 && p[0] == "instances":
 		id, ok := idAt(1)
+		if !ok && method == http.MethodGet {
+			// A non-integer id is refused, not unrouted (vast-api.md §12.1).
+			return "show", 0, func(w http.ResponseWriter, r *http.Request, _ int64) {
+				if _, ok := s.authorize(w, r, "instance_read"); ok {
+					writeError(w, http.StatusBadRequest, "invalid_args", "invalid instance_id")
+				}
+			}
+		}
 		if !ok {
 			return "", 0, nil
 		}

@@ -69,6 +69,7 @@ func TestStrictInputValidation(t *testing.T) {
 		{"bid under 0.001", "PUT", "/api/v0/instances/bid_price/" + inst + "/", `{"client_id":"me","price":0}`, 400, "invalid_args"},
 		{"bid without client_id", "PUT", "/api/v0/instances/bid_price/" + inst + "/", `{"price":0.5}`, 400, "invalid_args"},
 		{"execute outside ls, rm, du", "PUT", "/api/v0/instances/command/" + inst + "/", `{"command":"cat /etc/passwd"}`, 400, "invalid_args"},
+		{"show with a non-integer id", "GET", "/api/v0/instances/abc/", "", 400, "invalid_args"},
 		{"disk under 8 GB", "PUT", ask, `{"client_id":"me","image":"img","disk":7.5}`, 400, "invalid_args"},
 		{"bid on an on-demand contract", "PUT", "/api/v0/instances/bid_price/" + inst + "/", `{"client_id":"me","price":0.5}`, 400, "invalid_args"},
 		{"bulk state without ids", "PUT", "/api/v0/instances/", `{"ids":[],"state":"stopped"}`, 400, "invalid_args"},
