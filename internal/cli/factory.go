@@ -133,6 +133,13 @@ func (f *Factory) newClient(base, key string) (*retry.Client, string, error) {
 		Success: func(op string, retries int) {
 			log.Debug("API call succeeded after retries", "op", op, "retries", retries)
 		},
+		// A 429 storm is shown above the live line: on the third retry of
+		// an endpoint, then every tenth, never once per 429.
+		Throttled: func(endpoint string, spent int) {
+			if spent == 3 || spent%10 == 0 {
+				f.IO.Infof("Vast is rate-limiting %q: %d retries so far, backing off", endpoint, spent)
+			}
+		},
 	}), c.BaseURL(), nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/spec"
 )
 
 // confirmDestroy asks before destroying, like approver before renting.
@@ -469,7 +470,9 @@ func explainPolicy(ctx context.Context, f *Factory, path string, limit int) erro
 	if err != nil {
 		return &UsageError{Err: err}
 	}
-	p := cfg.Policy()
+	// As a run would judge: the policy the spec freezes, with its bound on
+	// how long the host must stay.
+	p := spec.Build(cfg, spec.Facts{}).Policy
 	m, err := f.Marketplace(ctx)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -80,6 +81,7 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim wait-file NAME      wait until a live instance's workspace has NAME
 //	sim fault JSON          inject a fault (see sim.Fault)
 //	sim label               set $LABEL to the newest instance's label
+//	sim call METHOD PATH [BODY]  one raw API call; prints "STATUS BODY"
 //	sim private REPO U T    make REPO private to user U with token T
 //	sim ssh-faults N        assert N ssh_drop/ssh_stall faults acted
 //	sim destroyed-by KIND   assert every destroyed instance (one at least) was
@@ -164,10 +166,42 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 			}
 		}
 		ts.Setenv("LABEL", newest.Label)
+	case "call":
+		// sim call METHOD PATH [BODY]: one raw API call with $VAST_API_KEY,
+		// printing "STATUS BODY" to stdout, for answers whose wire form is
+		// the fact; it sets $CALL_ID. {live} in PATH or BODY is the newest live instance's id.
+		if len(args) < 3 {
+			ts.Fatalf("usage: sim call METHOD PATH [BODY]")
+		}
+		var newest int64
+		for _, in := range scriptSim(ts).Snapshot().Live {
+			newest = max(newest, in.ID)
+		}
+		sub := func(v string) string { return strings.ReplaceAll(v, "{live}", strconv.FormatInt(newest, 10)) }
+		body := "{}"
+		if len(args) > 3 {
+			body = sub(args[3])
+		}
+		req, err := http.NewRequest(args[1], ts.Getenv("VAST_URL")+sub(args[2]), strings.NewReader(body))
+		ts.Check(err)
+		req.Header.Set("Authorization", "Bearer "+ts.Getenv("VAST_API_KEY"))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		ts.Check(err)
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		fmt.Fprintf(ts.Stdout(), "%d %s\n", res.StatusCode, strings.TrimSpace(string(b)))
+		// $CALL_ID is the first "id" the answer names (an offer's, a
+		// contract's), for the next call.
+		if m := callID.FindSubmatch(b); m != nil {
+			ts.Setenv("CALL_ID", string(m[1]))
+		}
 	default:
 		ts.Fatalf("unknown sim subcommand %q", args[0])
 	}
 }
+
+var callID = regexp.MustCompile(`"(?:id|new_contract)":\s*([0-9]+)`)
 
 // waitLimit bounds a script's wait for a condition. It only ends a wait
 // that is stuck: a loaded runner took more than 20 s to commit two

@@ -117,3 +117,15 @@ func TestImageLogin(t *testing.T) {
 		}
 	}
 }
+
+// Vast's create takes at least 8 GB of disk (vast-api.md §12.4): a smaller
+// disk_gb is refused here, naming the minimum, rather than by the create.
+func TestDiskUnderVastMinimumIsRefused(t *testing.T) {
+	_, err := Parse([]byte(strings.Replace(good, "disk_gb: 30", "disk_gb: 5", 1)))
+	if err == nil || !strings.Contains(err.Error(), "gpu.disk_gb 5 is under Vast's minimum disk of 8 GB") {
+		t.Fatalf("disk_gb 5: %v", err)
+	}
+	if _, err := Parse([]byte(strings.Replace(good, "disk_gb: 30", "disk_gb: 8", 1))); err != nil {
+		t.Fatalf("disk_gb 8 (the minimum): %v", err)
+	}
+}

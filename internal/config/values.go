@@ -13,6 +13,10 @@ import (
 // a typo (1e308), not a budget.
 const MaxSpendCeiling = 100000.0
 
+// MinDiskGB is the smallest disk a create may ask for: the create's disk
+// has "minimum: 8" in Vast's SLA documentation branch (vast-api.md §12.4).
+const MinDiskGB = 8
+
 // checkValues reports values that decode but make no sense: numbers that
 // are not finite or out of range, counts below 1, URLs that are not URLs.
 // Each message names the key, the value and the fix.
@@ -40,6 +44,9 @@ func (c *Config) checkValues(explicit map[string]bool) []string {
 	num("gpu.min_cuda", g.MinCUDA, 0, 100, "write a CUDA version, e.g. 12.1")
 	num("gpu.min_reliability", g.MinReliability, 0, 1, "write a fraction, e.g. 0.98")
 	num("gpu.disk_gb", g.DiskGB, 0, 100000, "write the disk to rent in GB, e.g. 20")
+	if g.DiskGB > 0 && g.DiskGB < MinDiskGB {
+		errs = append(errs, fmt.Sprintf("gpu.disk_gb %v is under Vast's minimum disk of %d GB: write at least %d, e.g. 20", g.DiskGB, MinDiskGB, MinDiskGB))
+	}
 	num("gpu.max_dph", g.MaxDPH, 0, 1000, "write the ceiling in $/h, e.g. 1.5")
 	num("gpu.min_inet_down_mbps", g.MinInetDownMbps, 0, 1e6, "write Mb/s, e.g. 500")
 	num("verify.min_free_disk_gb", c.Verify.MinFreeDiskGB, 0, 100000, "write GB, e.g. 10")

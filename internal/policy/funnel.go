@@ -46,6 +46,9 @@ func (p Policy) checks() []check {
 	add(p.MaxDPH > 0, fmt.Sprintf("gpu.max_dph %g", p.MaxDPH), func(p Policy, o provider.Offer, total float64) bool { return total <= p.MaxDPH+1e-12 })
 	add(p.Interruptible && p.MaxBid > 0, fmt.Sprintf("gpu.max_bid %g", p.MaxBid), func(p Policy, o provider.Offer, _ float64) bool { return p.bidRejection(o) == "" })
 	add(p.MinInetDownMbps > 0, fmt.Sprintf("gpu.min_inet_down_mbps %g", p.MinInetDownMbps), func(p Policy, o provider.Offer, _ float64) bool { return o.InetDownMbps >= p.MinInetDownMbps })
+	add(p.MinHostTime > 0, "host stays "+roundDur(p.MinHostTime)+" (the run's worst-case end)", func(p Policy, o provider.Offer, _ float64) bool {
+		return p.hostRejection(o) == ""
+	})
 	add(len(p.ExcludeMachines) > 0, "machines that failed this run", func(p Policy, o provider.Offer, _ float64) bool {
 		for _, m := range p.ExcludeMachines {
 			if m == o.MachineID {

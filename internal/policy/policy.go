@@ -11,6 +11,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
 )
@@ -38,6 +39,13 @@ type Policy struct {
 	Interruptible bool
 	BidMargin     float64 // over min_bid (default DefaultBidMargin)
 	MaxBid        float64 // ceiling on bid + storage $/h; 0 means none
+	// MinHostTime is how long after renting the run may still need its
+	// host, at worst: an offer whose host leaves sooner is rejected, since
+	// no rental outlives its host's end date. 0 means no bound. It is
+	// derived from the frozen spec's durations wherever a manifest is
+	// built or loaded (spec.HostTime), never frozen itself, so a manifest
+	// an older vastrun froze resumes unchanged.
+	MinHostTime time.Duration `json:"-"`
 }
 
 // Normalized fills defaults and canonical spellings.
@@ -261,6 +269,9 @@ func (p Policy) rejections(o provider.Offer, total float64, excluded map[int64]b
 	if p.MinInetDownMbps > 0 && o.InetDownMbps < p.MinInetDownMbps {
 		r = append(r, fmt.Sprintf("download %.0f Mb/s < %g", o.InetDownMbps, p.MinInetDownMbps))
 	}
+	if why := p.hostRejection(o); why != "" {
+		r = append(r, why)
+	}
 	if excluded[o.MachineID] {
 		r = append(r, fmt.Sprintf("machine %d already failed this run", o.MachineID))
 	}
@@ -268,6 +279,26 @@ func (p Policy) rejections(o provider.Offer, total float64, excluded map[int64]b
 		r = append(r, "price missing")
 	}
 	return r
+}
+
+// hostRejection says why an offer's host leaves too soon ("" when it
+// stays long enough, or the offer names no end).
+func (p Policy) hostRejection(o provider.Offer) string {
+	left, known := o.HostLeft()
+	if p.MinHostTime <= 0 || !known || left >= p.MinHostTime {
+		return ""
+	}
+	when := "has already left"
+	if left > 0 {
+		when = "leaves in " + roundDur(left)
+	}
+	return fmt.Sprintf("host %s (offer ends %s), before the run's worst-case end %s after renting", when,
+		o.HostEnd.UTC().Format(time.RFC3339), roundDur(p.MinHostTime))
+}
+
+// roundDur writes d to the minute: 2h0m, not 2h0m0s.
+func roundDur(d time.Duration) string {
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 }
 
 func containsFold(list []string, s string) bool {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
 )
@@ -113,5 +114,44 @@ func BenchmarkSelect10k(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		Select(p, offers)
+	}
+}
+
+// An offer whose host leaves before the run's worst-case end is rejected
+// with the end date in the reason; one that stays exactly long enough, or
+// names no end, is not.
+func TestHostThatLeavesBeforeTheRunEndsIsRejected(t *testing.T) {
+	seen := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	ends := func(d time.Duration) func(*provider.Offer) {
+		return func(o *provider.Offer) { o.SeenAt, o.HostEnd = seen, seen.Add(d) }
+	}
+	p := Policy{Count: 1, MinHostTime: 2 * time.Hour}
+	offers := []provider.Offer{
+		offer(1, "RTX 4090", 1, ends(time.Hour), func(o *provider.Offer) { o.DPHBase = 0.1 }), // cheapest, but leaves
+		offer(2, "RTX 4090", 1, ends(2*time.Hour)),
+		offer(3, "RTX 4090", 1, ends(-time.Minute)),
+		offer(4, "RTX 4090", 1), // no end date: not judged on it
+	}
+	chosen, ds := Select(p, offers)
+	if chosen == nil || chosen.ID != 2 && chosen.ID != 4 {
+		t.Fatalf("chosen %+v, want offer 2 or 4", chosen)
+	}
+	why := map[provider.OfferID]string{}
+	for _, d := range ds {
+		why[d.Offer.ID] = strings.Join(d.Reasons, "; ")
+	}
+	if want := "host leaves in 1h0m (offer ends 2026-12-04T13:00:00Z), before the run's worst-case end 2h0m after renting"; why[1] != want {
+		t.Errorf("offer 1: %q\nwant %q", why[1], want)
+	}
+	if !strings.Contains(why[3], "host has already left") {
+		t.Errorf("offer 3: %q, want the host already gone", why[3])
+	}
+	stages := Funnel(p, offers)
+	if got := stages[len(stages)-2]; got.Constraint != "host stays 2h0m (the run's worst-case end)" || got.Left != 2 {
+		t.Errorf("funnel stage %+v, want the host rule leaving 2", got)
+	}
+	p.MinHostTime = 0
+	if chosen, _ := Select(p, offers); chosen == nil || chosen.ID != 1 {
+		t.Errorf("without a bound the cheapest offer 1 is chosen; got %+v", chosen)
 	}
 }

@@ -26,8 +26,20 @@ type Operations interface {
 	// Execute runs one constrained command (ls, rm, du) in the container
 	// and returns its output.
 	Execute(ctx context.Context, id InstanceID, command string) (string, error)
-	// ChangeBid makes the instance interruptible at price $/h.
+	// ChangeBid sets an interruptible instance's bid to price $/h; an
+	// on-demand contract's price cannot change (400 invalid_args).
 	ChangeBid(ctx context.Context, id InstanceID, price float64) error
+	// InstanceSSHKeys lists the public keys attached to one instance.
+	InstanceSSHKeys(ctx context.Context, id InstanceID) ([]string, error)
+	// SpendRate is what the account's instances and volumes bill per hour
+	// now (GET /api/v0/users/spend-rate/).
+	SpendRate(ctx context.Context) (SpendRate, error)
+	// MachineEarnings is the account's host earnings over [from, to]
+	// (GET /api/v0/users/me/machine-earnings).
+	MachineEarnings(ctx context.Context, from, to time.Time) (Earnings, error)
+	// PendingPriceIncreases lists host price increases awaiting the
+	// renter's answer (GET /api/v0/instances/pending-price-increases/).
+	PendingPriceIncreases(ctx context.Context) ([]PriceIncrease, error)
 	Deposit(ctx context.Context, id InstanceID) (Deposit, error)
 	// InstanceFilters lists, per filterable column, the distinct values
 	// the account's instances have.
@@ -47,6 +59,27 @@ type Operations interface {
 	// CloudCopy copies between an instance and a cloud integration and
 	// returns the transfer log.
 	CloudCopy(ctx context.Context, req CloudCopyRequest) (string, error)
+}
+
+// SpendRate is the account's burn rate in $/h.
+type SpendRate struct {
+	GPU, ContainerStorage, VolumeStorage float64
+	HasActiveResources                   bool
+}
+
+// Earnings are a host account's earnings in $ over a range of days.
+type Earnings struct {
+	GPU, Storage, BandwidthUp, BandwidthDown float64
+	Machines                                 int // machines with earnings in the range
+}
+
+// PriceIncrease is a host's request to raise a contract's prices.
+type PriceIncrease struct {
+	ID                  int64
+	ContractID          InstanceID
+	OldGPUCostPerSec    float64
+	NewGPUCostPerSec    float64
+	ContractEnd, AskEnd time.Time
 }
 
 // Deposit is an instance's reserved-pricing deposit.

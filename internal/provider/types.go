@@ -54,6 +54,22 @@ type Offer struct {
 	InetDownCostGB   float64 // $/GB
 	MinBid           float64
 	IsBid            bool
+	// HostEnd is when the host's offer ends (end_date): no rental of it
+	// lasts past it, and an expired instance cannot restart (vast-api.md
+	// §12.4). Zero when the offer does not say.
+	HostEnd time.Time
+	// SeenAt is when the search that returned the offer was answered, on
+	// the client's clock: HostEnd − SeenAt is how long the host stays.
+	SeenAt time.Time
+}
+
+// HostLeft is how long the host stays after the offer was seen, and
+// whether the offer says at all.
+func (o Offer) HostLeft() (time.Duration, bool) {
+	if o.HostEnd.IsZero() || o.SeenAt.IsZero() {
+		return 0, false
+	}
+	return o.HostEnd.Sub(o.SeenAt), true
 }
 
 // Verified reports whether the host is verified.

@@ -66,7 +66,26 @@ func Build(c *config.Config, f Facts) Manifest {
 			Compare:     CanaryCompare{Tolerance: k.Compare.Tolerance, Ignore: k.Compare.Ignore},
 			ImageSource: k.ImageSource, Containerfile: k.Containerfile}
 	}
+	m.Policy.MinHostTime = HostTime(m)
 	return m
+}
+
+// HostTime is how long after renting the run may still need its host, at
+// worst, from the manifest's frozen durations: the ready deadline, the
+// job timeout and the teardown limit, or for training its runtime deadline
+// and the teardown limit (0 without one: open-ended training outlives any
+// host and is replaced, not bounded here). The policy rejects offers whose
+// host leaves sooner (vast-api.md §12.4: no rental outlives its host's end
+// date, and an expired instance cannot restart).
+func HostTime(m Manifest) time.Duration {
+	teardown := ParseDuration(m.TeardownLimit)
+	if m.Train != nil {
+		if rt := m.Train.Runtime(); rt > 0 {
+			return rt + teardown
+		}
+		return 0
+	}
+	return ParseDuration(m.ReadyDeadline) + ParseDuration(m.JobTimeout) + teardown
 }
 
 // FillV1 upgrades a manifest frozen as v1 (by an older vastrun) for a

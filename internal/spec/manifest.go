@@ -188,7 +188,10 @@ func ParseDuration(s string) time.Duration {
 
 // DropSections removes every workflow's own section, for a run whose
 // workflow reads none of them (ci, up, and the runs exec and down begin).
-func (m *Manifest) DropSections() { m.Train, m.Canary = nil, nil }
+func (m *Manifest) DropSections() {
+	m.Train, m.Canary = nil, nil
+	m.Policy.MinHostTime = HostTime(*m)
+}
 
 // Hash is the SHA-256 of the manifest's canonical JSON.
 func (m Manifest) Hash() (string, []byte, error) {
@@ -237,6 +240,9 @@ func Load(runDir, hash string) (Manifest, error) {
 	if err := json.Unmarshal(body, &m); err != nil {
 		return Manifest{}, fmt.Errorf("%s: %w", p, err)
 	}
+	// Derived from the frozen durations, never frozen itself: a manifest
+	// an older vastrun froze gets the same bound as a new one.
+	m.Policy.MinHostTime = HostTime(m)
 	return m, nil
 }
 

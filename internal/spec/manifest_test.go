@@ -104,3 +104,26 @@ func TestFillV1TakesOnlyWhatV1DidNotFreeze(t *testing.T) {
 		t.Fatalf("a v2 manifest was filled: %v", filled)
 	}
 }
+
+// The host bound comes from the frozen durations: ready + job + teardown,
+// or a training runtime deadline + teardown; it is recomputed on load,
+// never frozen, so the manifest's bytes do not change.
+func TestHostTimeFromFrozenDurations(t *testing.T) {
+	m := Manifest{ReadyDeadline: "10m", JobTimeout: "1h30m", TeardownLimit: "5m"}
+	if got := HostTime(m); got != 105*time.Minute {
+		t.Errorf("ci: %v, want 1h45m", got)
+	}
+	m.Train = &TrainSpec{RuntimeDeadline: "6h"}
+	if got := HostTime(m); got != 6*time.Hour+5*time.Minute {
+		t.Errorf("train: %v, want 6h5m", got)
+	}
+	m.Train.RuntimeDeadline = ""
+	if got := HostTime(m); got != 0 {
+		t.Errorf("open-ended training: %v, want no bound", got)
+	}
+	m.Policy.MinHostTime = time.Hour
+	b, err := json.Marshal(m)
+	if err != nil || strings.Contains(string(b), "MinHostTime") {
+		t.Errorf("the bound was frozen: %s %v", b, err)
+	}
+}

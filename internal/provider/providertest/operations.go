@@ -110,10 +110,27 @@ func testRebootExecute(t *testing.T, h Harness) {
 	}
 }
 
+// testChangeBid: an on-demand contract keeps its price (400 invalid_args
+// "Can't change price of on-demand contract.", vast-api.md §12.1); an
+// interruptible one's bid changes and billing follows it.
 func testChangeBid(t *testing.T, h Harness) {
 	ops := needOps(t, h)
 	ctx := ctxFor(t)
-	offer, res := rentCheapest(t, h, uniqueLabel("vastrun-conformance-bid"))
+	onDemand, od := rentCheapest(t, h, uniqueLabel("vastrun-conformance-bid-od"))
+	waitRunning(t, h, od.InstanceID)
+	err := ops.ChangeBid(ctx, od.InstanceID, math.Round((onDemand.DPHBase/2+0.001)*1000)/1000)
+	var ae *provider.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "invalid_args" || errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("change bid of an on-demand instance: %v, want 400 invalid_args", err)
+	}
+	if got, err := h.Market.ShowInstance(ctx, od.InstanceID); err != nil || got.IsBid {
+		t.Errorf("an on-demand instance after a refused bid change: is_bid %v (%v), want it still on demand", got.IsBid, err)
+	}
+
+	offer, res, err := rentBid(t, h, uniqueLabel("vastrun-conformance-bid"), func(m float64) float64 { return provider.RoundBid(m * 1.2) })
+	if err != nil {
+		t.Fatalf("rent interruptible: %v", err)
+	}
 	id := res.InstanceID
 	before := waitRunning(t, h, id)
 	bid := math.Round((offer.MinBid*1.5+0.001)*1000) / 1000

@@ -72,6 +72,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	}
 	cases = append(cases, operationCases...)
 	cases = append(cases, bidCases...)
+	cases = append(cases, answers2026Cases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newHarness(t)) })
 	}

@@ -37,8 +37,14 @@ type Client struct {
 
 var _ Surface = (*Client)(nil)
 
-// Wrap decorates s with p.
-func Wrap(s Surface, p Policy) *Client { return &Client{inner: s, policy: p} }
+// Wrap decorates s with p. Without p.Budget, the client's calls share a
+// default one.
+func Wrap(s Surface, p Policy) *Client {
+	if p.Budget == nil {
+		p.Budget = NewRateBudget(p.Clock, 0, 0)
+	}
+	return &Client{inner: s, policy: p}
+}
 
 func (c *Client) SearchOffers(ctx context.Context, q provider.Query) ([]provider.Offer, error) {
 	return call(ctx, &c.policy, "search offers", safe, func(ctx context.Context) ([]provider.Offer, error) {
@@ -229,4 +235,24 @@ func (c *Client) CloudCopy(ctx context.Context, r provider.CloudCopyRequest) (st
 	return call(ctx, &c.policy, fmt.Sprintf("cloud copy %s to %s for instance %d", r.Src, r.Dst, r.Instance), once, func(ctx context.Context) (string, error) {
 		return c.inner.CloudCopy(ctx, r)
 	})
+}
+
+func (c *Client) InstanceSSHKeys(ctx context.Context, id provider.InstanceID) ([]string, error) {
+	return call(ctx, &c.policy, fmt.Sprintf("list SSH keys of instance %d", id), safe, func(ctx context.Context) ([]string, error) {
+		return c.inner.InstanceSSHKeys(ctx, id)
+	})
+}
+
+func (c *Client) SpendRate(ctx context.Context) (provider.SpendRate, error) {
+	return call(ctx, &c.policy, "read spend rate", safe, c.inner.SpendRate)
+}
+
+func (c *Client) MachineEarnings(ctx context.Context, from, to time.Time) (provider.Earnings, error) {
+	return call(ctx, &c.policy, "read machine earnings", safe, func(ctx context.Context) (provider.Earnings, error) {
+		return c.inner.MachineEarnings(ctx, from, to)
+	})
+}
+
+func (c *Client) PendingPriceIncreases(ctx context.Context) ([]provider.PriceIncrease, error) {
+	return call(ctx, &c.policy, "list pending price increases", safe, c.inner.PendingPriceIncreases)
 }

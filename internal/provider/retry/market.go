@@ -32,6 +32,9 @@ type Market struct {
 	Initial, Max time.Duration
 	// Report, when set, is told of each failed send that is retried.
 	Report func(op string, err error, wait time.Duration)
+	// Budget and Throttled are Policy's (nil Budget: none across calls).
+	Budget    *RateBudget
+	Throttled func(endpoint string, spent int)
 }
 
 var _ Inner = (*Market)(nil)
@@ -40,7 +43,7 @@ var _ Inner = (*Market)(nil)
 func New(m Inner, clk clock.Clock) *Market { return &Market{Inner: m, Clock: clk} }
 
 func (m *Market) policy() *Policy {
-	return &Policy{Clock: m.Clock, MaxTries: m.MaxTries, Initial: m.Initial, Max: m.Max, Report: m.Report}
+	return &Policy{Clock: m.Clock, MaxTries: m.MaxTries, Initial: m.Initial, Max: m.Max, Report: m.Report, Budget: m.Budget, Throttled: m.Throttled}
 }
 
 func (m *Market) SearchOffers(ctx context.Context, q provider.Query) ([]provider.Offer, error) {

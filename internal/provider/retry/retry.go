@@ -26,6 +26,10 @@
 //     call ends after MaxTries sends (twice that while the answers are
 //     429s) or MaxElapsed, whichever comes first. The last failure is
 //     returned wrapped, so errors.Is and errors.As still see it.
+//   - Vast sends no Retry-After and limits per endpoint (vast-api.md
+//     §12.4): the 429 retries of all calls to one endpoint draw on one
+//     RateBudget; a 429 that finds it empty ends its call at once. A 429
+//     body is read as text when it is not JSON, never a decode error.
 package retry
 
 import (
@@ -61,6 +65,13 @@ type Policy struct {
 	Report func(op string, err error, wait time.Duration)
 	// Success, when set, is told of a call that succeeded after retries.
 	Success func(op string, retries int)
+	// Budget bounds the 429 retries of every call to one endpoint
+	// together (see RateBudget). Wrap gives its client one when nil.
+	Budget *RateBudget
+	// Throttled, when set, is told of each 429 retry: the endpoint and how
+	// many 429 retries it has spent in the current storm, so that a storm
+	// can be shown (the CLI's live line).
+	Throttled func(endpoint string, spent int)
 }
 
 // kind is what a failure of an operation allows.
@@ -164,6 +175,16 @@ func call[T any](ctx context.Context, p *Policy, op string, k kind, f func(conte
 		limit := tries
 		if errors.Is(last, provider.ErrRateLimited) {
 			limit = 2 * tries
+			if p.Budget != nil && n < limit {
+				ep := Endpoint(op)
+				ok, spent := p.Budget.take(ep)
+				if !ok {
+					return false, &exhausted{err: fmt.Errorf("%w (the 429 retry budget of %q is spent: %d in this storm)", last, ep, spent), tries: n}
+				}
+				if p.Throttled != nil {
+					p.Throttled(ep, spent)
+				}
+			}
 		}
 		// A server that asks for a wait past our bound is not asked again
 		// early: the call ends now with its answer.

@@ -113,7 +113,11 @@ func newWorld(t *testing.T) *world {
 	}
 	w.offer = offers[2].ID
 	for i, id := range []*provider.InstanceID{&w.a, &w.b} {
-		res, err := raw.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[i].ID, Image: "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", DiskGB: 10, Label: "retry-surface"})
+		req := provider.CreateRequest{OfferID: offers[i].ID, Image: "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", DiskGB: 10, Label: "retry-surface"}
+		if i == 1 { // interruptible, so that its bid may change
+			req.BidPrice, req.NumGPUs = provider.RoundBid(offers[i].DPHBase), offers[i].NumGPUs
+		}
+		res, err := raw.CreateInstance(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,6 +170,7 @@ func at(method, format string, ids ...func(*world) provider.InstanceID) func(*wo
 }
 
 func instA(w *world) provider.InstanceID { return w.a }
+func instB(w *world) provider.InstanceID { return w.b }
 
 var (
 	day0 = time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
@@ -248,8 +253,8 @@ var surface = []op{
 		_, err := w.c.Execute(ctx, w.a, "du -a /workspace")
 		return err
 	}},
-	{"ChangeBid", at("PUT", "/api/v0/instances/bid_price/%d/", instA), true, func(ctx context.Context, w *world) error {
-		return w.c.ChangeBid(ctx, w.a, 1.5)
+	{"ChangeBid", at("PUT", "/api/v0/instances/bid_price/%d/", instB), true, func(ctx context.Context, w *world) error {
+		return w.c.ChangeBid(ctx, w.b, 1.5)
 	}},
 	{"Deposit", at("GET", "/api/v0/instances/balance/%d/", instA), true, func(ctx context.Context, w *world) error {
 		_, err := w.c.Deposit(ctx, w.a)
@@ -261,6 +266,22 @@ var surface = []op{
 	}},
 	{"GPUNames", at("GET", "/api/v0/gpu_names/unique/"), true, func(ctx context.Context, w *world) error {
 		_, err := w.c.GPUNames(ctx)
+		return err
+	}},
+	{"InstanceSSHKeys", at("GET", "/api/v0/instances/%d/ssh/", instA), true, func(ctx context.Context, w *world) error {
+		_, err := w.c.InstanceSSHKeys(ctx, w.a)
+		return err
+	}},
+	{"SpendRate", at("GET", "/api/v0/users/spend-rate"), true, func(ctx context.Context, w *world) error {
+		_, err := w.c.SpendRate(ctx)
+		return err
+	}},
+	{"MachineEarnings", at("GET", "/api/v0/users/me/machine-earnings"), true, func(ctx context.Context, w *world) error {
+		_, err := w.c.MachineEarnings(ctx, day0, day9)
+		return err
+	}},
+	{"PendingPriceIncreases", at("GET", "/api/v0/instances/pending-price-increases/"), true, func(ctx context.Context, w *world) error {
+		_, err := w.c.PendingPriceIncreases(ctx)
 		return err
 	}},
 	{"LegacyInvoices", at("GET", "/api/v0/users/me/invoices"), true, func(ctx context.Context, w *world) error {
@@ -300,8 +321,8 @@ const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEiL1KZ8R2zRoOqKD1OqS0uW0mY
 // is sent again after a 503, a 429 or a dropped connection; a method whose
 // repeat could act twice only after a 429; none after a 401.
 func TestEveryOperationIsRetriedAsClassified(t *testing.T) {
-	if n := len(surface); n != 32 {
-		t.Fatalf("the table names %d methods; the surface has 32: add the new one", n)
+	if n := len(surface); n != 36 {
+		t.Fatalf("the table names %d methods; the surface has 36: add the new one", n)
 	}
 	for _, o := range surface {
 		t.Run(o.name, func(t *testing.T) {

@@ -13,9 +13,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gliderlabs/ssh"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/provider"
 )
+
+// minDiskGB is the create's smallest disk: "Minimum 8 when specified" on
+// Vast's SLA documentation branch (vast-api.md §12.4; whether the server
+// enforces it is not documented, see the deviation list).
+const minDiskGB = 8
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
@@ -127,8 +133,22 @@ func (s *Server) route(method, ver string, p []string) (string, int64, handlerFu
 		return "copy", 0, s.handleRsync
 	case ver == "v0" && len(p) == 2 && p[0] == "commands" && p[1] == "rclone" && method == http.MethodPost:
 		return "copy", 0, s.handleRclone
+	case ver == "v0" && len(p) == 3 && p[0] == "users" && p[2] == "machine-earnings" && method == http.MethodGet:
+		return "earnings", 0, s.handleMachineEarnings
+	case ver == "v0" && len(p) == 2 && p[0] == "users" && p[1] == "spend-rate" && method == http.MethodGet:
+		return "spend_rate", 0, s.handleSpendRate
+	case ver == "v0" && len(p) == 2 && p[0] == "instances" && p[1] == "pending-price-increases" && method == http.MethodGet:
+		return "price_increases", 0, s.handlePendingPriceIncreases
 	case ver == "v0" && len(p) == 2 && p[0] == "instances":
 		id, ok := idAt(1)
+		if !ok && method == http.MethodGet {
+			// A non-integer id is refused, not unrouted (vast-api.md §12.1).
+			return "show", 0, func(w http.ResponseWriter, r *http.Request, _ int64) {
+				if _, ok := s.authorize(w, r, "instance_read"); ok {
+					writeError(w, http.StatusBadRequest, "invalid_args", "invalid instance_id")
+				}
+			}
+		}
 		if !ok {
 			return "", 0, nil
 		}
@@ -318,8 +338,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 	var tmpl *template
 	if b.TemplateHash != nil && *b.TemplateHash != "" {
 		if tmpl = templateByHash(*b.TemplateHash); tmpl == nil {
-			writeJSON(w, http.StatusNotFound, map[string]any{"success": false, "error": "no_such_template",
-				"msg": fmt.Sprintf("No template with hash_id %s.", *b.TemplateHash), "ask_id": offerID})
+			// No vendor source names this answer: the create's documented
+			// 400 invalid_args stands in for it (see the deviation list).
+			writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_args",
+				"msg": fmt.Sprintf("Invalid template_hash_id %s.", *b.TemplateHash), "ask_id": offerID})
 			return
 		}
 		// The template supplies what the body leaves out.
@@ -357,14 +379,20 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_args", "msg": "image is required", "ask_id": offerID})
 		return
 	}
-	disk := 8.0
+	disk := float64(minDiskGB)
 	if b.Disk != nil {
 		disk = *b.Disk
 	}
-	if disk <= 0 || disk > o.DiskSpace {
+	if disk < minDiskGB && b.Disk != nil {
 		s.mu.Unlock()
 		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_args",
-			"msg": fmt.Sprintf("disk %.1f GB is outside 1..%.1f GB for this offer", disk, o.DiskSpace), "ask_id": offerID})
+			"msg": fmt.Sprintf("disk %.1f GB is under the minimum of %d GB", disk, minDiskGB), "ask_id": offerID})
+		return
+	}
+	if disk > o.DiskSpace {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusBadRequest, map[string]any{"success": false, "error": "invalid_args",
+			"msg": fmt.Sprintf("disk %.1f GB is outside %d..%.1f GB for this offer", disk, minDiskGB, o.DiskSpace), "ask_id": offerID})
 		return
 	}
 	if b.Label != nil && len(*b.Label) > 1024 {
@@ -993,14 +1021,30 @@ func (s *Server) destroyLocked(in *instance) {
 	}
 }
 
+// handleAttachSSH is POST /api/v0/instances/{id}/ssh/ {"ssh_key",
+// "instance_id"?}. Attaching is not idempotent on the wire: a key already
+// on the instance is answered 200 success:false (vast-api.md §12.1).
 func (s *Server) handleAttachSSH(w http.ResponseWriter, r *http.Request, id int64) {
 	if _, ok := s.authorize(w, r, "instance_write"); !ok {
 		return
 	}
-	key, ok := readSSHKey(w, r)
-	if !ok {
+	var b struct {
+		SSHKey     string `json:"ssh_key"`
+		InstanceID *int64 `json:"instance_id"`
+	}
+	if err := readBody(r, &b); err != nil || strings.TrimSpace(b.SSHKey) == "" {
+		writeError(w, http.StatusBadRequest, "no_ssh_key", "No ssh key provided")
 		return
 	}
+	pub, err := parseAuthorizedKey(b.SSHKey)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_args", "Invalid ssh key: "+err.Error())
+		return
+	}
+	if b.InstanceID != nil { // the body's id takes precedence over the path's
+		id = *b.InstanceID
+	}
+	key := strings.TrimSpace(b.SSHKey)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in := s.instances[id]
@@ -1008,8 +1052,15 @@ func (s *Server) handleAttachSSH(w http.ResponseWriter, r *http.Request, id int6
 		writeError(w, http.StatusNotFound, "no_such_instance", fmt.Sprintf("Instance %d not found.", id))
 		return
 	}
+	for _, t := range in.AttachedKeys {
+		if k, err := parseAuthorizedKey(t); err == nil && ssh.KeysEqual(k, pub) {
+			writeJSON(w, http.StatusOK, map[string]any{"success": false, "msg": "SSH key already associated with instance."})
+			return
+		}
+	}
 	in.AttachedKeys = append(in.AttachedKeys, key)
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "msg": "SSH key attached successfully"})
+	writeJSON(w, http.StatusOK, map[string]any{"success": true, "msg": "SSH key added to instance.",
+		"key": map[string]any{"id": len(in.AttachedKeys), "public_key": key}})
 }
 
 func (s *Server) handleInstanceSSHKeys(w http.ResponseWriter, r *http.Request, id int64) {

@@ -61,7 +61,7 @@ func TestOpenAPIContract(t *testing.T) {
 			t.Errorf("API key without a name: %d, want 400", code)
 		}
 		offers, _ := e.client.SearchOffers(ctx, provider.Query{"rentable": map[string]any{"eq": true}, "limit": 1})
-		rented, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: "img", DiskGB: 5, Label: "contract"})
+		rented, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: "img", DiskGB: 10, Label: "contract"})
 		if err != nil {
 			t.Fatal(err)
 		}

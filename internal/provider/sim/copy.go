@@ -216,7 +216,7 @@ type resolver func(p string) (string, error)
 
 // inSandbox resolves container paths of an instance.
 func inSandbox(sandbox string) resolver {
-	return func(p string) (string, error) { return containerPath(sandbox, p) }
+	return func(p string) (string, error) { return containerPath(sandbox, p), nil }
 }
 
 // inBucket resolves object paths of a cloud directory.

@@ -42,8 +42,16 @@
 //     stop/start/destroy, reboot, execute (ls, rm, du in the sandbox; output
 //     at result_url), change bid (billing follows), deposit, filters, GPU
 //     names, legacy and searched invoices, copy_direct, rsync, rclone to a
-//     directory-backed cloud integration, and a template catalog whose
-//     hashes resolve to an image (404 no_such_template otherwise).
+//     directory-backed cloud integration, a template catalog whose
+//     hashes resolve to an image (400 invalid_args otherwise; the official
+//     CLI's documented example hash is in it), spend-rate,
+//     machine-earnings and pending-price-increases.
+//   - The 2026 answers (vast-api.md §12): a second attach of one key is
+//     200 success:false "SSH key already associated with instance."; bulk
+//     destroy of no own id is 404 instances_not_found; bulk start/stop
+//     takes at most 64 ids and succeeds when one was updated; an on-demand
+//     contract's bid cannot change (400); a deleted key is 401; disk under
+//     8 GB is 400; a non-integer instance id is 400.
 //   - A v1 list page renders only its own rows; SeedInstances fills an
 //     account for listing at scale.
 //   - Instances run their SSH sessions in a host sandbox directory, or,
@@ -52,4 +60,37 @@
 //     docker's status message on a "created" instance.
 //   - Control endpoints live under /_sim/ (never under /api/), so a real
 //     client can never reach them by accident.
+//
+// # Deviations from Vast's documents
+//
+// Where the documents are silent or uncertain the simulator picks an
+// answer; each is named here with its evidence (§ of the project's
+// vast-api.md). Wire shapes the OpenAPI document gets wrong are in
+// openapitest.Deviations instead.
+//   - Bulk destroy of own and unknown ids together destroys the own ones
+//     and answers 200: §12.1 documents 404 instances_not_found only when
+//     none is the caller's and calls the mixed case UNCERTAIN. The 404's
+//     id list is written as a Python list ("Instances [1, 2] not found."),
+//     a guess at the documented "Instances <ids> not found.".
+//   - Bulk start/stop never answers 400 insufficient_credit (§12.1): the
+//     simulated account's credit is not checked there.
+//   - An unknown template_hash_id in a create is 400 invalid_args
+//     "Invalid template_hash_id …": no vendor source names this answer
+//     (§12.1 lists the create's 400 invalid_args cases without it).
+//   - Disk under 8 GB is 400 invalid_args: "Minimum 8 when specified" is on
+//     an unmerged documentation branch only, and whether the server
+//     enforces it is UNCERTAIN (§12.4).
+//   - Execute with a path the sandbox lacks (/etc) prints the command's
+//     own error in its output: Vast's containers have those paths, and no
+//     API error is documented for them (§2.4).
+//   - Offers' end_date is on the simulator's own clock, not reported as
+//     wall time as past events are: it lies in the future anyway, and a
+//     client on the same clock (--sim) then sees the host's remaining time
+//     at any speed. A wall-clock client of a scaled `sim serve` sees hosts
+//     stay longer by as much as the simulator runs ahead.
+//   - Host earnings are zero and no host raises a price: the simulated
+//     account hosts nothing and hosts never ask (§12.2); the routes answer
+//     in their documented shapes.
+//   - A deleted key is 401 auth_error "Invalid user key" (§12.3 gives the
+//     status and message, not the error code).
 package sim

@@ -84,6 +84,11 @@ const (
 	// price and rent on demand, answering success as usual: the silent
 	// on-demand rental Vast makes of a create without price.
 	FaultBidIgnored = "bid_ignored"
+	// FaultHostEnd moves the end date of Machine's offers (0: of every
+	// offer) to Seconds from now: the host's maximum rental duration, shown
+	// on the offer as end_date (vast-api.md §12.4). It stays set until
+	// another host_end; clear does not undo it.
+	FaultHostEnd = "host_end"
 	// FaultClear removes every pending fault.
 	FaultClear = "clear"
 )
@@ -111,6 +116,7 @@ type Fault struct {
 var endpointNames = []string{
 	"search", "create", "show", "list", "list_v0", "manage", "destroy", "attach_ssh",
 	"instance_ssh_keys", "logs", "user", "charges", "invoices", "apikeys", "ssh_keys",
+	"bulk_state", "bulk_destroy", "change_bid", "earnings", "spend_rate", "price_increases",
 }
 
 type failSpec struct {
@@ -267,6 +273,15 @@ func (s *Server) Inject(f Fault) error {
 		fs.bidIgnored = max(f.Count, 1)
 	case FaultOutbid, FaultMarketSpike:
 		return s.injectMarket(f, now)
+	case FaultHostEnd:
+		if f.Seconds <= 0 {
+			return fmt.Errorf("fault %s needs seconds > 0 (how long from now the host stays)", f.Kind)
+		}
+		for _, o := range s.offers {
+			if f.Machine == 0 || o.MachineID == f.Machine {
+				o.EndDate = unix(now) + f.Seconds
+			}
+		}
 	case FaultClear:
 		*fs = faults{v0ListStatus: http.StatusGone}
 		s.mkt.events = nil

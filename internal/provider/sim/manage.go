@@ -43,9 +43,14 @@ func (s *Server) applyStateLocked(in *instance, state string) {
 	}
 }
 
+// maxBulkIDs is the chunk a bulk state change takes (vast-api.md §12.1).
+const maxBulkIDs = 64
+
 // handleBulkState is PUT /api/v0/instances/ {"ids": [...], "state": ...}
-// (the 2026 CLI's stop/start of several instances): every listed instance
-// changes, or none does.
+// (the 2026 CLI's stop/start of several instances). As documented
+// (vast-api.md §12.1): at most 64 ids; the call succeeds when at least one
+// instance was updated, with no per-id result, and answers 404 only when
+// none of the ids is the caller's.
 func (s *Server) handleBulkState(w http.ResponseWriter, r *http.Request, _ int64) {
 	if _, ok := s.authorize(w, r, "instance_write"); !ok {
 		return
@@ -58,27 +63,38 @@ func (s *Server) handleBulkState(w http.ResponseWriter, r *http.Request, _ int64
 		writeError(w, http.StatusBadRequest, "invalid_request", "Invalid json body")
 		return
 	}
-	if len(b.IDs) == 0 || (b.State != "running" && b.State != "stopped") {
+	switch {
+	case len(b.IDs) == 0:
+		writeError(w, http.StatusBadRequest, "invalid_args", "ids list required")
+		return
+	case len(b.IDs) > maxBulkIDs:
+		writeError(w, http.StatusBadRequest, "invalid_args", fmt.Sprintf("chunk length of %d > %d", len(b.IDs), maxBulkIDs))
+		return
+	case b.State != "running" && b.State != "stopped":
 		writeError(w, http.StatusBadRequest, "invalid_args", `body must be {"ids": [id, ...], "state": "running"|"stopped"}`)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	updated := 0
 	for _, id := range b.IDs {
-		if s.lookupLocked(id) == nil {
-			writeError(w, http.StatusNotFound, "no_such_instance", fmt.Sprintf("Instance %d not found.", id))
-			return
+		if in := s.lookupLocked(id); in != nil {
+			s.applyStateLocked(in, b.State)
+			updated++
 		}
 	}
-	for _, id := range b.IDs {
-		s.applyStateLocked(s.instances[id], b.State)
+	if updated == 0 {
+		writeError(w, http.StatusNotFound, "invalid_args", "Invalid instance ID list ids.")
+		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true})
 }
 
 // handleBulkDestroy is DELETE /api/v0/instances/ {"instance_ids": [...]}
-// (the 2026 CLI's `destroy instances A B`). Ids already gone are skipped,
-// as a single destroy of a gone instance is harmless.
+// (the 2026 CLI's `destroy instances A B`): 404 instances_not_found when
+// none of the ids is the caller's (vast-api.md §12.1). A mix of own and
+// unknown ids destroys the own ones; the documents leave that case open
+// (see the deviation list).
 func (s *Server) handleBulkDestroy(w http.ResponseWriter, r *http.Request, _ int64) {
 	if _, ok := s.authorize(w, r, "instance_write"); !ok {
 		return
@@ -86,8 +102,12 @@ func (s *Server) handleBulkDestroy(w http.ResponseWriter, r *http.Request, _ int
 	var b struct {
 		IDs []int64 `json:"instance_ids"`
 	}
-	if err := readBody(r, &b); err != nil || len(b.IDs) == 0 {
-		writeError(w, http.StatusBadRequest, "invalid_args", `body must be {"instance_ids": [id, ...]}`)
+	if err := readBody(r, &b); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_args", "invalid request format")
+		return
+	}
+	if len(b.IDs) == 0 {
+		writeError(w, http.StatusBadRequest, "invalid_args", "instance_ids array is required")
 		return
 	}
 	s.mu.Lock()
@@ -99,10 +119,23 @@ func (s *Server) handleBulkDestroy(w http.ResponseWriter, r *http.Request, _ int
 		}
 	}
 	s.mu.Unlock()
+	if len(gone) == 0 {
+		writeError(w, http.StatusNotFound, "instances_not_found", fmt.Sprintf("Instances %s not found.", idList(b.IDs)))
+		return
+	}
 	for _, in := range gone {
 		in.stopSSH()
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"success": true})
+}
+
+// idList writes ids as the backend's Python list would print them.
+func idList(ids []int64) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprint(id)
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // handleReboot is PUT /api/v0/instances/reboot/{id}/: docker stop/start
@@ -132,7 +165,8 @@ func (s *Server) handleReboot(w http.ResponseWriter, r *http.Request, id int64) 
 }
 
 // handleChangeBid is PUT /api/v0/instances/bid_price/{id}/ {"client_id",
-// "price"}: the instance becomes interruptible at price. Billing changes
+// "price"}: an interruptible instance's bid becomes price (an on-demand
+// one is refused: its price is the contract's). Billing changes
 // from now on; a bid under the market pauses it (outbid), a bid at or above
 // it resumes an outbid instance.
 func (s *Server) handleChangeBid(w http.ResponseWriter, r *http.Request, id int64) {
@@ -160,6 +194,11 @@ func (s *Server) handleChangeBid(w http.ResponseWriter, r *http.Request, id int6
 	in := s.lookupLocked(id)
 	if in == nil {
 		writeError(w, http.StatusNotFound, "no_such_instance", fmt.Sprintf("Instance %d not found.", id))
+		return
+	}
+	if !in.IsBid {
+		// An on-demand contract keeps its price (vast-api.md §12.1).
+		writeError(w, http.StatusBadRequest, "invalid_args", "Can't change price of on-demand contract.")
 		return
 	}
 	s.advance(in) // bill up to now at the old price
@@ -199,7 +238,8 @@ var executeAllowed = map[string]bool{"ls": true, "rm": true, "du": true}
 // handleExecute is PUT /api/v0/instances/command/{id}/ {"command"}: one of
 // ls, rm, du runs in the instance's container (its sandbox; container paths
 // under /workspace and /root map into it, no shell), and its output is
-// served at result_url, which answers 403 until the "upload" lands.
+// served at result_url, which answers 403 until the "upload" lands. Paths
+// outside the sandbox's /workspace and /root fail as the command's output.
 func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request, id int64) {
 	if _, ok := s.authorize(w, r, "instance_write"); !ok {
 		return
@@ -241,12 +281,7 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request, id int64)
 		if strings.HasPrefix(a, "-") {
 			continue
 		}
-		p, err := containerPath(sandbox, a)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_args", err.Error())
-			return
-		}
-		argv[i+1] = p
+		argv[i+1] = containerPath(sandbox, a)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
@@ -263,18 +298,15 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request, id int64)
 }
 
 // containerPath maps a path inside the container to the sandbox: relative
-// paths are under /workspace; only /workspace and /root exist.
-func containerPath(sandbox, p string) (string, error) {
+// paths are under /workspace. A path the sandbox lacks (/etc) is the
+// command's own failure, printed in its output as on a host: Vast documents
+// no API error for it. Cleaning an absolute path keeps it inside the
+// sandbox.
+func containerPath(sandbox, p string) string {
 	if !strings.HasPrefix(p, "/") {
 		p = "/workspace/" + p
 	}
-	clean := filepath.Clean(p)
-	for _, top := range []string{"/workspace", "/root"} {
-		if clean == top || strings.HasPrefix(clean, top+"/") {
-			return filepath.Join(sandbox, clean), nil
-		}
-	}
-	return "", fmt.Errorf("path %s is outside /workspace and /root", p)
+	return filepath.Join(sandbox, filepath.Clean(p))
 }
 
 // storeResult keeps text for a result URL that answers once not-yet.

@@ -252,8 +252,14 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, optional b
 	s.mu.Lock()
 	k := s.keys[raw]
 	s.mu.Unlock()
-	if k == nil || k.Deleted {
+	switch {
+	case k == nil:
 		writeError(w, http.StatusNotFound, "auth_error", "Invalid user key")
+		return nil, false
+	case k.Deleted:
+		// A key that existed and was deleted is told 401, an unknown one
+		// 404 (vast-api.md §12.3).
+		writeError(w, http.StatusUnauthorized, "auth_error", "Invalid user key")
 		return nil, false
 	}
 	return k, true

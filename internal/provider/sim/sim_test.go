@@ -446,7 +446,7 @@ func TestListPagination(t *testing.T) {
 		if i%2 == 1 {
 			label = "other"
 		}
-		if _, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[i].ID, Image: "img", DiskGB: 5, Label: label}); err != nil {
+		if _, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[i].ID, Image: "img", DiskGB: 10, Label: label}); err != nil {
 			t.Fatal(err)
 		}
 	}

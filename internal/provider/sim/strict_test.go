@@ -42,7 +42,7 @@ func TestStrictInputValidation(t *testing.T) {
 	if err != nil || len(offers) < 2 {
 		t.Fatal(err)
 	}
-	res, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: "img", DiskGB: 5, Label: "strict"})
+	res, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: "img", DiskGB: 10, Label: "strict"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +54,11 @@ func TestStrictInputValidation(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"runtype out of enum", "PUT", ask, `{"client_id":"me","image":"img","disk":5,"runtype":"sshh"}`, 400, "invalid_args"},
-		{"runtype with an unknown token", "PUT", ask, `{"client_id":"me","image":"img","disk":5,"runtype":"ssh_direc telnet"}`, 400, "invalid_args"},
-		{"target_state out of enum", "PUT", ask, `{"client_id":"me","image":"img","disk":5,"target_state":"paused"}`, 400, "invalid_args"},
-		{"onstart over 4048 characters", "PUT", ask, `{"client_id":"me","image":"img","disk":5,"onstart":"` + strings.Repeat("x", 4049) + `"}`, 400, "invalid_args"},
-		{"unknown template", "PUT", ask, `{"client_id":"me","disk":5,"template_hash_id":"ffffffffffffffffffffffffffffffff"}`, 404, "no_such_template"},
+		{"runtype out of enum", "PUT", ask, `{"client_id":"me","image":"img","disk":10,"runtype":"sshh"}`, 400, "invalid_args"},
+		{"runtype with an unknown token", "PUT", ask, `{"client_id":"me","image":"img","disk":10,"runtype":"ssh_direc telnet"}`, 400, "invalid_args"},
+		{"target_state out of enum", "PUT", ask, `{"client_id":"me","image":"img","disk":10,"target_state":"paused"}`, 400, "invalid_args"},
+		{"onstart over 4048 characters", "PUT", ask, `{"client_id":"me","image":"img","disk":10,"onstart":"` + strings.Repeat("x", 4049) + `"}`, 400, "invalid_args"},
+		{"unknown template", "PUT", ask, `{"client_id":"me","disk":10,"template_hash_id":"ffffffffffffffffffffffffffffffff"}`, 400, "invalid_args"},
 		{"daemon_logs out of enum", "PUT", "/api/v0/instances/request_logs/" + inst + "/", `{"daemon_logs":"yes"}`, 400, "invalid_args"},
 		{"charges format out of enum", "GET", "/api/v0/charges/?format=csv&select_filters=" + day, "", 400, "invalid_args"},
 		{"charges limit under 1", "GET", "/api/v0/charges/?limit=0&select_filters=" + day, "", 400, "invalid_args"},
@@ -69,6 +69,14 @@ func TestStrictInputValidation(t *testing.T) {
 		{"bid under 0.001", "PUT", "/api/v0/instances/bid_price/" + inst + "/", `{"client_id":"me","price":0}`, 400, "invalid_args"},
 		{"bid without client_id", "PUT", "/api/v0/instances/bid_price/" + inst + "/", `{"price":0.5}`, 400, "invalid_args"},
 		{"execute outside ls, rm, du", "PUT", "/api/v0/instances/command/" + inst + "/", `{"command":"cat /etc/passwd"}`, 400, "invalid_args"},
+		{"show with a non-integer id", "GET", "/api/v0/instances/abc/", "", 400, "invalid_args"},
+		{"disk under 8 GB", "PUT", ask, `{"client_id":"me","image":"img","disk":7.5}`, 400, "invalid_args"},
+		{"bid on an on-demand contract", "PUT", "/api/v0/instances/bid_price/" + inst + "/", `{"client_id":"me","price":0.5}`, 400, "invalid_args"},
+		{"bulk state without ids", "PUT", "/api/v0/instances/", `{"ids":[],"state":"stopped"}`, 400, "invalid_args"},
+		{"bulk state over 64 ids", "PUT", "/api/v0/instances/", `{"ids":[` + strings.TrimSuffix(strings.Repeat(inst+",", 65), ",") + `],"state":"stopped"}`, 400, "invalid_args"},
+		{"bulk state of no own id", "PUT", "/api/v0/instances/", `{"ids":[1,2],"state":"stopped"}`, 404, "invalid_args"},
+		{"bulk destroy without ids", "DELETE", "/api/v0/instances/", `{"instance_ids":[]}`, 400, "invalid_args"},
+		{"bulk destroy of no own id", "DELETE", "/api/v0/instances/", `{"instance_ids":[1,2]}`, 404, "instances_not_found"},
 	} {
 		code, body := e.send(t, tc.method, tc.path, tc.body)
 		if code != tc.status || body["error"] != tc.code || body["success"] != false {
@@ -86,7 +94,7 @@ func TestSelectColsLimitsTheColumns(t *testing.T) {
 	ctx := context.Background()
 	offers, _ := e.client.SearchOffers(ctx, provider.Query{"rentable": map[string]any{"eq": true}, "limit": 2})
 	for _, o := range offers {
-		if _, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: o.ID, Image: "img", DiskGB: 5, Label: "cols"}); err != nil {
+		if _, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: o.ID, Image: "img", DiskGB: 10, Label: "cols"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -162,6 +170,52 @@ func TestSeededListingPagesBothWays(t *testing.T) {
 	for i := 1; i < len(got); i++ {
 		if got[i] >= got[i-1] {
 			t.Fatalf("desc listing out of order at %d: %v then %v", i, got[i-1], got[i])
+		}
+	}
+}
+
+// The 2026 answers whose body, not only its status, is the fact
+// (vast-api.md §12.1, §12.3).
+func TestAnswers2026OnTheWire(t *testing.T) {
+	e := newEnv(t, sim.Config{DisableSSH: true})
+	ctx := context.Background()
+	offers, err := e.client.SearchOffers(ctx, provider.Query{"rentable": map[string]any{"eq": true}, "limit": 1})
+	if err != nil || len(offers) == 0 {
+		t.Fatal(err)
+	}
+	res, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: "img", DiskGB: 10, Label: "wire2026"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := itoa(int64(res.InstanceID))
+	const key = `{"ssh_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEiL1KZ8R2zRoOqKD1OqS0uW0mYqzGIaNybK6wJp0zYd wire"}`
+	if code, body := e.send(t, "POST", "/api/v0/instances/"+inst+"/ssh/", key); code != 200 || body["success"] != true || body["msg"] != "SSH key added to instance." {
+		t.Errorf("first attach: %d %v", code, body)
+	}
+	if code, body := e.send(t, "POST", "/api/v0/instances/"+inst+"/ssh/", key); code != 200 || body["success"] != false || body["msg"] != "SSH key already associated with instance." {
+		t.Errorf("second attach of the same key: %d %v, want 200 success:false \"SSH key already associated with instance.\"", code, body)
+	}
+	if code, body := e.send(t, "DELETE", "/api/v0/instances/", `{"instance_ids":[1,2]}`); code != 404 || body["msg"] != "Instances [1, 2] not found." {
+		t.Errorf("bulk destroy of unknown ids: %d %v", code, body)
+	}
+	// A key that existed and was deleted (an instance key, deleted with its
+	// instance) is told 401; a key that never existed 404.
+	if err := e.client.DestroyInstance(ctx, res.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key    string
+		status int
+	}{{res.InstanceAPIKey, 401}, {strings.Repeat("0", 64), 404}} {
+		req, _ := http.NewRequest("GET", e.srv.URL+"/api/v0/instances/"+inst+"/", nil)
+		req.Header.Set("Authorization", "Bearer "+c.key)
+		r, err := e.api.ResponsesOnly().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != c.status {
+			t.Errorf("a key whose status should be %d got %d", c.status, r.StatusCode)
 		}
 	}
 }

@@ -16,7 +16,14 @@ type template struct {
 	Onstart string
 }
 
+// templates is the catalog. Its first entry is the template of the
+// official CLI's own create example (`vastai create instance 384826
+// --template_hash 661d064bbda1f2a133816b6d55da07c3 --disk 64`, "the
+// PyTorch (cuDNN Devel) template"), so both official clients' documented
+// invocation resolves here; the image behind it is the simulator's choice.
 var templates = []template{
+	{ID: 281000, HashID: "661d064bbda1f2a133816b6d55da07c3", Name: "PyTorch (cuDNN Devel)",
+		Image: "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-devel", Runtype: "ssh_direc ssh_proxy"},
 	{ID: 281001, HashID: "4e17788f74f075dd9aab7d0d4427968f", Name: "PyTorch (cuDNN runtime)",
 		Image: "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", Runtype: "ssh_direc ssh_proxy"},
 	{ID: 281002, HashID: "8f2e1d6b0c9a4b3e7d5f1a2c3b4d5e6f", Name: "NVIDIA CUDA",

@@ -31,7 +31,7 @@ func TestScaledTimeIsReportedAsWallTime(t *testing.T) {
 	if err != nil || len(offers) == 0 {
 		t.Fatal(err)
 	}
-	res, err := c.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: "img", DiskGB: 5, Label: "wall"})
+	res, err := c.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: "img", DiskGB: 10, Label: "wall"})
 	if err != nil {
 		t.Fatal(err)
 	}

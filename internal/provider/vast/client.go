@@ -209,9 +209,12 @@ func (c *Client) SearchOffers(ctx context.Context, q provider.Query) ([]provider
 	if err := decode(op, res.body, &out); err != nil {
 		return nil, err
 	}
+	seen := c.clock.Now()
 	offers := make([]provider.Offer, 0, len(out.Offers))
 	for _, w := range out.Offers {
-		offers = append(offers, w.domain())
+		o := w.domain()
+		o.SeenAt = seen
+		offers = append(offers, o)
 	}
 	return offers, nil
 }
@@ -429,12 +432,74 @@ func (c *Client) StartInstance(ctx context.Context, id provider.InstanceID) erro
 	return c.manage(ctx, fmt.Sprintf("start instance %d", id), id, map[string]any{"state": "running"})
 }
 
-// AttachSSHKey authorises a public key on one instance.
+// AttachSSHKey authorises a public key on one instance. Attaching is not
+// idempotent on the wire: a key already on the instance is answered 200
+// {"success": false, "msg": "SSH key already associated with instance."}
+// (vast-api.md §12.1). So a 200 refusal, whatever its message, is judged
+// by the instance's key list: the key on it is success, as the caller
+// asked for nothing else; a key not on it returns the refusal.
 func (c *Client) AttachSSHKey(ctx context.Context, id provider.InstanceID, publicKey string) error {
 	op := fmt.Sprintf("attach SSH key to instance %d", id)
+	key := strings.TrimSpace(publicKey)
 	_, err := c.do(ctx, call{op: op, method: http.MethodPost, path: fmt.Sprintf("/api/v0/instances/%d/ssh/", id),
-		body: map[string]string{"ssh_key": strings.TrimSpace(publicKey)}})
+		body: map[string]string{"ssh_key": key}})
+	var ae *provider.APIError
+	if err == nil || !errors.As(err, &ae) || ae.Status != http.StatusOK {
+		return err
+	}
+	keys, lerr := c.InstanceSSHKeys(ctx, id)
+	if lerr != nil {
+		return fmt.Errorf("%w; and its key list, read to check, failed: %w", err, lerr)
+	}
+	for _, k := range keys {
+		if sameKey(k, key) {
+			c.log.Debug("SSH key already on the instance", "op", op, "msg", ae.Msg)
+			return nil
+		}
+	}
 	return err
+}
+
+// InstanceSSHKeys lists the public keys attached to one instance
+// (GET /api/v0/instances/{id}/ssh/, whose ssh_keys is a JSON-encoded
+// string of [{id, name, public_key}], vast-api.md §2.6).
+func (c *Client) InstanceSSHKeys(ctx context.Context, id provider.InstanceID) ([]string, error) {
+	op := fmt.Sprintf("list SSH keys of instance %d", id)
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: fmt.Sprintf("/api/v0/instances/%d/ssh/", id)})
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		SSHKeys json.RawMessage `json:"ssh_keys"`
+	}
+	if err := decode(op, res.body, &out); err != nil {
+		return nil, err
+	}
+	raw := []byte(out.SSHKeys)
+	var enc string
+	if json.Unmarshal(raw, &enc) == nil { // the documented string form
+		raw = []byte(enc)
+	}
+	var rows []struct {
+		PublicKey string `json:"public_key"`
+	}
+	if len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "null" {
+		if err := decode(op, raw, &rows); err != nil {
+			return nil, err
+		}
+	}
+	keys := make([]string, 0, len(rows))
+	for _, r := range rows {
+		keys = append(keys, r.PublicKey)
+	}
+	return keys, nil
+}
+
+// sameKey compares two authorized_keys lines by key type and material,
+// ignoring options-free comments.
+func sameKey(a, b string) bool {
+	fa, fb := strings.Fields(a), strings.Fields(b)
+	return len(fa) >= 2 && len(fb) >= 2 && fa[0] == fb[0] && fa[1] == fb[1]
 }
 
 // RequestLogs asks for a log tail and polls its result_url (fetched without

@@ -484,3 +484,47 @@ func TestNewRejectsBadURL(t *testing.T) {
 }
 
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// A 200 {"success": false} to an attach is judged by the instance's key
+// list (vast-api.md §12.1): the key on it is attached; a key not on it
+// keeps the refusal.
+func TestAttachRefusalIsJudgedByTheKeyList(t *testing.T) {
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEiL1KZ8R2zRoOqKD1OqS0uW0mYqzGIaNybK6wJp0zYd run"
+	for _, tc := range []struct {
+		name, listed string
+		ok           bool
+	}{
+		{"key on the instance", `[{"id":1,"name":"k","public_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEiL1KZ8R2zRoOqKD1OqS0uW0mYqzGIaNybK6wJp0zYd other-comment"}]`, true},
+		{"key not on the instance", `[{"id":1,"name":"k","public_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtherKeyMaterial0000000000000000000000000000 x"}]`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listed := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				switch r.Method {
+				case http.MethodPost:
+					io.WriteString(w, `{"success": false, "msg": "SSH key already associated with instance."}`)
+				case http.MethodGet:
+					listed++
+					enc, _ := json.Marshal(tc.listed)
+					io.WriteString(w, `{"success": true, "ssh_keys": `+string(enc)+`}`)
+				}
+			}))
+			defer srv.Close()
+			c, err := New(Options{BaseURL: srv.URL, APIKey: "k", Clock: &instantClock{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.AttachSSHKey(context.Background(), 7, key)
+			var ae *provider.APIError
+			switch {
+			case listed != 1:
+				t.Errorf("the key list was read %d times, want once", listed)
+			case tc.ok && err != nil:
+				t.Errorf("attach: %v, want success (the key is on the instance)", err)
+			case !tc.ok && (!errors.As(err, &ae) || ae.Status != 200 || !strings.Contains(err.Error(), "instance 7")):
+				t.Errorf("attach: %v, want the 200 refusal naming instance 7", err)
+			}
+		})
+	}
+}

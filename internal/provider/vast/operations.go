@@ -2,6 +2,7 @@ package vast
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,8 +25,18 @@ func idList(ids []provider.InstanceID) []int64 {
 	return out
 }
 
+// maxBulkIDs is the most ids one bulk state change takes.
+const maxBulkIDs = 64
+
+// bulkState changes every listed instance; Vast answers success when at
+// least one of them was updated, with no per-id result.
 func (c *Client) bulkState(ctx context.Context, verb, state string, ids []provider.InstanceID) error {
 	op := fmt.Sprintf("%s instances %v", verb, ids)
+	// Vast takes at most 64 ids a call (vast-api.md §12.1); refuse locally
+	// what it would refuse.
+	if len(ids) > maxBulkIDs {
+		return fmt.Errorf("%s: %d ids, over the %d one call takes (send them in chunks): %w", op, len(ids), maxBulkIDs, provider.ErrInvalidRequest)
+	}
 	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/instances/",
 		body: map[string]any{"ids": idList(ids), "state": state}})
 	return err
@@ -367,6 +378,85 @@ func (c *Client) Templates(ctx context.Context) ([]provider.Template, error) {
 	out := make([]provider.Template, 0, len(w.Templates))
 	for _, t := range w.Templates {
 		out = append(out, provider.Template{ID: int64(t.ID), HashID: string(t.HashID), Name: string(t.Name), Image: string(t.Image)})
+	}
+	return out, nil
+}
+
+// SpendRate reads GET /api/v0/users/spend-rate (vast-api.md §12.2).
+func (c *Client) SpendRate(ctx context.Context) (provider.SpendRate, error) {
+	op := "read spend rate"
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/spend-rate"})
+	if err != nil {
+		return provider.SpendRate{}, err
+	}
+	var w struct {
+		GPU    num  `json:"gpu_cost_per_hour"`
+		Disk   num  `json:"container_storage_cost_per_hour"`
+		Volume num  `json:"volume_storage_cost_per_hour"`
+		Active flag `json:"has_active_resources"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return provider.SpendRate{}, err
+	}
+	return provider.SpendRate{GPU: float64(w.GPU), ContainerStorage: float64(w.Disk), VolumeStorage: float64(w.Volume), HasActiveResources: bool(w.Active)}, nil
+}
+
+// MachineEarnings reads GET /api/v0/users/me/machine-earnings?sday&eday,
+// days counted from the Unix epoch as both official clients send them.
+func (c *Client) MachineEarnings(ctx context.Context, from, to time.Time) (provider.Earnings, error) {
+	op := "read machine earnings"
+	day := func(t time.Time) string { return strconv.FormatInt(t.Unix()/86400, 10) }
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/users/me/machine-earnings",
+		query: url.Values{"sday": {day(from)}, "eday": {day(to)}}})
+	if err != nil {
+		return provider.Earnings{}, err
+	}
+	var w struct {
+		Summary struct {
+			GPU  num `json:"total_gpu"`
+			Stor num `json:"total_stor"`
+			BWU  num `json:"total_bwu"`
+			BWD  num `json:"total_bwd"`
+		} `json:"summary"`
+		PerMachine []json.RawMessage `json:"per_machine"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return provider.Earnings{}, err
+	}
+	return provider.Earnings{GPU: float64(w.Summary.GPU), Storage: float64(w.Summary.Stor), BandwidthUp: float64(w.Summary.BWU),
+		BandwidthDown: float64(w.Summary.BWD), Machines: len(w.PerMachine)}, nil
+}
+
+// PendingPriceIncreases reads GET /api/v0/instances/pending-price-increases/
+// (vast-api.md §12.2). A truncated list is an incomplete listing.
+func (c *Client) PendingPriceIncreases(ctx context.Context) ([]provider.PriceIncrease, error) {
+	op := "list pending price increases"
+	res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v0/instances/pending-price-increases/"})
+	if err != nil {
+		return nil, err
+	}
+	var w struct {
+		Truncated flag `json:"truncated"`
+		Rows      []struct {
+			ID          num `json:"pending_price_increase_id"`
+			Contract    num `json:"contract_id"`
+			OldGPU      num `json:"old_gpu_costpersec"`
+			NewGPU      num `json:"new_gpu_costpersec"`
+			ContractEnd num `json:"contract_end_date"`
+			AskEnd      num `json:"ask_end_date"`
+		} `json:"pending_price_increases"`
+	}
+	if err := decode(op, res.body, &w); err != nil {
+		return nil, err
+	}
+	if w.Truncated {
+		return nil, fmt.Errorf("%s: the answer is truncated: %w", op, provider.ErrIncompleteListing)
+	}
+	out := make([]provider.PriceIncrease, 0, len(w.Rows))
+	for _, r := range w.Rows {
+		out = append(out, provider.PriceIncrease{ID: int64(r.ID), ContractID: provider.InstanceID(r.Contract),
+			OldGPUCostPerSec: float64(r.OldGPU), NewGPUCostPerSec: float64(r.NewGPU),
+			ContractEnd: unixTime(r.ContractEnd), AskEnd: unixTime(r.AskEnd)})
 	}
 	return out, nil
 }

@@ -123,6 +123,7 @@ type wireOffer struct {
 	InetDownCost     num    `json:"inet_down_cost"`
 	MinBid           num    `json:"min_bid"`
 	IsBid            flag   `json:"is_bid"`
+	EndDate          num    `json:"end_date"`
 	Search           *price `json:"search"`
 }
 
@@ -149,6 +150,7 @@ func (w wireOffer) domain() provider.Offer {
 		DPHTotal: float64(w.DPHTotal), StorageCostMonth: float64(w.StorageCost),
 		StorageTotalCost: float64(w.StorageTotalCost), InetUpCostGB: float64(w.InetUpCost),
 		InetDownCostGB: float64(w.InetDownCost), MinBid: float64(w.MinBid), IsBid: bool(w.IsBid),
+		HostEnd: unixTime(w.EndDate),
 	}
 	if o.GPUTotalRAMMB == 0 {
 		o.GPUTotalRAMMB = o.GPURAMMB * float64(o.NumGPUs)
