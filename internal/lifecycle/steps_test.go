@@ -387,6 +387,27 @@ func TestStepProvision(t *testing.T) {
 			},
 		},
 		{
+			name: "resumed with the run's instance no longer running: destroyed, replaced elsewhere", offers: []provider.Offer{offer(1, 10, 0.4), offer(2, 20, 0.5)},
+			setup: func(r *stepRig) {
+				// A controller restarted after its rental exited.
+				r.m.add(50, 10, r.s.State().Label, 0)
+				r.m.instances[50].statuses = []string{"exited"}
+				r.rented(50, 10)
+				r.m.fail("attach", authFail)
+			},
+			check: func(t *testing.T, r *stepRig, err error) {
+				calls := r.m.calls()
+				if len(calls) < 2 || calls[0] != "show 50" || calls[1] != "destroy 50" || !before(calls, "destroy 50", "search") {
+					t.Fatalf("calls %v", calls)
+				}
+				st := r.s.State()
+				if len(st.Attempts) != 2 || !st.Attempts[0].Confirmed || st.Attempts[0].Failure == "" || st.Attempts[1].MachineID != 20 {
+					t.Fatalf("attempts %+v", st.Attempts)
+				}
+				assertStoppedAtAttach(t, r, err, 101)
+			},
+		},
+		{
 			name: "earlier unconfirmed instance: destroyed before anything new is rented", offers: []provider.Offer{offer(1, 10, 0.4)},
 			setup: func(r *stepRig) {
 				// A controller killed between its failover and the confirm.
