@@ -160,10 +160,11 @@ func (l Layout) agentRunning() bool {
 }
 
 // Start launches the supervisor (exe with args, which must run
-// `agent supervise`) detached from this SSH session, and returns once the
-// workload has been started or refused. It never starts a second workload:
-// the lock and the workload record both say whether one exists.
-func Start(l Layout, exe string, args []string, env []string) (StartResult, error) {
+// `agent supervise`, reading its request from stdin) detached from this
+// SSH session, and returns once the workload has been started or refused.
+// It never starts a second workload: the lock and the workload record both
+// say whether one exists.
+func Start(l Layout, exe string, args []string, env []string, stdin []byte) (StartResult, error) {
 	res := StartResult{Schema: StartSchema, SchemaVersion: SchemaVersion}
 	lf, held, err := l.lock()
 	if err != nil {
@@ -192,18 +193,35 @@ func Start(l Layout, exe string, args []string, env []string) (StartResult, erro
 		return res, err
 	}
 	defer logf.Close()
+	// The request goes through a pipe of our own, not exec's copier: the
+	// supervisor is never waited for, and the copier ends only with Wait.
+	ir, iw, err := os.Pipe()
+	if err != nil {
+		pw.Close()
+		return res, err
+	}
 	cmd := exec.Command(exe, args...)
 	cmd.Dir = l.Home
 	cmd.Env = env
+	cmd.Stdin = ir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{lf, pw} // fd 3: the lock, handed over; fd 4: ready
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	pw.Close()
+	ir.Close()
 	if err != nil {
+		iw.Close()
 		return res, fmt.Errorf("agent start: %w", err)
 	}
 	cmd.Process.Release()
+	// Written after the start: a request larger than the pipe's buffer
+	// waits for the supervisor to read it; one that died makes this fail.
+	_, werr := iw.Write(stdin)
+	iw.Close()
+	if werr != nil {
+		return res, fmt.Errorf("agent start: hand the supervisor its request: %w (see %s)", werr, AgentLog)
+	}
 	line, _ := bufio.NewReader(io.LimitReader(pr, 1<<16)).ReadString('\n')
 	var ready struct {
 		PID   int    `json:"pid"`

@@ -73,7 +73,7 @@ func TestStartRefusesASecondWorkload(t *testing.T) {
 	os.MkdirAll(l.Abs(StateDir), 0o755)
 	code := 0
 	l.writeRecord(record{State: "exited", ExitCode: &code})
-	res, err := Start(l, "/nonexistent/vastrun", nil, nil)
+	res, err := Start(l, "/nonexistent/vastrun", nil, nil, nil)
 	if err != nil || res.Started || res.Refused == "" {
 		t.Fatalf("with a record: %+v %v", res, err)
 	}
@@ -84,7 +84,7 @@ func TestStartRefusesASecondWorkload(t *testing.T) {
 		t.Fatal(err, held)
 	}
 	defer f.Close()
-	res, err = Start(l2, "/nonexistent/vastrun", nil, nil)
+	res, err = Start(l2, "/nonexistent/vastrun", nil, nil, nil)
 	if err != nil || res.Started || !strings.Contains(res.Refused, "already running") {
 		t.Fatalf("with the lock held: %+v %v", res, err)
 	}

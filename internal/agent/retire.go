@@ -66,10 +66,10 @@ func RetireLost(l Layout, now time.Time) (RetireResult, error) {
 func DecodeRetire(b []byte) (RetireResult, error) {
 	var r RetireResult
 	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("retire answer: %w", err)
+		return RetireResult{}, fmt.Errorf("%w: %v", ErrSchema, err)
 	}
-	if r.Schema != RetireSchema || r.SchemaVersion != SchemaVersion {
-		return r, fmt.Errorf("retire answer: schema %q v%d, want %s v%d", r.Schema, r.SchemaVersion, RetireSchema, SchemaVersion)
+	if err := checkSchema(r.Schema, r.SchemaVersion, RetireSchema); err != nil {
+		return RetireResult{}, err
 	}
 	return r, nil
 }

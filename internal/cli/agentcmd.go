@@ -8,22 +8,20 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/vastrun/vastrun/internal/agent"
-	"github.com/vastrun/vastrun/internal/checkpoint"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/storage"
 )
 
-// The on-instance agent's commands. Each prints one JSON document on
-// stdout (its --json flag is always on, kept so the controller's command
-// lines stay explicit); the controller reads them as typed messages.
+// The on-instance agent's commands. The controller speaks to it through
+// one of them only, `agent call`: a typed request on stdin, a typed answer
+// on stdout (internal/agent/request.go). The others bind flags to the same
+// requests and handlers, for a person on the instance and the tests; each
+// prints one JSON document (its --json flag is always on).
 
 // NewCmdAgent builds `vastrun agent`, which runs on the instance.
 func NewCmdAgent(f *Factory) *cobra.Command {
@@ -32,11 +30,11 @@ func NewCmdAgent(f *Factory) *cobra.Command {
 		Short: "The on-instance helper for training runs (started by vastrun train)",
 		Long: `Runs on a training instance. It starts the workload itself (agent start),
 commits its checkpoints, and answers the controller in typed, versioned JSON
-(agent status --json). Storage credentials come from the standard AWS
-variables in its environment; the dead-man switch destroys this instance
-with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
+(agent call, one request on stdin). Storage credentials come from the
+standard AWS variables in its environment; the dead-man switch destroys this
+instance with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
 	}
-	cmd.AddCommand(NewCmdAgentWatch(f, nil), NewCmdAgentStart(f, nil), NewCmdAgentSupervise(f, nil), NewCmdAgentStatus(f, nil),
+	cmd.AddCommand(NewCmdAgentCall(f, nil), NewCmdAgentWatch(f, nil), NewCmdAgentStart(f, nil), NewCmdAgentSupervise(f, nil), NewCmdAgentStatus(f, nil),
 		NewCmdAgentRestore(f, nil), NewCmdAgentUpload(f, nil), NewCmdAgentManifest(f, nil), NewCmdAgentRetireLost(f, nil), NewCmdAgentHeartbeat(f, nil))
 	return cmd
 }
@@ -47,90 +45,101 @@ func alwaysJSON(c *cobra.Command) {
 	c.Flags().BoolVar(&on, "json", true, "print JSON (always on)")
 }
 
-// openCheckpoints opens the checkpoint store at uri.
-func openCheckpoints(f *Factory, uri, prefix string) (checkpoint.Store, error) {
-	s, err := storage.Open(uri, storage.Options{Getenv: f.Getenv})
+// agentHost is the handlers' frame in this process: the login directory,
+// the environment (storage credentials), the clock, this binary and the
+// instance's own destroy.
+func agentHost(f *Factory) (*agent.Host, error) {
+	l, err := agent.NewLayout("")
 	if err != nil {
-		return checkpoint.Store{}, &UsageError{Err: err}
+		return nil, err
 	}
-	return checkpoint.Store{S: s, Prefix: prefix}, nil
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return &agent.Host{Layout: l, Getenv: f.Getenv, Environ: os.Environ(), Executable: exe, Clock: f.clock(), Log: f.IO.ErrOut,
+		SelfDestroy: selfDestroy(f), BeforeTransfer: func() { transferGC(f.Getenv) }}, nil
 }
 
-// AgentWatchOptions are the checkpoint flags of `agent watch`, `agent
-// start` and `agent supervise` (start hands its own to supervise).
+// answer runs one handler in this process's frame and prints its answer.
+func answer[A any](f *Factory, call func(*agent.Host) (A, error)) error {
+	h, err := agentHost(f)
+	if err != nil {
+		return err
+	}
+	a, err := call(h)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(f.IO.Out).Encode(a)
+}
+
+// AgentCallOptions are `vastrun agent call`'s (none: the request is stdin).
+type AgentCallOptions struct{ f *Factory }
+
+// NewCmdAgentCall builds the hidden `vastrun agent call`: the controller's
+// one command line. It reads one request document on stdin and prints its
+// answer, or an error answer (and exits non-zero).
+func NewCmdAgentCall(f *Factory, runF func(context.Context, *AgentCallOptions) error) *cobra.Command {
+	opts := &AgentCallOptions{f: f}
+	return &cobra.Command{
+		Use:    "call",
+		Short:  "Answer one typed request read on stdin (schema vastrun.agent.request v1)",
+		Hidden: true,
+		Args:   usageArgs(cobra.NoArgs),
+		RunE:   runCmd(opts, nil, runF, runAgentCall),
+	}
+}
+
+func runAgentCall(ctx context.Context, opts *AgentCallOptions) error {
+	h, err := agentHost(opts.f)
+	if err != nil {
+		return err
+	}
+	return h.Serve(ctx, opts.f.IO.In, opts.f.IO.Out)
+}
+
+// AgentWatchOptions are the checkpoint flags of `agent watch` and `agent
+// start`.
 type AgentWatchOptions struct {
-	f                 *Factory
-	Store, Dir        string
-	Keep              int
-	Heartbeat, Status string
-	TTL, Poll, Quiet  time.Duration
-	Deadline          time.Time // zero: none
-	Files, Check      string
-	StepFrom          string
-	Once              bool   // watch only
-	Command           string // start and supervise
-	// SuperviseArgs (start) are the flags given, as `agent supervise`'s.
-	SuperviseArgs []string
-	deadline      string
+	f *Factory
+	// Spec is the checkpoint loop the flags describe.
+	Spec     agent.WatchSpec
+	Once     bool   // watch only
+	Command  string // start
+	deadline string
 }
 
 func (o *AgentWatchOptions) addFlags(c *cobra.Command) {
-	c.Flags().StringVar(&o.Store, "store", "", "checkpoint store URI (s3://bucket/prefix or file:///path)")
-	c.Flags().StringVar(&o.Dir, "dir", "checkpoints", "local checkpoint directory the workload writes")
-	c.Flags().IntVar(&o.Keep, "keep", 3, "committed checkpoints to keep, in the store and on this instance")
-	c.Flags().StringVar(&o.Heartbeat, "heartbeat", "", "file the controller touches")
-	c.Flags().DurationVar(&o.TTL, "ttl", 0, "destroy this instance when the heartbeat is older than this (0: never)")
+	w := &o.Spec
+	c.Flags().StringVar(&w.Store, "store", "", "checkpoint store URI (s3://bucket/prefix or file:///path)")
+	c.Flags().StringVar(&w.Dir, "dir", "checkpoints", "local checkpoint directory the workload writes")
+	c.Flags().IntVar(&w.Keep, "keep", 3, "committed checkpoints to keep, in the store and on this instance")
+	c.Flags().StringVar(&w.Heartbeat, "heartbeat", "", "file the controller touches")
+	c.Flags().DurationVar((*time.Duration)(&w.TTL), "ttl", 0, "destroy this instance when the heartbeat is older than this (0: never)")
 	c.Flags().StringVar(&o.deadline, "deadline", "", "destroy this instance at this RFC 3339 time")
-	c.Flags().StringVar(&o.Status, "status", "", "status file to write")
-	c.Flags().DurationVar(&o.Poll, "poll", 5*time.Second, "how often to look")
-	c.Flags().DurationVar(&o.Quiet, "quiet", 0, "also treat a step directory as complete when its files have not changed for this long and none is open for writing (0: only the .complete marker)")
-	c.Flags().StringVar(&o.Files, "files", "", "single-file checkpoints saved in place (a path or glob relative to the login directory)")
-	c.Flags().StringVar(&o.Check, "check", "", "command that must accept a snapshot (its path is appended) before it is committed")
-	c.Flags().StringVar(&o.StepFrom, "step-from", "", "where a snapshot's step comes from: json:FIELD or regex:RE over the log (default: a counter)")
+	c.Flags().StringVar(&w.Status, "status", "", "status file to write")
+	c.Flags().DurationVar((*time.Duration)(&w.Poll), "poll", 5*time.Second, "how often to look")
+	c.Flags().DurationVar((*time.Duration)(&w.Quiet), "quiet", 0, "also treat a step directory as complete when its files have not changed for this long and none is open for writing (0: only the .complete marker)")
+	c.Flags().StringVar(&w.Files, "files", "", "single-file checkpoints saved in place (a path or glob relative to the login directory)")
+	c.Flags().StringVar(&w.Check, "check", "", "command that must accept a snapshot (its path is appended) before it is committed")
+	c.Flags().StringVar(&w.StepFrom, "step-from", "", "where a snapshot's step comes from: json:FIELD or regex:RE over the log (default: a counter)")
 }
 
 // fill checks the flags that have a syntax of their own.
 func (o *AgentWatchOptions) fill(*cobra.Command, []string) error {
-	if err := config.CheckStepFrom(o.StepFrom); err != nil {
+	if err := config.CheckStepFrom(o.Spec.StepFrom); err != nil {
 		return &UsageError{Err: fmt.Errorf("--step-from: %w", err), Hint: "write json:FIELD or regex:RE (docs/config.md, train.step_from)"}
 	}
-	o.Deadline = time.Time{}
+	o.Spec.Deadline = time.Time{}
 	if o.deadline != "" {
 		t, err := time.Parse(time.RFC3339, o.deadline)
 		if err != nil {
 			return &UsageError{Err: fmt.Errorf("--deadline: %w", err), Hint: "use RFC 3339, e.g. 2026-12-01T00:00:00Z"}
 		}
-		o.Deadline = t
+		o.Spec.Deadline = t
 	}
 	return nil
-}
-
-// agentOptions are the watch loop's options, paths resolved under l.
-func (o *AgentWatchOptions) agentOptions(l agent.Layout) (agent.Options, error) {
-	cs, err := openCheckpoints(o.f, o.Store, "")
-	if err != nil {
-		return agent.Options{}, err
-	}
-	abs := func(p string) string {
-		if p == "" {
-			return ""
-		}
-		return l.Abs(p)
-	}
-	f := o.f
-	return agent.Options{Checkpoints: cs, CheckpointDir: abs(o.Dir), Keep: o.Keep, HeartbeatFile: abs(o.Heartbeat), TTL: o.TTL, StatusFile: abs(o.Status),
-		Poll: o.Poll, Clock: f.clock(), Log: f.IO.ErrOut, Once: o.Once, SelfDestroy: selfDestroy(f), Quiet: o.Quiet,
-		Files: o.Files, Check: o.Check, StepFrom: o.StepFrom, LogFile: l.Abs(agent.LogFile), Home: l.Home, Deadline: o.Deadline}, nil
-}
-
-// watch runs the loop; a self-destroy is its job done (a failed destroy
-// stays an error).
-func watch(ctx context.Context, o agent.Options) error {
-	err := agent.Watch(ctx, o)
-	if errors.Is(err, agent.ErrSelfDestroyed) {
-		return nil
-	}
-	return err
 }
 
 // NewCmdAgentWatch builds `vastrun agent watch`.
@@ -148,15 +157,15 @@ func NewCmdAgentWatch(f *Factory, runF func(context.Context, *AgentWatchOptions)
 }
 
 func runAgentWatch(ctx context.Context, opts *AgentWatchOptions) error {
-	l, err := agent.NewLayout("")
+	h, err := agentHost(opts.f)
 	if err != nil {
 		return err
 	}
-	o, err := opts.agentOptions(l)
-	if err != nil {
+	if opts.Once {
+		_, err := h.Commit(ctx, agent.CommitRequest{Watch: opts.Spec})
 		return err
 	}
-	return watch(ctx, o)
+	return h.Watch(ctx, opts.Spec)
 }
 
 // NewCmdAgentStart builds `vastrun agent start`.
@@ -170,16 +179,7 @@ func NewCmdAgentStart(f *Factory, runF func(context.Context, *AgentWatchOptions)
 			if strings.TrimSpace(opts.Command) == "" {
 				return &UsageError{Err: errors.New("--command is required"), Hint: "give the workload, e.g. --command 'python train.py' (run by /bin/sh -c in the login directory)"}
 			}
-			if err := opts.fill(cmd, args); err != nil {
-				return err
-			}
-			opts.SuperviseArgs = []string{"agent", "supervise"}
-			cmd.Flags().Visit(func(fl *pflag.Flag) {
-				if fl.Name != "json" {
-					opts.SuperviseArgs = append(opts.SuperviseArgs, "--"+fl.Name+"="+fl.Value.String())
-				}
-			})
-			return nil
+			return opts.fill(cmd, args)
 		}, runF, runAgentStart),
 	}
 	opts.addFlags(c)
@@ -188,71 +188,45 @@ func NewCmdAgentStart(f *Factory, runF func(context.Context, *AgentWatchOptions)
 	return c
 }
 
-func runAgentStart(_ context.Context, opts *AgentWatchOptions) error {
-	l, err := agent.NewLayout("")
-	if err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	res, err := agent.Start(l, exe, opts.SuperviseArgs, os.Environ())
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(opts.f.IO.Out).Encode(res)
+func runAgentStart(ctx context.Context, opts *AgentWatchOptions) error {
+	return answer(opts.f, func(h *agent.Host) (agent.StartResult, error) {
+		return h.Start(ctx, agent.StartRequest{Command: opts.Command, Watch: opts.Spec})
+	})
 }
+
+// AgentSuperviseOptions are the hidden `agent supervise`'s (none: its
+// request is stdin, handed over by agent start).
+type AgentSuperviseOptions struct{ f *Factory }
 
 // NewCmdAgentSupervise builds the hidden `vastrun agent supervise`.
-func NewCmdAgentSupervise(f *Factory, runF func(context.Context, *AgentWatchOptions) error) *cobra.Command {
-	opts := &AgentWatchOptions{f: f}
-	c := &cobra.Command{
+func NewCmdAgentSupervise(f *Factory, runF func(context.Context, *AgentSuperviseOptions) error) *cobra.Command {
+	opts := &AgentSuperviseOptions{f: f}
+	return &cobra.Command{
 		Use:    "supervise",
-		Short:  "Run the workload and the watch loop (started by agent start)",
+		Short:  "Run the workload and the watch loop (started by agent start, its request on stdin)",
 		Hidden: true,
 		Args:   usageArgs(cobra.NoArgs),
-		RunE:   runCmd(opts, opts.fill, runF, runAgentSupervise),
+		RunE:   runCmd(opts, nil, runF, runAgentSupervise),
 	}
-	opts.addFlags(c)
-	c.Flags().StringVar(&opts.Command, "command", "", "the workload")
-	return c
 }
 
-func runAgentSupervise(ctx context.Context, opts *AgentWatchOptions) error {
-	l, err := agent.NewLayout("")
+func runAgentSupervise(ctx context.Context, opts *AgentSuperviseOptions) error {
+	req, err := agent.DecodeSupervise(opts.f.IO.In)
 	if err != nil {
 		return err
 	}
-	o, err := opts.agentOptions(l)
+	h, err := agentHost(opts.f)
 	if err != nil {
 		return err
 	}
-	// fd 3 is the lock Start handed over: held by this process only,
-	// never inherited by the workload, so it ends with the agent.
-	syscall.CloseOnExec(3)
-	sv := &agent.Supervisor{Layout: l, Command: opts.Command, Env: os.Environ(), Clock: opts.f.clock(), Ready: os.NewFile(4, "ready")}
-	// The baseline of single-file checkpoints is taken before the
-	// workload starts, so a restored file is not snapshot again.
-	pre, err := agent.Prepare(o)
-	if err != nil {
-		return err
-	}
-	pid, exited, err := sv.Launch()
-	if err != nil {
-		return err
-	}
-	pre.WorkloadPID, pre.Exited = pid, exited
-	pre.Finalized = func(int) { sv.Finalize() }
-	return watch(ctx, pre)
+	// fd 4 is where Start waits for the workload's pid.
+	return h.Supervise(ctx, req, os.NewFile(4, "ready"))
 }
 
 // AgentStatusOptions are `vastrun agent status`'s flags.
 type AgentStatusOptions struct {
-	f     *Factory
-	Touch bool
-	// LogOffset, LogMax and MetricsOffset page the workload's output.
-	LogOffset, LogMax, MetricsOffset int64
+	f   *Factory
+	Req agent.StatusRequest
 }
 
 // NewCmdAgentStatus builds `vastrun agent status`.
@@ -265,20 +239,15 @@ func NewCmdAgentStatus(f *Factory, runF func(context.Context, *AgentStatusOption
 		RunE:  runCmd(opts, nil, runF, runAgentStatus),
 	}
 	alwaysJSON(c)
-	c.Flags().BoolVar(&opts.Touch, "touch-heartbeat", false, "touch the controller's heartbeat after reading its age")
-	c.Flags().Int64Var(&opts.LogOffset, "log-offset", 0, "return the workload's log from this byte offset")
-	c.Flags().Int64Var(&opts.LogMax, "log-max", 0, "return at most this many bytes of the log (0: none)")
-	c.Flags().Int64Var(&opts.MetricsOffset, "metrics-offset", 0, "with --log-max: return the workload's metrics (JSON lines) from this byte offset")
+	c.Flags().BoolVar(&opts.Req.TouchHeartbeat, "touch-heartbeat", false, "touch the controller's heartbeat after reading its age")
+	c.Flags().Int64Var(&opts.Req.LogOffset, "log-offset", 0, "return the workload's log from this byte offset")
+	c.Flags().Int64Var(&opts.Req.LogMax, "log-max", 0, "return at most this many bytes of the log (0: none)")
+	c.Flags().Int64Var(&opts.Req.MetricsOffset, "metrics-offset", 0, "with --log-max: return the workload's metrics (JSON lines) from this byte offset")
 	return c
 }
 
-func runAgentStatus(_ context.Context, opts *AgentStatusOptions) error {
-	l, err := agent.NewLayout("")
-	if err != nil {
-		return err
-	}
-	r := agent.BuildReport(l, agent.ReportOptions{Touch: opts.Touch, LogOffset: opts.LogOffset, LogMax: opts.LogMax, MetricsOffset: opts.MetricsOffset, Clock: opts.f.clock()})
-	return json.NewEncoder(opts.f.IO.Out).Encode(r)
+func runAgentStatus(ctx context.Context, opts *AgentStatusOptions) error {
+	return answer(opts.f, func(h *agent.Host) (agent.Report, error) { return h.Status(ctx, opts.Req) })
 }
 
 // AgentStoreOptions are the flags of `agent restore` and `agent upload`.
@@ -306,20 +275,9 @@ func NewCmdAgentRestore(f *Factory, runF func(context.Context, *AgentStoreOption
 }
 
 func runAgentRestore(ctx context.Context, opts *AgentStoreOptions) error {
-	transferGC(opts.f.Getenv)
-	cs, err := openCheckpoints(opts.f, opts.Store, "")
-	if err != nil {
-		return err
-	}
-	l, err := agent.NewLayout("")
-	if err != nil {
-		return err
-	}
-	res, err := agent.Restore(ctx, l, cs, opts.Dir, opts.Files)
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(opts.f.IO.Out).Encode(res)
+	return answer(opts.f, func(h *agent.Host) (agent.RestoreResult, error) {
+		return h.Restore(ctx, agent.RestoreRequest{Store: opts.Store, Dir: opts.Dir, Files: opts.Files})
+	})
 }
 
 // NewCmdAgentUpload builds `vastrun agent upload`.
@@ -338,16 +296,9 @@ func NewCmdAgentUpload(f *Factory, runF func(context.Context, *AgentStoreOptions
 }
 
 func runAgentUpload(ctx context.Context, opts *AgentStoreOptions) error {
-	transferGC(opts.f.Getenv)
-	cs, err := openCheckpoints(opts.f, opts.Store, "outputs")
-	if err != nil {
-		return err
-	}
-	cm, err := cs.Commit(ctx, opts.Dir, 0, opts.f.clock().Now())
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(opts.f.IO.Out).Encode(map[string]any{"manifest_sha256": cm.ManifestSHA256, "files": len(cm.Manifest.Files)})
+	return answer(opts.f, func(h *agent.Host) (agent.UploadResult, error) {
+		return h.Upload(ctx, agent.UploadRequest{Store: opts.Store, Dir: opts.Dir})
+	})
 }
 
 // AgentManifestOptions are `vastrun agent manifest`'s arguments.
@@ -373,16 +324,10 @@ func NewCmdAgentManifest(f *Factory, runF func(context.Context, *AgentManifestOp
 	return c
 }
 
-func runAgentManifest(_ context.Context, opts *AgentManifestOptions) error {
-	l, err := agent.NewLayout("")
-	if err != nil {
-		return err
-	}
-	files, err := agent.SumTree(l.Home, opts.Paths)
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(opts.f.IO.Out).Encode(agent.ManifestResult{Schema: agent.ManifestSchema, SchemaVersion: agent.SchemaVersion, Files: files})
+func runAgentManifest(ctx context.Context, opts *AgentManifestOptions) error {
+	return answer(opts.f, func(h *agent.Host) (agent.ManifestResult, error) {
+		return h.Manifest(ctx, agent.ManifestRequest{Paths: opts.Paths})
+	})
 }
 
 // AgentRetireOptions are `vastrun agent retire-lost`'s (none but --json).
@@ -404,16 +349,8 @@ func NewCmdAgentRetireLost(f *Factory, runF func(context.Context, *AgentRetireOp
 	return c
 }
 
-func runAgentRetireLost(_ context.Context, opts *AgentRetireOptions) error {
-	l, err := agent.NewLayout("")
-	if err != nil {
-		return err
-	}
-	res, err := agent.RetireLost(l, time.Now())
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(opts.f.IO.Out).Encode(res)
+func runAgentRetireLost(ctx context.Context, opts *AgentRetireOptions) error {
+	return answer(opts.f, func(h *agent.Host) (agent.RetireResult, error) { return h.RetireLost(ctx, agent.RetireRequest{}) })
 }
 
 // containerEnv reads a variable from the agent's environment, falling back

@@ -185,7 +185,7 @@ func TestNewCmdCheckpoint(t *testing.T) {
 
 func TestNewCmdAgentWatchFamily(t *testing.T) {
 	builds := map[string]func(*Factory, func(context.Context, *AgentWatchOptions) error) *cobra.Command{
-		"watch": NewCmdAgentWatch, "start": NewCmdAgentStart, "supervise": NewCmdAgentSupervise,
+		"watch": NewCmdAgentWatch, "start": NewCmdAgentStart,
 	}
 	common := []string{"--store", "s3://b/ck", "--dir", "ck", "--keep", "2", "--heartbeat", "hb", "--ttl", "90s", "--status", "st.json",
 		"--poll", "2s", "--quiet", "5s", "--files", "model.pt", "--check", "python check.py", "--step-from", "json:step",
@@ -199,37 +199,22 @@ func TestNewCmdAgentWatchFamily(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		want := AgentWatchOptions{Store: "s3://b/ck", Dir: "ck", Keep: 2, Heartbeat: "hb", TTL: 90 * time.Second, Status: "st.json",
-			Poll: 2 * time.Second, Quiet: 5 * time.Second, Files: "model.pt", Check: "python check.py", StepFrom: "json:step",
-			Deadline: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+		want := AgentWatchOptions{Spec: agent.WatchSpec{Store: "s3://b/ck", Dir: "ck", Keep: 2, Heartbeat: "hb", TTL: agent.Duration(90 * time.Second), Status: "st.json",
+			Poll: agent.Duration(2 * time.Second), Quiet: agent.Duration(5 * time.Second), Files: "model.pt", Check: "python check.py", StepFrom: "json:step",
+			Deadline: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}}
 		if name == "watch" {
 			want.Once = true
 		} else {
 			want.Command = "python train.py"
 		}
 		gotCmp := *o
-		gotCmp.f, gotCmp.deadline, gotCmp.SuperviseArgs = nil, "", nil
+		gotCmp.f, gotCmp.deadline = nil, ""
 		if !reflect.DeepEqual(gotCmp, want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", name, gotCmp, want)
 		}
-		if name == "start" {
-			// start hands exactly the flags it was given to supervise,
-			// which must parse them the same way.
-			if o.SuperviseArgs[0] != "agent" || o.SuperviseArgs[1] != "supervise" || len(o.SuperviseArgs) != 2+len(common)/2 {
-				t.Fatalf("supervise args %q", o.SuperviseArgs)
-			}
-			again, err := parse(NewCmdAgentSupervise, opsFactory(), o.SuperviseArgs[2:]...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			again.f, again.deadline = nil, ""
-			if !reflect.DeepEqual(*again, want) {
-				t.Errorf("supervise from start's args:\n got %+v\nwant %+v", *again, want)
-			}
-		}
 		// Each command has its own defaults (the help's), not another's.
 		d, err := parse(build, opsFactory(), map[string][]string{"start": {"--command", "x"}}[name]...)
-		if err != nil || d.Dir != "checkpoints" || d.Keep != 3 || d.Poll != 5*time.Second || !d.Deadline.IsZero() {
+		if err != nil || d.Spec.Dir != "checkpoints" || d.Spec.Keep != 3 || d.Spec.Poll != agent.Duration(5*time.Second) || !d.Spec.Deadline.IsZero() {
 			t.Errorf("%s defaults: %v %+v", name, err, d)
 		}
 		cmdFlag := []string{"--command", "x"}
@@ -249,7 +234,7 @@ func TestNewCmdAgentWatchFamily(t *testing.T) {
 
 func TestNewCmdAgentOthers(t *testing.T) {
 	s, err := parse(NewCmdAgentStatus, opsFactory(), "--json", "--touch-heartbeat", "--log-offset", "10", "--log-max", "4096", "--metrics-offset", "7")
-	if err != nil || !s.Touch || s.LogOffset != 10 || s.LogMax != 4096 || s.MetricsOffset != 7 {
+	if err != nil || s.Req != (agent.StatusRequest{TouchHeartbeat: true, LogOffset: 10, LogMax: 4096, MetricsOffset: 7}) {
 		t.Fatalf("status: %v %+v", err, s)
 	}
 	r, err := parse(NewCmdAgentRestore, opsFactory(), "--json", "--store", "s3://b/ck")

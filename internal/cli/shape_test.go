@@ -17,6 +17,7 @@ import (
 // new command is written in the gh shape (Options + NewCmdX(f, runF) +
 // runX(ctx, opts), RunE from runCmd) and gets a row.
 var shapeArgs = map[string]string{
+	"vastrun agent call":         "",
 	"vastrun agent heartbeat":    "--serve",
 	"vastrun agent manifest":     "out",
 	"vastrun agent restore":      "",

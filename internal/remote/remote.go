@@ -12,6 +12,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -23,6 +24,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -472,6 +474,10 @@ func transport(cn *conn, err error) bool {
 type Command struct {
 	Script string            // run by /bin/sh in the login directory
 	Env    map[string]string // exported before Script; may hold secrets
+	// Stdin, when set, is Script's standard input: text (no NUL byte), it
+	// arrives ending in a newline. It travels inside the script the shell
+	// reads from the session, as a here-document, never in a command line.
+	Stdin  []byte
 	Stdout io.Writer
 	Stderr io.Writer
 }
@@ -505,15 +511,44 @@ func (cmd Command) script(pidFile string) string {
 		fmt.Fprintf(&b, "export %s=%s\n", k, ShellQuote(cmd.Env[k]))
 	}
 	fmt.Fprintf(&b, "mkdir -p .vastrun && echo $$ > %s\n", pidFile)
-	fmt.Fprintf(&b, "exec /bin/sh -c %s\n", ShellQuote(cmd.Script))
+	if cmd.Stdin == nil {
+		fmt.Fprintf(&b, "exec /bin/sh -c %s\n", ShellQuote(cmd.Script))
+		return b.String()
+	}
+	// A quoted delimiter keeps the document literal; a random one that no
+	// line of it equals ends it exactly there.
+	end := hereEnd(cmd.Stdin)
+	fmt.Fprintf(&b, "exec /bin/sh -c %s <<'%s'\n", ShellQuote(cmd.Script), end)
+	b.Write(cmd.Stdin)
+	if !bytes.HasSuffix(cmd.Stdin, []byte("\n")) {
+		b.WriteByte('\n')
+	}
+	b.WriteString(end + "\n")
 	return b.String()
 }
+
+// hereEnd is a here-document delimiter that no line of doc equals.
+func hereEnd(doc []byte) string {
+	for {
+		end := "VASTRUN_STDIN_" + randomToken()
+		if !slices.Contains(strings.Split(string(doc), "\n"), end) {
+			return end
+		}
+	}
+}
+
+// ErrBinaryStdin: a command's Stdin holds a NUL byte, which a shell
+// script cannot carry.
+var ErrBinaryStdin = errors.New("remote command: stdin holds a NUL byte")
 
 // Run runs cmd and waits. A non-zero exit is *ExitError. When ctx ends
 // first, the job is sent SIGTERM (and killed through its pid file), the
 // session is closed and ctx.Err() is returned. A dropped connection is
 // handled as [Client] describes.
 func (c *Client) Run(ctx context.Context, cmd Command) error {
+	if bytes.IndexByte(cmd.Stdin, 0) >= 0 {
+		return ErrBinaryStdin
+	}
 	return c.retry(ctx, func(cn *conn) (bool, error) {
 		started, err := c.runOn(ctx, cn, cmd)
 		if err == nil || ctx.Err() != nil {

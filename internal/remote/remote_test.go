@@ -222,3 +222,34 @@ func TestHostKeyPinned(t *testing.T) {
 		t.Fatalf("changed host key: %v", err)
 	}
 }
+
+// A command's Stdin reaches it whole and literal (quotes, $, a line that
+// looks like a delimiter), and no command line on the instance holds it.
+func TestRunStdin(t *testing.T) {
+	_, _, _, eps, kp, dir := instance(t)
+	ctx := context.Background()
+	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: filepath.Join(dir, "known_hosts")}
+	c, err := d.Dial(ctx, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	marker := "stdin-marker-" + strings.Repeat("z", 16)
+	doc := `{"a":"it's $HOME and ` + "`x`" + `"}` + "\nEOF\nVASTRUN_STDIN_\n" + marker
+	var out strings.Builder
+	err = c.Run(ctx, remote.Command{
+		Stdin:  []byte(doc),
+		Env:    map[string]string{"MARK": marker},
+		Script: `cat > got; printf '%s' "$MARK" > pat; n=0; for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q -F -f pat && n=$((n+1)); done; echo "argv-hits=$n"; rm pat; cat got`,
+		Stdout: &out,
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if want := "argv-hits=0\n" + doc + "\n"; out.String() != want {
+		t.Fatalf("output %q, want %q", out.String(), want)
+	}
+	if err := c.Run(ctx, remote.Command{Stdin: []byte("a\x00b"), Script: "cat"}); !errors.Is(err, remote.ErrBinaryStdin) {
+		t.Fatalf("a NUL byte: %v, want ErrBinaryStdin", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/spec"
 )
@@ -25,15 +26,16 @@ func (e *flow) startHeartbeat(ctx context.Context, c *remote.Client) (stop func(
 		return func() {}
 	}
 	every := max(ttl/3, 100*time.Millisecond)
+	var inst provider.InstanceID // for the errors only
+	if a := e.s.State().Current(); a != nil {
+		inst = a.InstanceID
+	}
+	ac := e.agentOn(c, inst)
 	h := &agent.Heartbeater{
 		Every: every,
 		Clock: clock.Real{},
 		Open: func(ctx context.Context) (agent.HeartbeatPipe, error) {
-			s, err := c.Stream(ctx, remoteBin+" agent heartbeat --serve")
-			if err != nil {
-				return nil, err // a nil *Stream is not a nil pipe
-			}
-			return s, nil
+			return ac.OpenHeartbeat(ctx, c)
 		},
 		Logf: func(format string, args ...any) {
 			e.s.Log.Debug("heartbeat", "detail", e.s.Redactor.String(fmt.Sprintf(format, args...)))

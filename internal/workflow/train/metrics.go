@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,15 +17,8 @@ import (
 // askAgentLogs is one status request that also brings back the log and
 // the metrics from where this attempt's collection stands.
 func (e *flow) askAgentLogs(ctx context.Context, c *remote.Client, inst provider.InstanceID, l *attemptLog) (agent.Report, error) {
-	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --log-offset %d --log-max %d --metrics-offset %d", l.offset, logChunk, l.metrics))
-	if err != nil {
-		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
-	}
-	r, err := agent.DecodeReport(b)
-	if err != nil {
-		return agent.Report{}, fmt.Errorf("%w: instance %d: %w", ErrAgentProtocol, inst, err)
-	}
-	return r, nil
+	r, err := e.agentOn(c, inst).Status(ctx, agent.StatusRequest{LogOffset: l.offset, LogMax: logChunk, MetricsOffset: l.metrics})
+	return r, agentErr(err)
 }
 
 // addMetrics appends the chunk's complete lines to the evidence (redacted,

@@ -147,12 +147,13 @@ func (e *flow) retireLost(ctx context.Context, c *remote.Client, id provider.Ins
 	// The stop's kill may still be landing: a process that is alive a
 	// moment longer is asked about again, for a few seconds.
 	for try := 0; ; try++ {
-		b, err := e.agentJSON(ctx, c, nil, "retire-lost --json")
-		if err != nil {
-			return fmt.Errorf("clear the stopped workload on instance %d: %w", id, err)
+		var err error
+		r, err = e.agentOn(c, id).RetireLost(ctx)
+		if err = agentErr(err); errors.Is(err, ErrAgentProtocol) {
+			return &lifecycle.StepError{Step: "train", Instance: id, Err: err}
 		}
-		if r, err = agent.DecodeRetire(b); err != nil {
-			return &lifecycle.StepError{Step: "train", Instance: id, Err: fmt.Errorf("%w: instance %d: %w", ErrAgentProtocol, id, err)}
+		if err != nil {
+			return fmt.Errorf("clear the stopped workload: %w", err)
 		}
 		if r.Retired || r.Kept != agent.KeptAlive || try >= 10 {
 			break

@@ -248,32 +248,26 @@ func (e *flow) agentPresent(ctx context.Context, c *remote.Client) error {
 	return err
 }
 
-// agentJSON runs one agent request and returns its stdout. An SSH failure
-// or a non-zero exit is an error; the caller decodes the typed answer.
-func (e *flow) agentJSON(ctx context.Context, c *remote.Client, env map[string]string, args string) ([]byte, error) {
-	var out, errOut strings.Builder
-	err := c.Run(ctx, remote.Command{Env: env, Stdout: &out, Stderr: &errOut, Script: remoteBin + " agent " + args})
-	if err != nil {
-		if tail := strings.TrimSpace(lifecycle.LastLines(errOut.String(), 5)); tail != "" {
-			return nil, fmt.Errorf("%w: %s", err, e.s.Redactor.String(tail))
-		}
-		return nil, err
+// agentOn is the typed agent client for inst over c. Its errors name the
+// op and the instance; stderr it quotes is redacted.
+func (e *flow) agentOn(c *remote.Client, inst provider.InstanceID) *agent.Client {
+	return &agent.Client{R: c, Bin: remoteBin, Instance: fmt.Sprintf("instance %d", inst), Redact: e.s.Redactor.String}
+}
+
+// agentErr marks an answer this controller cannot act on (another
+// protocol, a request the agent refuses as malformed) as ErrAgentProtocol.
+func agentErr(err error) error {
+	if errors.Is(err, agent.ErrSchema) || errors.Is(err, agent.ErrRequest) {
+		return fmt.Errorf("%w: %w", ErrAgentProtocol, err)
 	}
-	return []byte(strings.TrimSpace(out.String())), nil
+	return err
 }
 
 // askAgent is one status request: it brings back the log from offset
 // (the heartbeat has its own channel: heartbeat.go).
 func (e *flow) askAgent(ctx context.Context, c *remote.Client, inst provider.InstanceID, offset int64) (agent.Report, error) {
-	b, err := e.agentJSON(ctx, c, nil, fmt.Sprintf("status --json --log-offset %d --log-max %d", offset, logChunk))
-	if err != nil {
-		return agent.Report{}, fmt.Errorf("ask the agent on instance %d for its status: %w", inst, err)
-	}
-	r, err := agent.DecodeReport(b)
-	if err != nil {
-		return agent.Report{}, fmt.Errorf("%w: instance %d: %w", ErrAgentProtocol, inst, err)
-	}
-	return r, nil
+	r, err := e.agentOn(c, inst).Status(ctx, agent.StatusRequest{LogOffset: offset, LogMax: logChunk})
+	return r, agentErr(err)
 }
 
 // attemptLog collects one attempt's train.log into the evidence as it is
@@ -539,22 +533,11 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 	}
 }
 
-// watchArgs are the agent's checkpoint flags, shared by `agent start` and
-// the final `agent watch --once`.
-func (e *flow) watchArgs() string {
+// watchSpec is the agent's checkpoint loop for `agent start`.
+func (e *flow) watchSpec() agent.WatchSpec {
 	t := e.trainSpec()
-	args := fmt.Sprintf("--store %s --dir %s --keep %d --status %s --quiet %s",
-		remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agent.StatusFile, t.QuietPeriod.Duration())
-	if t.CheckpointFile != "" {
-		args += " --files " + remote.ShellQuote(t.CheckpointFile)
-	}
-	if t.CheckpointCheck != "" {
-		args += " --check " + remote.ShellQuote(t.CheckpointCheck)
-	}
-	if t.StepFrom != "" {
-		args += " --step-from " + remote.ShellQuote(t.StepFrom)
-	}
-	return args
+	return agent.WatchSpec{Store: t.CheckpointURI, Dir: t.CheckpointDir, Keep: t.Keep, Status: agent.StatusFile, Quiet: agent.Duration(t.QuietPeriod.Duration()),
+		Files: t.CheckpointFile, Check: t.CheckpointCheck, StepFrom: t.StepFrom}
 }
 
 func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provider.Instance, needBinary bool) error {
@@ -578,17 +561,13 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		return &lifecycle.StepError{Step: "upload", Instance: inst.ID, Err: err}
 	}
 	// Restore the last committed checkpoint that verifies.
-	restoreArgs := "restore --json --store " + remote.ShellQuote(t.CheckpointURI) + " --dir " + agent.ResumeDir
-	if t.CheckpointFile != "" {
-		restoreArgs += " --files " + remote.ShellQuote(t.CheckpointFile)
+	ac := e.agentOn(c, inst.ID)
+	rs, err := ac.Restore(ctx, agent.RestoreRequest{Store: t.CheckpointURI, Dir: agent.ResumeDir, Files: t.CheckpointFile}, e.trainEnv(-1))
+	if err = agentErr(err); errors.Is(err, ErrAgentProtocol) {
+		return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: err}
 	}
-	b, err := e.agentJSON(ctx, c, e.trainEnv(-1), restoreArgs)
 	if err != nil {
-		return fmt.Errorf("restore on instance %d: %w", inst.ID, err)
-	}
-	rs, err := agent.DecodeRestore(b)
-	if err != nil {
-		return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: restore on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
+		return err
 	}
 	if rs.Step >= 0 {
 		e.s.Infof("restored checkpoint %d on instance %d", rs.Step, inst.ID)
@@ -601,19 +580,19 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		e.report.Resumes = append(e.report.Resumes, receipt.ResumeProof{Instance: inst.ID, RestoredStep: rs.Step, Skipped: rs.Skipped})
 		e.s.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)})
 	}
-	args := fmt.Sprintf("start --json --command %s %s --heartbeat %s --ttl %s --deadline %s --poll 1s",
-		remote.ShellQuote(t.Command), e.watchArgs(), agent.Heartbeat,
-		spec.ParseDuration(t.HeartbeatTTL), e.s.State().Started.Add(t.Runtime()).UTC().Format(time.RFC3339))
+	w := e.watchSpec()
+	// The deadline is whole seconds, as the RFC 3339 flag carried it.
+	w.Heartbeat, w.TTL, w.Poll = agent.Heartbeat, agent.Duration(spec.ParseDuration(t.HeartbeatTTL)), agent.Duration(time.Second)
+	w.Deadline = e.s.State().Started.Add(t.Runtime()).UTC().Truncate(time.Second)
 	if err := e.s.Record("intent", lifecycle.StepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
 		return err // no intent, no workload
 	}
-	b, err = e.agentJSON(ctx, c, e.trainEnv(rs.Step), args)
-	if err != nil {
-		return fmt.Errorf("start training on instance %d: %w", inst.ID, err)
+	sr, err := ac.Start(ctx, agent.StartRequest{Command: t.Command, Watch: w}, e.trainEnv(rs.Step))
+	if err = agentErr(err); errors.Is(err, ErrAgentProtocol) {
+		return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: err}
 	}
-	sr, err := agent.DecodeStart(b)
 	if err != nil {
-		return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: start on instance %d: %w", ErrAgentProtocol, inst.ID, err)}
+		return err
 	}
 	if !sr.Started {
 		e.s.Infof("the agent on instance %d did not start a second workload (%s); monitoring the one it has", inst.ID, sr.Refused)
@@ -634,15 +613,14 @@ func (e *flow) trainUpload(ctx context.Context, c *remote.Client, inst provider.
 	if err != nil {
 		return fmt.Errorf("upload: %w", err)
 	}
-	args := "manifest --json"
+	var paths []string
 	for _, u := range e.s.Frozen().Upload {
-		args += " " + remote.ShellQuote(filepath.ToSlash(filepath.Clean(u)))
+		paths = append(paths, filepath.ToSlash(filepath.Clean(u)))
 	}
-	if b, err := e.agentJSON(ctx, c, nil, args); err == nil {
-		if m, err := agent.DecodeManifest(b); err == nil && reflect.DeepEqual(m.Files, local) {
-			e.s.Infof("uploads skipped: instance %d already has the same %d files", inst, len(local))
-			return nil
-		}
+	// Any failure here only means the files are copied.
+	if m, err := e.agentOn(c, inst).Manifest(ctx, agent.ManifestRequest{Paths: paths}); err == nil && reflect.DeepEqual(m.Files, local) {
+		e.s.Infof("uploads skipped: instance %d already has the same %d files", inst, len(local))
+		return nil
 	}
 	var size int64
 	for _, f := range local {
@@ -656,9 +634,8 @@ func (e *flow) trainUpload(ctx context.Context, c *remote.Client, inst provider.
 // same rules as its own passes, and takes the result.
 func (e *flow) commitPending(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool) {
 	t := e.trainSpec()
-	args := fmt.Sprintf("watch --once --store %s --dir %s --keep %d --status %s --quiet %s",
-		remote.ShellQuote(t.CheckpointURI), remote.ShellQuote(t.CheckpointDir), t.Keep, agent.StatusFile, t.QuietPeriod.Duration())
-	if _, err := e.agentJSON(ctx, c, e.trainEnv(-1), args); err != nil {
+	w := agent.WatchSpec{Store: t.CheckpointURI, Dir: t.CheckpointDir, Keep: t.Keep, Status: agent.StatusFile, Quiet: agent.Duration(t.QuietPeriod.Duration())}
+	if _, err := e.agentOn(c, inst).Commit(ctx, agent.CommitRequest{Watch: w}, e.trainEnv(-1)); err != nil {
 		e.s.Log.Debug("final commit pass failed", "err", err)
 	}
 	if st, err := e.askAgent(ctx, c, inst, 0); err == nil {
@@ -696,18 +673,12 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 	if code != 0 {
 		return nil
 	}
-	var out, errOut strings.Builder
-	err := c.Run(ctx, remote.Command{Env: e.trainEnv(-1), Stdout: &out, Stderr: &errOut, Script: fmt.Sprintf("%s agent upload --json --store %s --dir %s",
-		remoteBin, remote.ShellQuote(t.OutputURI), remote.ShellQuote(t.OutputDir))})
+	up, err := e.agentOn(c, inst).Upload(ctx, agent.UploadRequest{Store: t.OutputURI, Dir: t.OutputDir}, e.trainEnv(-1))
 	if err != nil {
-		return fmt.Errorf("upload outputs: %w: %s", err, e.s.Redactor.String(strings.TrimSpace(lifecycle.LastLines(errOut.String(), 5))))
+		return fmt.Errorf("upload outputs: %w", agentErr(err))
 	}
-	var up struct {
-		SHA string `json:"manifest_sha256"`
-	}
-	json.Unmarshal([]byte(strings.TrimSpace(out.String())), &up)
-	e.report.OutputsURI, e.report.OutputsSHA256 = t.OutputURI+"/outputs/000000000000", up.SHA
-	e.s.Record("done", lifecycle.StepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.SHA})
+	e.report.OutputsURI, e.report.OutputsSHA256 = t.OutputURI+"/outputs/000000000000", up.ManifestSHA256
+	e.s.Record("done", lifecycle.StepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.ManifestSHA256})
 	return nil
 }
 
