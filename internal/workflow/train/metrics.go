@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/vastrun/vastrun/internal/agent"
+	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
@@ -25,7 +26,7 @@ func (e *flow) askAgentLogs(ctx context.Context, c *remote.Client, inst provider
 // tagged with the attempt) and tells the Observer the workload's step and
 // total. A line that is not a JSON object is skipped: metrics are data,
 // and free text belongs in the log.
-func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
+func (l *attemptLog) addMetrics(s *lifecycle.Scope, ch *agent.LogChunk) {
 	if ch == nil || ch.Offset != l.metrics || len(ch.Data) == 0 {
 		return
 	}
@@ -63,13 +64,13 @@ func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 	if out.Len() == 0 {
 		return
 	}
-	os.MkdirAll(e.s.EvidenceDir, 0o755)
-	if f, err := os.OpenFile(filepath.Join(e.s.EvidenceDir, receipt.MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
-		f.Write(e.s.Redactor.Bytes([]byte(out.String())))
+	os.MkdirAll(s.EvidenceDir, 0o755)
+	if f, err := os.OpenFile(filepath.Join(s.EvidenceDir, receipt.MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		f.Write(s.Redactor.Bytes([]byte(out.String())))
 		f.Close()
 	}
 	if step > 0 {
-		e.s.ObserveSteps(step, total)
+		s.ObserveSteps(step, total)
 	}
 }
 
@@ -78,8 +79,8 @@ func (e *flow) addMetrics(l *attemptLog, ch *agent.LogChunk) {
 // instance's file, in order, so a controller that re-attaches to the same
 // instance (and reads that file from its start again) skips this many
 // instead of recording them twice.
-func (e *flow) recordedMetrics(attempt int) int {
-	f, err := os.Open(filepath.Join(e.s.EvidenceDir, receipt.MetricsFile))
+func recordedMetrics(evidenceDir string, attempt int) int {
+	f, err := os.Open(filepath.Join(evidenceDir, receipt.MetricsFile))
 	if err != nil {
 		return 0
 	}

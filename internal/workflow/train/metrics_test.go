@@ -22,9 +22,9 @@ func TestReattachDoesNotDuplicateMetrics(t *testing.T) {
 	remote := `{"step":100,"loss":0.5}` + "\n" + "not json\n" + `{"step":200,"loss":0.4}` + "\n"
 
 	l := e.attemptLogFor(1)
-	e.addMetrics(l, &agent.LogChunk{Offset: 0, Data: []byte(remote)})
+	l.addMetrics(e.s, &agent.LogChunk{Offset: 0, Data: []byte(remote)})
 	l2 := e.attemptLogFor(2)
-	e.addMetrics(l2, &agent.LogChunk{Offset: 0, Data: []byte(`{"step":100,"loss":0.9}` + "\n")})
+	l2.addMetrics(e.s, &agent.LogChunk{Offset: 0, Data: []byte(`{"step":100,"loss":0.9}` + "\n")})
 
 	// Attempt 2's controller dies and a new one re-attaches to instance 2,
 	// after the workload wrote one more line.
@@ -33,7 +33,7 @@ func TestReattachDoesNotDuplicateMetrics(t *testing.T) {
 	if l3.skipMetrics != 1 {
 		t.Fatalf("the re-attached controller would skip %d lines of attempt 2, want 1", l3.skipMetrics)
 	}
-	e2.addMetrics(l3, &agent.LogChunk{Offset: 0, Data: []byte(`{"step":100,"loss":0.9}` + "\n" + `{"step":200,"loss":0.8}` + "\n")})
+	l3.addMetrics(e2.s, &agent.LogChunk{Offset: 0, Data: []byte(`{"step":100,"loss":0.9}` + "\n" + `{"step":200,"loss":0.8}` + "\n")})
 
 	b, err := os.ReadFile(filepath.Join(ev, receipt.MetricsFile))
 	if err != nil {

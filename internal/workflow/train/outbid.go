@@ -15,8 +15,8 @@ import (
 
 // isOutbid reports an interruptible rental stopped while the run wants it
 // running: Vast's outbid signature (intended, cur and next state stopped).
-func (e *flow) isOutbid(inst provider.Instance) bool {
-	a := e.s.State().AttemptFor(inst.ID)
+func isOutbid(st *lifecycle.State, inst provider.Instance) bool {
+	a := st.AttemptFor(inst.ID)
 	return a != nil && a.Bid != nil && inst.Paused()
 }
 
@@ -173,8 +173,8 @@ func (e *flow) retireLost(ctx context.Context, c *remote.Client, id provider.Ins
 // lostToOutbid reports a workload gone on an interruptible instance the
 // API shows running: the signature of a stop and resume that fell between
 // two polls (a stop kills every process of the instance).
-func (e *flow) lostToOutbid(cur provider.Instance, apiErr error) bool {
-	a := e.s.State().AttemptFor(cur.ID)
+func lostToOutbid(st *lifecycle.State, cur provider.Instance, apiErr error) bool {
+	a := st.AttemptFor(cur.ID)
 	return apiErr == nil && a != nil && a.Bid != nil && cur.Running()
 }
 
@@ -186,5 +186,5 @@ func (e *flow) outbidNow(ctx context.Context, id provider.InstanceID) bool {
 		return false
 	}
 	cur, err := e.s.Market.ShowInstance(ctx, id)
-	return err == nil && e.isOutbid(cur)
+	return err == nil && isOutbid(e.s.State(), cur)
 }

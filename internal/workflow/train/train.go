@@ -298,12 +298,12 @@ func (e *flow) attemptLogFor(n int) *attemptLog {
 	if f, err := os.Create(p); err == nil {
 		f.Close()
 	}
-	return &attemptLog{path: p, attempt: n, skipMetrics: e.recordedMetrics(n)}
+	return &attemptLog{path: p, attempt: n, skipMetrics: recordedMetrics(e.s.EvidenceDir, n)}
 }
 
 // add appends a chunk up to its last newline (a secret is masked whole,
 // never split across two chunks), unless the chunk is full and has none.
-func (e *flow) addLog(l *attemptLog, ch agent.LogChunk) {
+func (l *attemptLog) add(s *lifecycle.Scope, ch agent.LogChunk) {
 	if ch.Offset != l.offset || len(ch.Data) == 0 {
 		return
 	}
@@ -317,11 +317,11 @@ func (e *flow) addLog(l *attemptLog, ch agent.LogChunk) {
 	if err != nil {
 		return
 	}
-	f.Write(e.s.Redactor.Bytes(data))
+	f.Write(s.Redactor.Bytes(data))
 	f.Close()
 	l.offset += int64(len(data))
-	if e.s.Stream != nil { // live, as the ci test's output is
-		e.s.Stream.Write(e.s.Redactor.Bytes(data))
+	if s.Stream != nil { // live, as the ci test's output is
+		s.Stream.Write(s.Redactor.Bytes(data))
 	}
 }
 
@@ -494,7 +494,7 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 		switch {
 		case errors.Is(apiErr, provider.ErrNotFound):
 			return trainEnd{interrupted: "instance vanished"}, nil, true
-		case apiErr == nil && e.isOutbid(cur):
+		case apiErr == nil && isOutbid(e.s.State(), cur):
 			return trainEnd{interrupted: "outbid", outbid: true}, nil, true
 		case apiErr == nil && !cur.Running():
 			return trainEnd{interrupted: lifecycle.InterruptionReason(cur)}, nil, true
@@ -507,8 +507,8 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 		}
 		if sshErr == nil {
 			e.noteStatus(inst.ID, st, seen)
-			e.addLog(alog, st.Log)
-			e.addMetrics(alog, st.Metrics)
+			alog.add(e.s, st.Log)
+			alog.addMetrics(e.s, st.Metrics)
 			switch st.Workload.State {
 			case agent.WorkloadExited:
 				if st.Workload.Finalized {
@@ -519,7 +519,7 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 					return trainEnd{exitCode: &code}, e.finishTraining(ctx, c, inst.ID, code, alog), true
 				}
 			case agent.WorkloadLost:
-				if e.lostToOutbid(cur, apiErr) { // stopped and resumed between two polls
+				if lostToOutbid(e.s.State(), cur, apiErr) { // stopped and resumed between two polls
 					return trainEnd{interrupted: "outbid", outbid: true}, nil, true
 				}
 				return trainEnd{}, &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}, true
@@ -688,7 +688,7 @@ func (e *flow) fillTrainReport(ctx context.Context) {
 	if e.report == nil || e.trainSpec().CheckpointURI == "" {
 		return
 	}
-	st, err := storage.Open(e.report.CheckpointURI, storage.Options{Getenv: e.storageGetenv()})
+	st, err := storage.Open(e.report.CheckpointURI, storage.Options{Getenv: storageGetenv(e.s)})
 	if err != nil {
 		return
 	}
@@ -699,11 +699,11 @@ func (e *flow) fillTrainReport(ctx context.Context) {
 	}
 }
 
-func (e *flow) storageGetenv() func(string) string {
+func storageGetenv(s *lifecycle.Scope) func(string) string {
 	return func(k string) string {
-		if v, ok := e.s.StorageEnv[k]; ok {
+		if v, ok := s.StorageEnv[k]; ok {
 			return v
 		}
-		return e.s.Getenv(k)
+		return s.Getenv(k)
 	}
 }
