@@ -42,19 +42,20 @@ var layout = map[string][]string{
 	"internal/provider/retry":        {"internal/clock", "internal/poll", "internal/provider"},
 	"internal/provider/sim":          {"internal/clock", "internal/container", "internal/provider"}, // container: the image path (instances run inside their image); the bid unit (provider.BidPerGPU) is one constant for client and simulator
 	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider"},
-	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/provider"}, // the sections' schema names the canary's server report and field delta, the checkpoint's skips, the instance ids
+	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/policy", "internal/provider"}, // the schema names the canary's server report and field delta, the checkpoint's skips, the instance ids, the offer verdicts of selection.json
 	"internal/redact":                {},
 	"internal/remote":                {"internal/clock"},
-	"internal/report":                {"internal/journal", "internal/receipt", "internal/lifecycle"},
+	"internal/report":                {"internal/journal", "internal/receipt"},
 	"internal/lifecycle": {"internal/cienv", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
-		"internal/redact", "internal/remote", "internal/spec", "internal/storage", "internal/workdir"},
-	"internal/runs":                {"internal/journal", "internal/provider", "internal/lifecycle"},
-	"internal/spec":                {"internal/config", "internal/policy"}, // spec.Build: the one place a config becomes a spec
+		"internal/redact", "internal/runstate", "internal/remote", "internal/spec", "internal/storage", "internal/workdir"},
+	"internal/runs":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate"},
+	"internal/runstate":            {"internal/journal", "internal/provider", "internal/receipt"}, // the replayed state holds the receipt's attempts and outcome
+	"internal/spec":                {"internal/config", "internal/policy"},                        // spec.Build: the one place a config becomes a spec
 	"internal/s3client":            {},
 	"internal/sha256x2":            {},
 	"internal/teamstate":           {"internal/clock", "internal/s3client"},
-	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/lifecycle", "internal/teamstate"},
+	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/lifecycle", "internal/runstate", "internal/teamstate"},
 	"internal/storage":             {"internal/s3client", "internal/sha256x2"},
 	"internal/storage/storagetest": {"internal/storage"},
 	"internal/sweep":               {},
@@ -66,7 +67,7 @@ var layout = map[string][]string{
 	"internal/workflow/canary": {"internal/smoke", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle"},
 	"internal/workflow/ci":     {"internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle"},
 	"internal/workflow/train": {"internal/agent", "internal/checkpoint", "internal/clock", "internal/progress", "internal/provider", "internal/receipt", "internal/remote",
-		"internal/lifecycle", "internal/spec", "internal/storage"},
+		"internal/lifecycle", "internal/runstate", "internal/spec", "internal/storage"}, // runstate: the outbid loop reads the interruption records
 }
 
 func TestEveryImportArrowIsPinned(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/runs"
 )
 
@@ -57,7 +58,7 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	if err := confirmDestroy(f, o.Yes, fmt.Sprintf("run %s: instances %v and anything labelled %s", st.RunID, st.Unconfirmed(), st.Label)); err != nil {
 		return err
 	}
-	before := make([]*lifecycle.Attempt, len(st.Attempts))
+	before := make([]*receipt.Attempt, len(st.Attempts))
 	for i, a := range st.Attempts {
 		c := *a // the engine updates its state in place
 		before[i] = &c

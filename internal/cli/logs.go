@@ -13,8 +13,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // LogsOptions are the inputs of `vastrun logs`.
@@ -137,7 +137,7 @@ func copyFrom(w io.Writer, path string, off int64) (int64, error) {
 // runEnded reports whether a run's output is complete: its journal has an
 // outcome, or no process drives it any more (a dead controller).
 func runEnded(dir string) (bool, string) {
-	st, err := lifecycle.LoadState(dir)
+	st, err := runstate.LoadState(dir)
 	if err == nil && st.Outcome != "" {
 		return true, fmt.Sprintf("run %s ended: %s", st.RunID, st.Outcome)
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // confirmDestroy asks before destroying, like approver before renting.
@@ -267,7 +269,7 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 	if err != nil {
 		return &UsageError{Err: err}
 	}
-	st, err := lifecycle.LoadState(dir)
+	st, err := runstate.LoadState(dir)
 	if err != nil {
 		return err
 	}
@@ -480,9 +482,9 @@ func explainPolicy(ctx context.Context, f *Factory, path string, limit int) erro
 	}
 	chosen, ds := policy.Select(p, offers)
 	if f.JSON {
-		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": lifecycle.DecisionRows(ds)})
+		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": receipt.DecisionRows(ds)})
 	}
-	lifecycle.WriteExplanation(f.IO.Out, ds)
+	receipt.WriteExplanation(f.IO.Out, ds)
 	if chosen == nil {
 		if len(offers) == 0 {
 			// Nothing to judge: say whether the models exist at all.

@@ -9,13 +9,13 @@ import (
 
 	"charm.land/lipgloss/v2"
 
-	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // writeReceiptText renders a receipt for a terminal: aligned "key  value"
 // lines under plain headings instead of Markdown table syntax (which is
 // what CI summaries and summary.md get).
-func writeReceiptText(w io.Writer, r *lifecycle.Receipt, color bool) error {
+func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 	bold, good, bad := lipgloss.NewStyle(), lipgloss.NewStyle(), lipgloss.NewStyle()
 	if color {
 		bold = bold.Bold(true)
@@ -65,7 +65,7 @@ func writeReceiptText(w io.Writer, r *lifecycle.Receipt, color bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	for _, s := range lifecycle.Story(r) {
+	for _, s := range receipt.Story(r) {
 		fmt.Fprintf(w, "\n%s\n", bold.Render(s.Title))
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, rr := range s.Rows {
@@ -85,7 +85,7 @@ func writeReceiptText(w io.Writer, r *lifecycle.Receipt, color bool) error {
 
 // writeSummary prints the receipt for people on stdout: aligned text on a
 // terminal, Markdown otherwise (a file, a pipe, a CI log), redacted.
-func writeSummary(f *Factory, r *lifecycle.Receipt) error {
+func writeSummary(f *Factory, r *receipt.Receipt) error {
 	red := f.IO.Redactor()
 	if f.IO.OutTTY {
 		var b strings.Builder
@@ -95,6 +95,6 @@ func writeSummary(f *Factory, r *lifecycle.Receipt) error {
 		_, err := io.WriteString(f.IO.Out, red.String(b.String()))
 		return err
 	}
-	_, err := io.WriteString(f.IO.Out, red.String(lifecycle.Summary(r)))
+	_, err := io.WriteString(f.IO.Out, red.String(receipt.Summary(r)))
 	return err
 }

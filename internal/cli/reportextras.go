@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/report"
 	"github.com/vastrun/vastrun/internal/runs"
@@ -15,7 +14,7 @@ import (
 
 // reportExtras reads what the HTML report adds from the evidence: the
 // workload's metrics and the last lines of its log.
-func reportExtras(r *lifecycle.Receipt) report.Extras {
+func reportExtras(r *receipt.Receipt) report.Extras {
 	var x report.Extras
 	if r.EvidenceDir == "" {
 		return x

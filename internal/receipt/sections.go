@@ -8,9 +8,9 @@ import (
 	"strings"
 )
 
-// Sections are the workflows' own sections of the receipt. The lifecycle
-// core's Receipt embeds them, so their keys keep their place in
-// receipt.json, and renders them through Parts without naming any: a
+// Sections are the workflows' own sections of the receipt. Receipt
+// embeds them, so their keys keep their place in receipt.json, and
+// renders them through Parts without naming any: a
 // receipt read back from disk (`vastrun report`) renders the same way,
 // with no workflow at hand to ask.
 type Sections struct {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/runs"
 )
 
@@ -75,19 +75,19 @@ func TestLiveRuns(t *testing.T) {
 }
 
 func TestNewlyConfirmed(t *testing.T) {
-	a := func(id provider.InstanceID, confirmed bool) *lifecycle.Attempt {
-		return &lifecycle.Attempt{InstanceID: id, Confirmed: confirmed}
+	a := func(id provider.InstanceID, confirmed bool) *receipt.Attempt {
+		return &receipt.Attempt{InstanceID: id, Confirmed: confirmed}
 	}
 	for _, tc := range []struct {
 		name          string
-		before, after []*lifecycle.Attempt
+		before, after []*receipt.Attempt
 		want          []provider.InstanceID
 	}{
-		{"one destroyed now", []*lifecycle.Attempt{a(1, false)}, []*lifecycle.Attempt{a(1, true)}, []provider.InstanceID{1}},
-		{"confirmed by an earlier down is not news", []*lifecycle.Attempt{a(1, true), a(2, false)}, []*lifecycle.Attempt{a(1, true), a(2, true)}, []provider.InstanceID{2}},
-		{"not confirmed yet", []*lifecycle.Attempt{a(1, false)}, []*lifecycle.Attempt{a(1, false)}, []provider.InstanceID{}},
-		{"a create never answered has no id", nil, []*lifecycle.Attempt{a(0, true)}, []provider.InstanceID{}},
-		{"an extra found by label counts once", nil, []*lifecycle.Attempt{a(3, true), a(3, true)}, []provider.InstanceID{3}},
+		{"one destroyed now", []*receipt.Attempt{a(1, false)}, []*receipt.Attempt{a(1, true)}, []provider.InstanceID{1}},
+		{"confirmed by an earlier down is not news", []*receipt.Attempt{a(1, true), a(2, false)}, []*receipt.Attempt{a(1, true), a(2, true)}, []provider.InstanceID{2}},
+		{"not confirmed yet", []*receipt.Attempt{a(1, false)}, []*receipt.Attempt{a(1, false)}, []provider.InstanceID{}},
+		{"a create never answered has no id", nil, []*receipt.Attempt{a(0, true)}, []provider.InstanceID{}},
+		{"an extra found by label counts once", nil, []*receipt.Attempt{a(3, true), a(3, true)}, []provider.InstanceID{3}},
 	} {
 		if got := runs.NewlyConfirmed(tc.before, tc.after); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

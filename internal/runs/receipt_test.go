@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/runs"
 )
 
@@ -34,7 +34,7 @@ func TestReceiptOfAnUnfinishedRunComesFromItsJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.RunID != "bbb1" || r.Workflow != "train" || string(r.Outcome) != runs.OutcomeUnfinished || r.Schema != lifecycle.ReceiptSchema {
+	if r.RunID != "bbb1" || r.Workflow != "train" || string(r.Outcome) != runs.OutcomeUnfinished || r.Schema != receipt.Schema {
 		t.Fatalf("identity: %+v", r)
 	}
 	if len(r.Attempts) != 2 || r.Cleanup.Confirmed || len(r.Cleanup.Unconfirmed) != 1 || r.Cleanup.Unconfirmed[0] != 43 {
@@ -66,7 +66,7 @@ func TestReceiptPrefersTheWrittenOne(t *testing.T) {
 	if got := runs.EvidenceDir(dir); got != ev {
 		t.Fatalf("EvidenceDir %q, want %q", got, ev)
 	}
-	written := lifecycle.Receipt{Schema: lifecycle.ReceiptSchema, RunID: "ccc1", Outcome: "passed", Workflow: "ci"}
+	written := receipt.Receipt{Schema: receipt.Schema, RunID: "ccc1", Outcome: "passed", Workflow: "ci"}
 	written.Cleanup.Confirmed = true
 	b, _ := json.Marshal(written)
 	os.WriteFile(filepath.Join(ev, "receipt.json"), b, 0o600)

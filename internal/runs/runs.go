@@ -18,8 +18,9 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // Schema names the JSON document of `vastrun runs --json` (docs/json.md).
@@ -96,9 +97,9 @@ type stateFile struct {
 
 func read(dir string, now time.Time) Run {
 	recs, err := journal.Read(dir)
-	var st *lifecycle.State
+	var st *runstate.State
 	if err == nil {
-		st, err = lifecycle.Replay(recs)
+		st, err = runstate.Replay(recs)
 	}
 	if err != nil {
 		return Run{Outcome: "damaged", Error: err.Error(), LiveInstances: []provider.InstanceID{}}
@@ -115,7 +116,7 @@ func read(dir string, now time.Time) Run {
 	}
 	r.WallSeconds = seconds(last.Sub(st.Started))
 	r.CostUSD, r.CostSource = estimate(st, now), "estimate"
-	if rc := receipt(r.EvidenceDir); rc != nil && rc.RunID == st.RunID {
+	if rc := readReceipt(r.EvidenceDir); rc != nil && rc.RunID == st.RunID {
 		// The receipt's figures are wall-clock even for a scaled simulator.
 		r.Simulated = rc.Simulated
 		if !rc.StartedAt.IsZero() {
@@ -134,7 +135,7 @@ func read(dir string, now time.Time) Run {
 	return r
 }
 
-func receipt(evidenceDir string) *lifecycle.Receipt {
+func readReceipt(evidenceDir string) *receipt.Receipt {
 	if evidenceDir == "" {
 		return nil
 	}
@@ -142,7 +143,7 @@ func receipt(evidenceDir string) *lifecycle.Receipt {
 	if err != nil {
 		return nil
 	}
-	var r lifecycle.Receipt
+	var r receipt.Receipt
 	if json.Unmarshal(b, &r) != nil {
 		return nil
 	}
@@ -151,7 +152,7 @@ func receipt(evidenceDir string) *lifecycle.Receipt {
 
 // estimate prices each attempt's rented time at its $/h, up to now for an
 // instance whose destruction is not yet confirmed.
-func estimate(st *lifecycle.State, now time.Time) float64 {
+func estimate(st *runstate.State, now time.Time) float64 {
 	total := 0.0
 	for _, a := range st.Attempts {
 		if a.RentedAt.IsZero() {

@@ -44,6 +44,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
@@ -327,7 +328,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 		SSHKeepAlive: sshKeepAlive,
 	})
 	done := make(chan struct{})
-	var receipt *lifecycle.Receipt
+	var receipt *receipt.Receipt
 	var runErr error
 	go func() {
 		receipt, runErr = ci.Run(context.Background(), e)

@@ -24,6 +24,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/storage"
 	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
@@ -222,7 +223,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	// end it; a hang is the suite's -timeout, and this line names it.
 	fmt.Printf("chaos train schedule seed %d started: %s\n", seed, summary)
 	done := make(chan struct{})
-	var receipt *lifecycle.Receipt
+	var receipt *receipt.Receipt
 	var runErr error
 	go func() { receipt, runErr = trainflow.Run(context.Background(), e); close(done) }()
 	select {
@@ -316,7 +317,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 // interruption is independently on record (the attempt's failover, or the
 // simulator's outbid count). The last resume, whose workload finished the
 // run, must always be proven.
-func checkResumes(receipt *lifecycle.Receipt, snap sim.State, bad func(string, ...any)) {
+func checkResumes(receipt *receipt.Receipt, snap sim.State, bad func(string, ...any)) {
 	if receipt.Train == nil {
 		return // reported above
 	}
@@ -340,7 +341,7 @@ func checkResumes(receipt *lifecycle.Receipt, snap sim.State, bad func(string, .
 	}
 }
 
-func receiptRunID(r *lifecycle.Receipt) string {
+func receiptRunID(r *receipt.Receipt) string {
 	if r == nil {
 		return ""
 	}
