@@ -55,7 +55,7 @@ var layout = map[string][]string{
 	"internal/s3client":            {},
 	"internal/sha256x2":            {},
 	"internal/teamstate":           {"internal/clock", "internal/s3client"},
-	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/lifecycle", "internal/runstate", "internal/teamstate"},
+	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/runstate", "internal/teamstate"},
 	"internal/storage":             {"internal/s3client", "internal/sha256x2"},
 	"internal/storage/storagetest": {"internal/storage"},
 	"internal/sweep":               {},
@@ -120,6 +120,37 @@ func TestTheCoreImportsNothingAboveIt(t *testing.T) {
 		for _, above := range []string{"internal/cli", "internal/report", "internal/janitor", "internal/provider/sim", "internal/provider/vast"} {
 			if imp == module+above {
 				t.Errorf("internal/run imports %s", above)
+			}
+		}
+	}
+}
+
+// The readers of finished and live runs (the report, the runs listing,
+// the team state) read receipts, journals and replayed state without the
+// lifecycle core, directly or through anything they import: they must keep
+// working on runs whatever the core becomes.
+func TestRunReadersStandOffTheCore(t *testing.T) {
+	all := imports(t)
+	for _, reader := range []string{"internal/report", "internal/runs", "internal/team"} {
+		if _, ok := all[reader]; !ok {
+			t.Errorf("%s: no such package: update this test", reader)
+			continue
+		}
+		seen := map[string]string{reader: ""}
+		queue := []string{reader}
+		for len(queue) > 0 {
+			pkg := queue[0]
+			queue = queue[1:]
+			for _, imp := range all[pkg] {
+				own, ours := strings.CutPrefix(imp, module)
+				if _, done := seen[own]; !ours || done {
+					continue
+				}
+				seen[own] = pkg
+				if own == "internal/lifecycle" {
+					t.Errorf("%s imports internal/lifecycle (through %s)", reader, pkg)
+				}
+				queue = append(queue, own)
 			}
 		}
 	}

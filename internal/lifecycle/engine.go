@@ -29,24 +29,6 @@ import (
 	"github.com/vastrun/vastrun/internal/spec"
 )
 
-// Market is what the engine needs from the marketplace.
-type Market interface {
-	provider.OfferSearcher
-	provider.InstanceCreator
-	provider.InstanceReader
-	provider.InstanceDestroyer
-	AttachSSHKey(ctx context.Context, id provider.InstanceID, publicKey string) error
-	Charges(ctx context.Context, q provider.ChargeQuery) ([]provider.Charge, error)
-}
-
-// BidChanger is a Market's optional change-bid route (the real client and
-// the retry decorator have it). A workflow finds it by type assertion, so
-// a decorator of Market must offer it exactly when what it wraps does, or
-// re-bidding is silently off behind it.
-type BidChanger interface {
-	ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error
-}
-
 // Reporter shows progress to people (stderr).
 type Reporter interface {
 	Infof(format string, args ...any)
@@ -92,7 +74,7 @@ const (
 // the settings that are not part of the frozen spec. Steps read it; only
 // the CLI writes it.
 type Deps struct {
-	Market   Market
+	Market   provider.Market
 	Clock    clock.Clock
 	Log      *slog.Logger
 	UI       Reporter

@@ -21,6 +21,7 @@ import (
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
@@ -190,7 +191,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	secret := fmt.Sprintf("canary-%016x", rng.Uint64())
 	uiBuf := &lockedBuf{}
 	uiText := uiBuf.String
-	newEngine := func(market lifecycle.Market, stateRoot, evidence string) *lifecycle.Scope {
+	newEngine := func(market provider.Market, stateRoot, evidence string) *lifecycle.Scope {
 		y := trainYAML
 		if sc.yaml != "" {
 			y = sc.yaml
@@ -210,7 +211,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	}
 	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
 	client := retry.Wrap(clientRaw, retry.Policy{Clock: clk}) // as vastrun wraps it
-	var engineMarket lifecycle.Market = client
+	var engineMarket provider.Market = client
 	if sc.slow != nil {
 		engineMarket = slowMarket{Market: client, clk: clk, delay: sc.slow}
 	}

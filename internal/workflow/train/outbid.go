@@ -74,7 +74,7 @@ func (e *flow) onOutbid(ctx context.Context, inst provider.Instance, deadline ti
 // ceiling. false: the ceiling does not allow a winning bid (replace).
 func (e *flow) rebid(ctx context.Context, inst provider.Instance) (bool, error) {
 	a := e.s.State().AttemptFor(inst.ID)
-	bc, ok := e.s.Market.(lifecycle.BidChanger)
+	bc, ok := e.s.Market.(provider.BidChanger)
 	if !ok || a == nil || a.Bid == nil {
 		return false, nil
 	}
