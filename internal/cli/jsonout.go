@@ -7,7 +7,7 @@ import (
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/report"
 )
 
 // execJSON is `vastrun exec --json` (vastrun.exec/v1): the command's output
@@ -39,7 +39,7 @@ func execResult(e *lifecycle.Scope, instance int64, res *receipt.TestOutcome) ex
 // outcomeOrUnfinished never leaves an outcome empty in JSON.
 func outcomeOrUnfinished(o string) string {
 	if o == "" {
-		return runs.OutcomeUnfinished
+		return report.OutcomeUnfinished
 	}
 	return o
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/report"
 	"github.com/vastrun/vastrun/internal/runstate"
 )
 
@@ -67,7 +67,7 @@ func runLogs(ctx context.Context, opts *LogsOptions) error {
 	if err != nil {
 		return err
 	}
-	evidence := runs.EvidenceDir(dir)
+	evidence := report.EvidenceDir(dir)
 	if evidence == "" {
 		return fmt.Errorf("run %s: no evidence directory recorded in %s", filepath.Base(dir), filepath.Join(dir, "state.json"))
 	}
@@ -78,10 +78,10 @@ func runLogs(ctx context.Context, opts *LogsOptions) error {
 	offsets := map[string]int64{}
 	printed := 0
 	for {
-		for _, p := range runs.LogFiles(evidence) {
+		for _, p := range report.LogFiles(evidence) {
 			if _, seen := offsets[p]; !seen {
 				offsets[p] = 0
-				if printed > 0 || len(runs.LogFiles(evidence)) > 1 {
+				if printed > 0 || len(report.LogFiles(evidence)) > 1 {
 					fmt.Fprintf(opts.IO.Out, "==> %s <==\n", filepath.Base(p))
 				}
 				printed++

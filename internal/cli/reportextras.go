@@ -9,7 +9,6 @@ import (
 
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/report"
-	"github.com/vastrun/vastrun/internal/runs"
 )
 
 // reportExtras reads what the HTML report adds from the evidence: the
@@ -30,7 +29,7 @@ func reportExtras(r *receipt.Receipt) report.Extras {
 		}
 		f.Close()
 	}
-	if logs := runs.LogFiles(r.EvidenceDir); len(logs) > 0 {
+	if logs := report.LogFiles(r.EvidenceDir); len(logs) > 0 {
 		p := logs[len(logs)-1]
 		if b, err := os.ReadFile(p); err == nil {
 			x.LogName, x.LogTail = filepath.Base(p), lastN(string(b), 20)

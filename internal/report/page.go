@@ -1,16 +1,3 @@
-// Package report renders a run's receipt and journal for people: one
-// self-contained HTML page (no network: inline CSS and SVG) that reads at a
-// glance — the total cost and outcome in the header; a timeline per
-// attempt on a labelled time axis with named checkpoint, interruption and
-// resume markers; the workload's metric over steps across attempts with the
-// resume point; spend over time on a dollar axis with each attempt's cost
-// and the budget; and, per workflow, the verify checks and the test log's
-// tail (ci), the compared fields (canary) or the training story (train).
-//
-// Contract: [Build] only reads what it is given (the receipt, the journal,
-// and optional [Extras] from the evidence); the page refers to nothing
-// outside itself and scales to the window (SVGs use a viewBox at 100 %
-// width). Attempts are numbered from 1 everywhere.
 package report
 
 import (

@@ -1,12 +1,4 @@
-// Package runs lists the runs of a state directory for people and scripts
-// (`vastrun runs`).
-//
-// Contract: listing only reads. Journals are replayed without taking their
-// lock, receipts are read when the run wrote one, and a damaged run is
-// listed with its error instead of hiding the others. Rows come newest
-// first; figures are rounded (seconds to 0.1, dollars to 1e-4) because
-// they are for reading, and the receipt keeps the exact ones.
-package runs
+package report
 
 import (
 	"encoding/json"
@@ -23,8 +15,8 @@ import (
 	"github.com/vastrun/vastrun/internal/runstate"
 )
 
-// Schema names the JSON document of `vastrun runs --json` (docs/json.md).
-const Schema = "vastrun.runs/v1"
+// ListSchema names the JSON document of `vastrun runs --json` (docs/json.md).
+const ListSchema = "vastrun.runs/v1"
 
 // OutcomeUnfinished is a run whose journal has no outcome: its controller
 // is still running, or died (vastrun resume / down take it over).
