@@ -33,7 +33,7 @@ var layout = map[string][]string{
 	"internal/label":                 {},
 	"internal/policy":                {"internal/provider"},
 	"internal/poll":                  {"internal/clock", "internal/provider"},
-	"internal/preflight":             {"internal/config", "internal/policy", "internal/provider", "internal/redact"},
+	"internal/preflight":             {"internal/config", "internal/policy", "internal/provider", "internal/redact", "internal/text"},
 	"internal/progress":              {"internal/clock"},
 	"internal/provider":              {},
 	"internal/publish":               {"internal/container", "internal/image"},
@@ -41,18 +41,19 @@ var layout = map[string][]string{
 	"internal/provider/providertest": {"internal/provider"},
 	"internal/provider/retry":        {"internal/clock", "internal/poll", "internal/provider"},
 	"internal/provider/sim":          {"internal/clock", "internal/container", "internal/provider"}, // container: the image path (instances run inside their image); the bid unit (provider.BidPerGPU) is one constant for client and simulator
-	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider"},
-	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/policy", "internal/provider"}, // the schema names the canary's server report and field delta, the checkpoint's skips, the instance ids, the offer verdicts of selection.json
+	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider", "internal/text"},
+	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/policy", "internal/provider", "internal/text"}, // the schema names the canary's server report and field delta, the checkpoint's skips, the instance ids, the offer verdicts of selection.json
 	"internal/redact":                {},
-	"internal/remote":                {"internal/clock"},
+	"internal/remote":                {"internal/clock", "internal/text"},
 	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate"}, // the runs listing and the HTML report: both read receipts and replayed journals
 	"internal/lifecycle": {"internal/cienv", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
-		"internal/redact", "internal/runstate", "internal/remote", "internal/spec", "internal/storage", "internal/workdir"},
+		"internal/redact", "internal/runstate", "internal/remote", "internal/spec", "internal/storage", "internal/workdir", "internal/text"},
 	"internal/runstate":            {"internal/journal", "internal/provider", "internal/receipt"}, // the replayed state holds the receipt's attempts and outcome
 	"internal/spec":                {"internal/config", "internal/policy"},                        // spec.Build: the one place a config becomes a spec
 	"internal/s3client":            {},
 	"internal/sha256x2":            {},
+	"internal/text":                {}, // string helpers any room may use: last lines, a dash for nothing, edit distance
 	"internal/teamstate":           {"internal/clock", "internal/s3client"},
 	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/runstate", "internal/teamstate"},
 	"internal/storage":             {"internal/s3client", "internal/sha256x2"},
@@ -63,10 +64,10 @@ var layout = map[string][]string{
 	// read the run's frozen spec (run.Engine.Frozen). The core imports none
 	// of them (its arrows above), so it names no workflow.
 	// progress: each workflow names the phase its own work is shown as.
-	"internal/workflow/canary": {"internal/smoke", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle"},
+	"internal/workflow/canary": {"internal/smoke", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle", "internal/text"},
 	"internal/workflow/ci":     {"internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle"},
 	"internal/workflow/train": {"internal/agent", "internal/checkpoint", "internal/clock", "internal/progress", "internal/provider", "internal/receipt", "internal/remote",
-		"internal/lifecycle", "internal/runstate", "internal/spec", "internal/storage"}, // runstate: the outbid loop reads the interruption records
+		"internal/lifecycle", "internal/runstate", "internal/spec", "internal/storage", "internal/text"}, // runstate: the outbid loop reads the interruption records
 }
 
 func TestEveryImportArrowIsPinned(t *testing.T) {

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/report"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // reportExtras reads what the HTML report adds from the evidence: the
@@ -32,17 +32,8 @@ func reportExtras(r *receipt.Receipt) report.Extras {
 	if logs := report.LogFiles(r.EvidenceDir); len(logs) > 0 {
 		p := logs[len(logs)-1]
 		if b, err := os.ReadFile(p); err == nil {
-			x.LogName, x.LogTail = filepath.Base(p), lastN(string(b), 20)
+			x.LogName, x.LogTail = filepath.Base(p), text.LastLines(string(b), 20)
 		}
 	}
 	return x
-}
-
-// lastN is the last n lines of s.
-func lastN(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

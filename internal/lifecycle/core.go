@@ -3,12 +3,12 @@ package lifecycle
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // The core's API for workflows (internal/workflow/*). A workflow drives a
@@ -95,20 +95,9 @@ func CUDAVersion(smi string) float64 {
 	return v
 }
 
-// LastLines is the last n lines of s.
-func LastLines(s string, n int) string { return lastLines(s, n) }
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // InterruptionReason says in the journal's words why a rented instance
 // that should be running is not (terminal state, status message, and its
 // actual_status).
 func InterruptionReason(cur provider.Instance) string {
-	return orDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)
+	return text.OrDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)
 }

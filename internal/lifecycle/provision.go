@@ -16,6 +16,7 @@ import (
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/runstate"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // reconcileGrace is how long an ambiguous create is given to show up in
@@ -324,16 +325,9 @@ func waitReady(ctx context.Context, e *Scope, id provider.InstanceID, deadline t
 		return inst, stepErr
 	case errors.Is(err, poll.ErrDeadline):
 		return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed,
-			Err: fmt.Errorf("not running within the ready deadline (last: %s)", orDash(last))}
+			Err: fmt.Errorf("not running within the ready deadline (last: %s)", text.OrDash(last))}
 	}
 	return inst, err
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // provision selects, approves, rents, waits and connects, replacing a

@@ -10,13 +10,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
 	"time"
 
 	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // Check is one verification and its verdict.
@@ -95,7 +95,7 @@ func probe(ctx context.Context, e *Scope, c *remote.Client, inst provider.Instan
 			case errors.Is(aerr, provider.ErrNotFound):
 				stopped = "the instance is gone"
 			case aerr == nil && !cur.Running():
-				stopped = "the instance is no longer running (" + orDash(InterruptionReason(cur)) + ")"
+				stopped = "the instance is no longer running (" + text.OrDash(InterruptionReason(cur)) + ")"
 			}
 			return false, err
 		})

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // Sections are the workflows' own sections of the receipt. Receipt
@@ -80,9 +82,5 @@ func LogTail(dir, name string, n int) string {
 	if err != nil {
 		return ""
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return text.LastLines(string(b), n)
 }

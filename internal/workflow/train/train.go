@@ -21,6 +21,7 @@ import (
 	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/spec"
 	"github.com/vastrun/vastrun/internal/storage"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // Training contract with the workload (docs/train.md):
@@ -255,7 +256,7 @@ func (e *flow) agentJSON(ctx context.Context, c *remote.Client, env map[string]s
 	var out, errOut strings.Builder
 	err := c.Run(ctx, remote.Command{Env: env, Stdout: &out, Stderr: &errOut, Script: remoteBin + " agent " + args})
 	if err != nil {
-		if tail := strings.TrimSpace(lifecycle.LastLines(errOut.String(), 5)); tail != "" {
+		if tail := strings.TrimSpace(text.LastLines(errOut.String(), 5)); tail != "" {
 			return nil, fmt.Errorf("%w: %s", err, e.s.Redactor.String(tail))
 		}
 		return nil, err
@@ -701,7 +702,7 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 	err := c.Run(ctx, remote.Command{Env: e.trainEnv(-1), Stdout: &out, Stderr: &errOut, Script: fmt.Sprintf("%s agent upload --json --store %s --dir %s",
 		remoteBin, remote.ShellQuote(t.OutputURI), remote.ShellQuote(t.OutputDir))})
 	if err != nil {
-		return fmt.Errorf("upload outputs: %w: %s", err, e.s.Redactor.String(strings.TrimSpace(lifecycle.LastLines(errOut.String(), 5))))
+		return fmt.Errorf("upload outputs: %w: %s", err, e.s.Redactor.String(strings.TrimSpace(text.LastLines(errOut.String(), 5))))
 	}
 	var up struct {
 		SHA string `json:"manifest_sha256"`
