@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -52,16 +51,7 @@ func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 	if r.Test != nil {
 		row("test", fmt.Sprintf("exit %d", r.Test.ExitCode))
 	}
-	var keys []string
-	for k := range r.Timings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.1fs", k, r.Timings[k]))
-	}
-	row("timings", strings.Join(parts, ", "))
+	row("timings", receipt.TimingsLine(r.Timings))
 	if err := tw.Flush(); err != nil {
 		return err
 	}

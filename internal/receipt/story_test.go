@@ -49,3 +49,12 @@ func TestInWords(t *testing.T) {
 		}
 	}
 }
+
+func TestTimingsLineIsInNameOrder(t *testing.T) {
+	if got, want := TimingsLine(map[string]float64{"rent": 3, "gate": 1.25, "elapsed": 10}), "elapsed 10.0s, gate 1.2s, rent 3.0s"; got != want {
+		t.Fatalf("TimingsLine = %q, want %q", got, want)
+	}
+	if got := TimingsLine(nil); got != "" {
+		t.Fatalf("TimingsLine(nil) = %q, want empty", got)
+	}
+}

@@ -40,19 +40,30 @@ func Summary(r *Receipt) string {
 	}
 	fmt.Fprintf(&b, "| cost | estimate $%.4f, charged %s, budget $%.2f |\n", r.Cost.EstimateUSD, charged, r.Cost.MaxSpendUSD)
 	fmt.Fprintf(&b, "| cleanup | %s |\n", map[bool]string{true: "all instances confirmed destroyed", false: fmt.Sprintf("**NOT CONFIRMED: %v**", r.Cleanup.Unconfirmed)}[r.Cleanup.Confirmed])
-	keys := make([]string, 0, len(r.Timings))
-	for k := range r.Timings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.1fs", k, r.Timings[k]))
-	}
-	fmt.Fprintf(&b, "| timings | %s |\n", strings.Join(parts, ", "))
+	fmt.Fprintf(&b, "| timings | %s |\n", TimingsLine(r.Timings))
 	for _, p := range r.Parts() {
 		b.WriteString(p.SummaryRows())
 	}
 	b.WriteString(storyMarkdown(r))
 	return b.String()
+}
+
+// TimingsLine is a receipt's timings as people read them: each phase in
+// name order with its seconds ("gate 1.2s, rent 3.0s"), as the summary
+// and the command line show them.
+func TimingsLine(t map[string]float64) string { return sortedPairs(t, "%s %.1fs") }
+
+// sortedPairs renders m's entries in key order with format (key, value),
+// joined by ", ".
+func sortedPairs[V any](m map[string]V, format string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf(format, k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
