@@ -13,11 +13,13 @@ import (
 // else. An arrow that is not here is a layering decision: make it here, in
 // review, not by accident in an import block.
 //
-// The direction: cli → {run, janitor, report, receipt, …} → run (the
-// lifecycle core) → {provider, provider/retry, poll, remote, agent, journal,
-// storage, checkpoint, …}; receipt (the receipt's schema) imports only the
-// leaf packages whose types its sections carry, janitor only
-// provider and label, and nothing but cmd/vastrun imports cli.
+// The direction: cli → {workflow/*, janitor, report, team, …} → lifecycle
+// (the core) → {runstate, receipt, provider, provider/retry, poll, remote,
+// agent, journal, storage, checkpoint, …}. The readers of runs (report,
+// team) stand beside the core, on runstate (the replayed journal) and
+// receipt (the receipt's schema), never on the core; receipt imports only
+// the leaf packages whose types it carries, janitor only provider and
+// label, and nothing but cmd/vastrun imports cli.
 var layout = map[string][]string{
 	"cmd/vastrun":                    {"internal/cli"},
 	"internal/agent":                 {"internal/checkpoint", "internal/clock"},
@@ -119,7 +121,7 @@ func TestTheCoreImportsNothingAboveIt(t *testing.T) {
 	for _, imp := range imports(t)["internal/lifecycle"] {
 		for _, above := range []string{"internal/cli", "internal/report", "internal/janitor", "internal/provider/sim", "internal/provider/vast"} {
 			if imp == module+above {
-				t.Errorf("internal/run imports %s", above)
+				t.Errorf("internal/lifecycle imports %s", above)
 			}
 		}
 	}

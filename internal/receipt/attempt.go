@@ -22,7 +22,7 @@ type Attempt struct {
 	Confirmed   bool                `json:"destroy_confirmed"`
 	ConfirmedBy []string            `json:"confirmed_by,omitempty"`
 	Charged     *float64            `json:"charged_usd,omitempty"`
-	Bid         *AttemptBid         `json:"bid,omitempty"` // interruptible rentals (outbid.go)
+	Bid         *AttemptBid         `json:"bid,omitempty"` // interruptible rentals (bids in internal/runstate, train/outbid.go)
 	BidCharge   *AttemptCharge      `json:"bid_charged,omitempty"`
 
 	IntentAt      time.Time `json:"rent_intent_at"`
