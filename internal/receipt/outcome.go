@@ -15,7 +15,7 @@
 // any, and each workflow fills its own.
 //
 // receipt imports nothing of vastrun's run engine (only the leaf packages
-// whose types it carries: provider, policy, checkpoint, smoke).
+// whose types it carries: provider, policy, checkpoint, smoke; and text).
 package receipt
 
 // Outcome is how a run ended, as the journal and receipt.json name it.

@@ -9,7 +9,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 )
 
-// Market is [Client] for a caller that holds only the engine's view, such
+// Market is [Client] for a caller that holds only a provider.Market, such
 // as a market already fenced by team state: same classes, same policy.
 // Every method of provider.Market is written here, so nothing passes
 // through unretried.
