@@ -13,11 +13,13 @@ import (
 // else. An arrow that is not here is a layering decision: make it here, in
 // review, not by accident in an import block.
 //
-// The direction: cli → {run, janitor, report, receipt, …} → run (the
-// lifecycle core) → {provider, provider/retry, poll, remote, agent, journal,
-// storage, checkpoint, …}; receipt (the receipt's schema) imports only the
-// leaf packages whose types its sections carry, janitor only
-// provider and label, and nothing but cmd/vastrun imports cli.
+// The direction: cli → {workflow/*, janitor, report, team, …} → lifecycle
+// (the core) → {runstate, receipt, provider, provider/retry, poll, remote,
+// agent, journal, storage, checkpoint, …}. The readers of runs (report,
+// team) stand beside the core, on runstate (the replayed journal) and
+// receipt (the receipt's schema), never on the core; receipt imports only
+// the leaf packages whose types it carries, janitor only provider and
+// label, and nothing but cmd/vastrun imports cli.
 var layout = map[string][]string{
 	"cmd/vastrun":                    {"internal/cli"},
 	"internal/agent":                 {"internal/checkpoint", "internal/clock", "internal/remote", "internal/storage"}, // remote: the client's Runner speaks remote.Command; storage: the handlers open the store the request names
@@ -26,14 +28,14 @@ var layout = map[string][]string{
 	"internal/checkpoint":            {"internal/storage"},
 	"internal/cienv":                 {},
 	"internal/clock":                 {},
-	"internal/config":                {"internal/policy"},
+	"internal/config":                {"internal/label", "internal/policy"}, // label: label_prefix is checked against the label rules when the file is read
 	"internal/image":                 {},
 	"internal/janitor":               {"internal/label", "internal/provider"},
 	"internal/journal":               {},
 	"internal/label":                 {},
 	"internal/policy":                {"internal/provider"},
 	"internal/poll":                  {"internal/clock", "internal/provider"},
-	"internal/preflight":             {"internal/config", "internal/policy", "internal/provider", "internal/redact"},
+	"internal/preflight":             {"internal/config", "internal/policy", "internal/provider", "internal/redact", "internal/text", "internal/workdir"}, // workdir: uploads must lie inside the repository
 	"internal/progress":              {"internal/clock"},
 	"internal/provider":              {},
 	"internal/publish":               {"internal/container", "internal/image"},
@@ -41,20 +43,21 @@ var layout = map[string][]string{
 	"internal/provider/providertest": {"internal/provider"},
 	"internal/provider/retry":        {"internal/clock", "internal/poll", "internal/provider"},
 	"internal/provider/sim":          {"internal/clock", "internal/container", "internal/provider"}, // container: the image path (instances run inside their image); the bid unit (provider.BidPerGPU) is one constant for client and simulator
-	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider"},
-	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/provider"}, // the sections' schema names the canary's server report and field delta, the checkpoint's skips, the instance ids
+	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider", "internal/text"},
+	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/policy", "internal/provider", "internal/text"}, // the schema names the canary's server report and field delta, the checkpoint's skips, the instance ids, the offer verdicts of selection.json
 	"internal/redact":                {},
-	"internal/remote":                {"internal/clock"},
-	"internal/report":                {"internal/journal", "internal/receipt", "internal/lifecycle"},
+	"internal/remote":                {"internal/clock", "internal/text"},
+	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate"}, // the runs listing and the HTML report: both read receipts and replayed journals
 	"internal/lifecycle": {"internal/cienv", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
-		"internal/redact", "internal/remote", "internal/spec", "internal/storage", "internal/workdir"},
-	"internal/runs":                {"internal/journal", "internal/provider", "internal/lifecycle"},
-	"internal/spec":                {"internal/config", "internal/policy"}, // spec.Build: the one place a config becomes a spec
+		"internal/redact", "internal/runstate", "internal/remote", "internal/spec", "internal/storage", "internal/workdir", "internal/text"},
+	"internal/runstate":            {"internal/journal", "internal/provider", "internal/receipt"}, // the replayed state holds the receipt's attempts and outcome
+	"internal/spec":                {"internal/config", "internal/policy"},                        // spec.Build: the one place a config becomes a spec
 	"internal/s3client":            {},
 	"internal/sha256x2":            {},
+	"internal/text":                {}, // string helpers any room may use: last lines, a dash for nothing, edit distance
 	"internal/teamstate":           {"internal/clock", "internal/s3client"},
-	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/lifecycle", "internal/teamstate"},
+	"internal/team":                {"internal/clock", "internal/journal", "internal/label", "internal/provider", "internal/runstate", "internal/teamstate"},
 	"internal/storage":             {"internal/s3client", "internal/sha256x2"},
 	"internal/storage/storagetest": {"internal/storage"},
 	"internal/sweep":               {},
@@ -63,10 +66,10 @@ var layout = map[string][]string{
 	// read the run's frozen spec (run.Engine.Frozen). The core imports none
 	// of them (its arrows above), so it names no workflow.
 	// progress: each workflow names the phase its own work is shown as.
-	"internal/workflow/canary": {"internal/smoke", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle"},
+	"internal/workflow/canary": {"internal/smoke", "internal/clock", "internal/container", "internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle", "internal/text"},
 	"internal/workflow/ci":     {"internal/progress", "internal/provider", "internal/receipt", "internal/remote", "internal/lifecycle"},
 	"internal/workflow/train": {"internal/agent", "internal/checkpoint", "internal/clock", "internal/progress", "internal/provider", "internal/receipt", "internal/remote",
-		"internal/lifecycle", "internal/spec", "internal/storage"},
+		"internal/lifecycle", "internal/runstate", "internal/spec", "internal/storage", "internal/text"}, // runstate: the outbid loop reads the interruption records
 }
 
 func TestEveryImportArrowIsPinned(t *testing.T) {
@@ -118,7 +121,38 @@ func TestTheCoreImportsNothingAboveIt(t *testing.T) {
 	for _, imp := range imports(t)["internal/lifecycle"] {
 		for _, above := range []string{"internal/cli", "internal/report", "internal/janitor", "internal/provider/sim", "internal/provider/vast"} {
 			if imp == module+above {
-				t.Errorf("internal/run imports %s", above)
+				t.Errorf("internal/lifecycle imports %s", above)
+			}
+		}
+	}
+}
+
+// The readers of finished and live runs (the report and runs listing,
+// the team state) read receipts, journals and replayed state without the
+// lifecycle core, directly or through anything they import: they must keep
+// working on runs whatever the core becomes.
+func TestRunReadersStandOffTheCore(t *testing.T) {
+	all := imports(t)
+	for _, reader := range []string{"internal/report", "internal/team"} {
+		if _, ok := all[reader]; !ok {
+			t.Errorf("%s: no such package: update this test", reader)
+			continue
+		}
+		seen := map[string]string{reader: ""}
+		queue := []string{reader}
+		for len(queue) > 0 {
+			pkg := queue[0]
+			queue = queue[1:]
+			for _, imp := range all[pkg] {
+				own, ours := strings.CutPrefix(imp, module)
+				if _, done := seen[own]; !ours || done {
+					continue
+				}
+				seen[own] = pkg
+				if own == "internal/lifecycle" {
+					t.Errorf("%s imports internal/lifecycle (through %s)", reader, pkg)
+				}
+				queue = append(queue, own)
 			}
 		}
 	}

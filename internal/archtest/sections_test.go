@@ -16,7 +16,7 @@ import (
 // core may still name, with why: they describe something of the shared
 // lifecycle that a section also carries.
 var sharedSectionTypes = map[string]string{
-	"GPUInfo":       "the shared verify step records the GPUs as nvidia-smi reports them (run.GPUInfo is an alias)",
+	"GPUInfo":       "the shared verify step records the GPUs as nvidia-smi reports them (receipt.VerifyReport)",
 	"CheckpointRef": "the shared bid lifecycle journals the last checkpoint an interrupted instance left (InterruptedData)",
 }
 

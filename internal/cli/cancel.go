@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // CancelledError means the person answered no at a prompt: nothing was
@@ -24,6 +25,6 @@ func asCancelled(err error) error {
 
 // declined reports a receipt of a run that ended at the prompt before
 // anything was rented: there is no receipt to show a person.
-func declined(r *lifecycle.Receipt) bool {
+func declined(r *receipt.Receipt) bool {
 	return r != nil && len(r.Attempts) == 0 && (r.Outcome == lifecycle.OutcomeCancelled || r.Outcome == lifecycle.OutcomeNotApproved)
 }

@@ -16,14 +16,15 @@ import (
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/report"
 )
 
 // MultipleRunsError means plain `down` would handle only the latest run
 // while others still hold instances.
 type MultipleRunsError struct {
 	StateDir string
-	Runs     []runs.Live
+	Runs     []report.Live
 }
 
 func (e *MultipleRunsError) Error() string {
@@ -37,8 +38,8 @@ func (e *MultipleRunsError) Error() string {
 // refuseOtherLiveRuns stops a plain `down` that would leave other runs'
 // instances behind.
 func refuseOtherLiveRuns(stateDir string) error {
-	live := runs.LiveRuns(stateDir)
-	if len(runs.Others(live, runs.Latest(stateDir))) == 0 {
+	live := report.LiveRuns(stateDir)
+	if len(report.Others(live, report.Latest(stateDir))) == 0 {
 		return nil
 	}
 	return &UsageError{Err: &MultipleRunsError{StateDir: stateDir, Runs: live},
@@ -70,13 +71,13 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	if err := confirmDestroy(f, o.Yes, fmt.Sprintf("run %s: instances %v and anything labelled %s", st.RunID, st.Unconfirmed(), st.Label)); err != nil {
 		return err
 	}
-	before := make([]*lifecycle.Attempt, len(st.Attempts))
+	before := make([]*receipt.Attempt, len(st.Attempts))
 	for i, a := range st.Attempts {
 		c := *a // the engine updates its state in place
 		before[i] = &c
 	}
 	r, err := e.Down(ctx)
-	printDown(f, downResult{Schema: "vastrun.down/v1", Label: st.Label, RunID: st.RunID, Simulated: f.Sim, Destroyed: runs.NewlyConfirmed(before, r.Attempts)})
+	printDown(f, downResult{Schema: "vastrun.down/v1", Label: st.Label, RunID: st.RunID, Simulated: f.Sim, Destroyed: report.NewlyConfirmed(before, r.Attempts)})
 	return err
 }
 
@@ -130,7 +131,7 @@ func readStateIndex(dir string) (stateIndex, error) {
 // downAll tears down every run that still holds instances, one at a time
 // (each confirms its own label), and reports every failure.
 func downAll(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config) error {
-	live := runs.LiveRuns(cfg.StateDir)
+	live := report.LiveRuns(cfg.StateDir)
 	if len(live) == 0 {
 		f.IO.Infof("no run in %s holds instances: nothing to destroy", cfg.StateDir)
 		return nil
@@ -157,7 +158,7 @@ func downAll(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 // dir has it) in line with a completed label sweep. Failing to is a
 // warning: the marketplace, not the journal, is what was cleaned.
 func recordSwept(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, label string, ids []provider.InstanceID) {
-	dir := runs.WithLabel(cfg.StateDir, label)
+	dir := report.WithLabel(cfg.StateDir, label)
 	if dir == "" {
 		return
 	}

@@ -6,7 +6,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/report"
 )
 
 // execJSON is `vastrun exec --json` (vastrun.exec/v1): the command's output
@@ -23,7 +24,7 @@ type execJSON struct {
 	Log    string         `json:"log"`
 }
 
-func execResult(e *lifecycle.Scope, instance int64, res *lifecycle.TestOutcome) execJSON {
+func execResult(e *lifecycle.Scope, instance int64, res *receipt.TestOutcome) execJSON {
 	out := execJSON{Schema: "vastrun.exec/v1", Instance: provider.InstanceID(instance), ExitCode: res.ExitCode, Signal: res.Signal,
 		TimedOut: res.TimedOut, Result: res.Result, Log: filepath.Join(e.EvidenceDir, res.Log)}
 	if st := e.State(); st != nil {
@@ -38,7 +39,7 @@ func execResult(e *lifecycle.Scope, instance int64, res *lifecycle.TestOutcome) 
 // outcomeOrUnfinished never leaves an outcome empty in JSON.
 func outcomeOrUnfinished(o string) string {
 	if o == "" {
-		return runs.OutcomeUnfinished
+		return report.OutcomeUnfinished
 	}
 	return o
 }

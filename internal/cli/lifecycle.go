@@ -18,6 +18,7 @@ import (
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/team"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
@@ -148,7 +149,7 @@ func checkTrust(f *Factory, o *WorkflowOptions, env cienv.Env) (bool, error) {
 	f.IO.Infof("skipping the GPU step: %s", t.Reason)
 	env.AppendSummary("## vastrun: skipped\n\n" + t.Reason + "\n")
 	if f.JSON {
-		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": lifecycle.ReceiptSchema, "outcome": string(lifecycle.OutcomeUntrusted), "reason": t.Reason})
+		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": receipt.Schema, "outcome": string(lifecycle.OutcomeUntrusted), "reason": t.Reason})
 	}
 	return false, nil
 }
@@ -177,7 +178,7 @@ func trustedEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*lifecy
 // A run whose outcome succeeded without the work running (the GPU step
 // skipped because the change touches none of paths:) exits 0, as
 // docs/exit-codes.md says: receipt.Outcome decides, not the error's text.
-func reportRun(f *Factory, r *lifecycle.Receipt, runErr error) error {
+func reportRun(f *Factory, r *receipt.Receipt, runErr error) error {
 	runErr = asCancelled(runErr)
 	annotateFailure(f, runErr)
 	f.stopProgress()
@@ -196,7 +197,7 @@ func reportRun(f *Factory, r *lifecycle.Receipt, runErr error) error {
 	return runErr
 }
 
-func printReceipt(f *Factory, r *lifecycle.Receipt) error {
+func printReceipt(f *Factory, r *receipt.Receipt) error {
 	if r == nil {
 		return nil
 	}
@@ -361,7 +362,7 @@ func runExec(ctx context.Context, opts *ExecOptions) error {
 	if err != nil {
 		return err
 	}
-	var res *lifecycle.TestOutcome
+	var res *receipt.TestOutcome
 	if opts.Instance > 0 {
 		if err := e.Begin("exec"); err != nil {
 			return err

@@ -13,8 +13,8 @@ import (
 
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/report"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // LogsOptions are the inputs of `vastrun logs`.
@@ -67,7 +67,7 @@ func runLogs(ctx context.Context, opts *LogsOptions) error {
 	if err != nil {
 		return err
 	}
-	evidence := runs.EvidenceDir(dir)
+	evidence := report.EvidenceDir(dir)
 	if evidence == "" {
 		return fmt.Errorf("run %s: no evidence directory recorded in %s", filepath.Base(dir), filepath.Join(dir, "state.json"))
 	}
@@ -78,10 +78,10 @@ func runLogs(ctx context.Context, opts *LogsOptions) error {
 	offsets := map[string]int64{}
 	printed := 0
 	for {
-		for _, p := range runs.LogFiles(evidence) {
+		for _, p := range report.LogFiles(evidence) {
 			if _, seen := offsets[p]; !seen {
 				offsets[p] = 0
-				if printed > 0 || len(runs.LogFiles(evidence)) > 1 {
+				if printed > 0 || len(report.LogFiles(evidence)) > 1 {
 					fmt.Fprintf(opts.IO.Out, "==> %s <==\n", filepath.Base(p))
 				}
 				printed++
@@ -137,7 +137,7 @@ func copyFrom(w io.Writer, path string, off int64) (int64, error) {
 // runEnded reports whether a run's output is complete: its journal has an
 // outcome, or no process drives it any more (a dead controller).
 func runEnded(dir string) (bool, string) {
-	st, err := lifecycle.LoadState(dir)
+	st, err := runstate.LoadState(dir)
 	if err == nil && st.Outcome != "" {
 		return true, fmt.Sprintf("run %s ended: %s", st.RunID, st.Outcome)
 	}

@@ -130,7 +130,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 	g.SetLimit(concurrency)
 	for i, e := range engines {
 		g.Go(func() error {
-			var r *lifecycle.Receipt
+			var r *receipt.Receipt
 			var err error
 			if workflow == "train" {
 				r, err = trainflow.Run(ctx, e)

@@ -19,7 +19,10 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/spec"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // confirmDestroy asks before destroying, like approver before renting.
@@ -268,7 +271,7 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 	if err != nil {
 		return &UsageError{Err: err}
 	}
-	st, err := lifecycle.LoadState(dir)
+	st, err := runstate.LoadState(dir)
 	if err != nil {
 		return err
 	}
@@ -290,24 +293,17 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
 			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": st.Unconfirmed()})
 	}
-	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, orDash(string(st.Outcome)))
+	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, text.OrDash(string(st.Outcome)))
 	tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
 	for _, r := range rows {
-		live := orDash(r.Live)
+		live := text.OrDash(r.Live)
 		if r.LiveError != "" {
 			live += " (" + r.LiveError + ")"
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
 	}
 	return tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // ReapOptions are `vastrun reap`'s parsed flags and dependencies.
@@ -424,7 +420,7 @@ func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 	if system == "" {
 		system = "none detected"
 	}
-	f.IO.Infof("CI: %s; event: %s", system, orDash(env.EventName))
+	f.IO.Infof("CI: %s; event: %s", system, text.OrDash(env.EventName))
 	m, err := f.Marketplace(ctx)
 	if err != nil {
 		return err
@@ -433,7 +429,7 @@ func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 	if err != nil {
 		return err
 	}
-	f.IO.Infof("API reachable; account %d (%s), credit $%.2f", u.ID, orDash(u.Username), u.Credit+u.Balance)
+	f.IO.Infof("API reachable; account %d (%s), credit $%.2f", u.ID, text.OrDash(u.Username), u.Credit+u.Balance)
 	keys, err := m.APIKeys(ctx)
 	if err != nil {
 		return err
@@ -483,9 +479,9 @@ func explainPolicy(ctx context.Context, f *Factory, path string, limit int) erro
 	}
 	chosen, ds := policy.Select(p, offers)
 	if f.JSON {
-		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": lifecycle.DecisionRows(ds)})
+		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": receipt.DecisionRows(ds)})
 	}
-	lifecycle.WriteExplanation(f.IO.Out, ds)
+	receipt.WriteExplanation(f.IO.Out, ds)
 	if chosen == nil {
 		if len(offers) == 0 {
 			// Nothing to judge: say whether the models exist at all.

@@ -3,19 +3,18 @@ package cli
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"charm.land/lipgloss/v2"
 
-	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // writeReceiptText renders a receipt for a terminal: aligned "key  value"
 // lines under plain headings instead of Markdown table syntax (which is
 // what CI summaries and summary.md get).
-func writeReceiptText(w io.Writer, r *lifecycle.Receipt, color bool) error {
+func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 	bold, good, bad := lipgloss.NewStyle(), lipgloss.NewStyle(), lipgloss.NewStyle()
 	if color {
 		bold = bold.Bold(true)
@@ -52,20 +51,11 @@ func writeReceiptText(w io.Writer, r *lifecycle.Receipt, color bool) error {
 	if r.Test != nil {
 		row("test", fmt.Sprintf("exit %d", r.Test.ExitCode))
 	}
-	var keys []string
-	for k := range r.Timings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.1fs", k, r.Timings[k]))
-	}
-	row("timings", strings.Join(parts, ", "))
+	row("timings", receipt.TimingsLine(r.Timings))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	for _, s := range lifecycle.Story(r) {
+	for _, s := range receipt.Story(r) {
 		fmt.Fprintf(w, "\n%s\n", bold.Render(s.Title))
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, rr := range s.Rows {
@@ -85,7 +75,7 @@ func writeReceiptText(w io.Writer, r *lifecycle.Receipt, color bool) error {
 
 // writeSummary prints the receipt for people on stdout: aligned text on a
 // terminal, Markdown otherwise (a file, a pipe, a CI log), redacted.
-func writeSummary(f *Factory, r *lifecycle.Receipt) error {
+func writeSummary(f *Factory, r *receipt.Receipt) error {
 	red := f.IO.Redactor()
 	if f.IO.OutTTY {
 		var b strings.Builder
@@ -95,6 +85,6 @@ func writeSummary(f *Factory, r *lifecycle.Receipt) error {
 		_, err := io.WriteString(f.IO.Out, red.String(b.String()))
 		return err
 	}
-	_, err := io.WriteString(f.IO.Out, red.String(lifecycle.Summary(r)))
+	_, err := io.WriteString(f.IO.Out, red.String(receipt.Summary(r)))
 	return err
 }

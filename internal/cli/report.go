@@ -10,7 +10,6 @@ import (
 
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/report"
-	"github.com/vastrun/vastrun/internal/runs"
 )
 
 // ReportOptions are `vastrun report`'s flags and argument.
@@ -61,7 +60,7 @@ func runReport(_ context.Context, opts *ReportOptions) error {
 	if err != nil {
 		return fmt.Errorf("read run journal: %w", err)
 	}
-	r, err := runs.Receipt(dir, recs)
+	r, err := report.Receipt(dir, recs)
 	if err != nil {
 		return err
 	}

@@ -5,17 +5,15 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/report"
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // reportExtras reads what the HTML report adds from the evidence: the
 // workload's metrics and the last lines of its log.
-func reportExtras(r *lifecycle.Receipt) report.Extras {
+func reportExtras(r *receipt.Receipt) report.Extras {
 	var x report.Extras
 	if r.EvidenceDir == "" {
 		return x
@@ -31,20 +29,11 @@ func reportExtras(r *lifecycle.Receipt) report.Extras {
 		}
 		f.Close()
 	}
-	if logs := runs.LogFiles(r.EvidenceDir); len(logs) > 0 {
+	if logs := report.LogFiles(r.EvidenceDir); len(logs) > 0 {
 		p := logs[len(logs)-1]
 		if b, err := os.ReadFile(p); err == nil {
-			x.LogName, x.LogTail = filepath.Base(p), lastN(string(b), 20)
+			x.LogName, x.LogTail = filepath.Base(p), text.LastLines(string(b), 20)
 		}
 	}
 	return x
-}
-
-// lastN is the last n lines of s.
-func lastN(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

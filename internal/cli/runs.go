@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/report"
 )
 
 // RunsOptions are the inputs of `vastrun runs`.
@@ -67,7 +67,7 @@ func runRuns(ctx context.Context, opts *RunsOptions) error {
 	if err != nil {
 		return err
 	}
-	list, err := runs.List(cfg.StateDir, opts.Now())
+	list, err := report.List(cfg.StateDir, opts.Now())
 	if err != nil {
 		return fmt.Errorf("list runs in %s: %w", cfg.StateDir, err)
 	}
@@ -75,10 +75,10 @@ func runRuns(ctx context.Context, opts *RunsOptions) error {
 		enc := json.NewEncoder(opts.IO.Out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(struct {
-			Schema   string     `json:"schema"`
-			StateDir string     `json:"state_dir"`
-			Runs     []runs.Run `json:"runs"`
-		}{runs.Schema, cfg.StateDir, list})
+			Schema   string       `json:"schema"`
+			StateDir string       `json:"state_dir"`
+			Runs     []report.Run `json:"runs"`
+		}{report.ListSchema, cfg.StateDir, list})
 	}
 	if len(list) == 0 {
 		opts.IO.Infof("no runs in %s yet: 'vastrun ci' or 'vastrun up' starts one", cfg.StateDir)

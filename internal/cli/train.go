@@ -12,6 +12,8 @@ import (
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/storage"
 	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
@@ -163,12 +165,12 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 		}
 		return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(cfg.StateDir, "current")}
 	}
-	st, err := lifecycle.LoadState(dir)
+	st, err := runstate.LoadState(dir)
 	if err != nil {
 		return err
 	}
 	var e *lifecycle.Scope
-	resume := func(e *lifecycle.Scope, ctx context.Context) (*lifecycle.Receipt, error) {
+	resume := func(e *lifecycle.Scope, ctx context.Context) (*receipt.Receipt, error) {
 		return trainflow.Resume(ctx, e)
 	}
 	switch st.Workflow {
@@ -176,13 +178,13 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 		e, err = trainEngine(ctx, f, o)
 	case "ci":
 		e, err = newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
-		resume = func(e *lifecycle.Scope, ctx context.Context) (*lifecycle.Receipt, error) { return ci.Resume(ctx, e) }
+		resume = func(e *lifecycle.Scope, ctx context.Context) (*receipt.Receipt, error) { return ci.Resume(ctx, e) }
 	case "canary":
 		if !cfg.IsCanary() {
 			return &UsageError{Err: fmt.Errorf("run %s is a canary run and %s has no canary.smoke", st.RunID, o.ConfigPath), Hint: "resume with the vastrun.yaml the canary was started with (-f FILE)"}
 		}
 		e, err = newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
-		resume = func(e *lifecycle.Scope, ctx context.Context) (*lifecycle.Receipt, error) {
+		resume = func(e *lifecycle.Scope, ctx context.Context) (*receipt.Receipt, error) {
 			return canaryflow.Resume(ctx, e, false)
 		}
 	default:

@@ -58,6 +58,25 @@ type Options struct {
 	Login *Login
 }
 
+// RemoteOptions are the registry client's options for a call under ctx:
+// the login first for its registry, then the keychain (default: the
+// docker config), and the transport when one is set. Resolve and
+// publish.Push ask a registry the same way.
+func (o Options) RemoteOptions(ctx context.Context) []remote.Option {
+	kc := o.Keychain
+	if kc == nil {
+		kc = authn.DefaultKeychain
+	}
+	if o.Login != nil {
+		kc = authn.NewMultiKeychain(o.Login, kc)
+	}
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
+	if o.Transport != nil {
+		ropts = append(ropts, remote.WithTransport(o.Transport))
+	}
+	return ropts
+}
+
 // Login is a user and token for one registry.
 type Login struct {
 	Registry, User, Token string
@@ -84,17 +103,7 @@ func Resolve(ctx context.Context, ref string, o Options) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("image %q: %w", ref, err)
 	}
-	kc := o.Keychain
-	if kc == nil {
-		kc = authn.DefaultKeychain
-	}
-	if o.Login != nil {
-		kc = authn.NewMultiKeychain(o.Login, kc)
-	}
-	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
-	if o.Transport != nil {
-		ropts = append(ropts, remote.WithTransport(o.Transport))
-	}
+	ropts := o.RemoteOptions(ctx)
 	desc, err := remote.Head(r, ropts...)
 	if err != nil {
 		// Some registries refuse HEAD on manifests; GET is the fallback.

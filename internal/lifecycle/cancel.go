@@ -2,11 +2,13 @@ package lifecycle
 
 import (
 	"errors"
-	"github.com/vastrun/vastrun/internal/receipt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // OutcomeCancelled is a run whose plan the person declined at the prompt.
@@ -41,7 +43,7 @@ func forgetAsLatest(e *Scope) {
 	// Run ids sort by time (label.NewRunID).
 	sort.Sort(sort.Reverse(sort.StringSlice(ids)))
 	for _, id := range ids {
-		st, err := LoadState(filepath.Join(e.StateRoot, "runs", id))
+		st, err := runstate.LoadState(filepath.Join(e.StateRoot, "runs", id))
 		if err != nil || st.Outcome == OutcomeCancelled || st.Outcome == OutcomeNotApproved && len(st.Attempts) == 0 {
 			continue
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
@@ -30,7 +30,7 @@ func TestTwoRunsInOneJobKeepSeparateCleanupHandles(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := string(b)
-	for _, r := range []*lifecycle.Receipt{first, r2} {
+	for _, r := range []*receipt.Receipt{first, r2} {
 		for _, want := range []string{
 			"label_" + r.RunID + "=" + r.Label + "\n",
 			"instance_id_" + r.RunID + "=" + r.Attempts[0].InstanceID.String() + "\n",

@@ -15,6 +15,7 @@ import (
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/spec"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
@@ -26,7 +27,7 @@ func TestIncrementalStateEqualsReplay(t *testing.T) {
 	if _, err := ci.Run(context.Background(), h.engine); err != nil {
 		t.Fatal(err)
 	}
-	replayed, err := lifecycle.LoadState(h.engine.RunDir())
+	replayed, err := runstate.LoadState(h.engine.RunDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestIncrementalStateEqualsReplay(t *testing.T) {
 
 // stripTimes compares condition times by presence only: the in-memory
 // record time and the journal's are the same instant, in two encodings.
-func stripTimes(s *lifecycle.State) string {
+func stripTimes(s *runstate.State) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
@@ -56,15 +57,15 @@ func stripTimes(s *lifecycle.State) string {
 func TestFailedStepJournalsFalseCondition(t *testing.T) {
 	h := newHarness(t, baseConfig+"gate: [\"echo cpu tests failed; exit 1\"]\n", true)
 	ci.Run(context.Background(), h.engine)
-	st, err := lifecycle.LoadState(h.engine.RunDir())
+	st, err := runstate.LoadState(h.engine.RunDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := st.Condition("gate")
-	if c.Status != lifecycle.ConditionFalse || c.Reason != string(lifecycle.OutcomeGated) || !strings.Contains(c.Message, "exit status 1") {
+	if c.Status != runstate.ConditionFalse || c.Reason != string(lifecycle.OutcomeGated) || !strings.Contains(c.Message, "exit status 1") {
 		t.Fatalf("gate condition: %+v", c)
 	}
-	if c := st.Condition("rent"); c.Status != lifecycle.ConditionUnknown {
+	if c := st.Condition("rent"); c.Status != runstate.ConditionUnknown {
 		t.Fatalf("rent condition of a gated run: %+v", c)
 	}
 }
@@ -78,17 +79,17 @@ func TestReplayIsAFoldOverApply(t *testing.T) {
 	}
 	recs := []journal.Record{
 		rec(1, "event", "start", map[string]any{"run_id": "r1", "label": "l1", "workflow": "ci"}),
-		rec(2, "condition", "gate", lifecycle.Condition{Status: lifecycle.ConditionTrue, Reason: "Done"}),
+		rec(2, "condition", "gate", runstate.Condition{Status: runstate.ConditionTrue, Reason: "Done"}),
 		rec(3, "intent", "rent", map[string]any{"label": "l1", "offer_id": 7, "machine_id": 9}),
 		rec(4, "done", "rent", map[string]any{"instance_id": 42}),
-		rec(5, "condition", "verify", lifecycle.Condition{Status: lifecycle.ConditionTrue, Reason: "Done", Instance: 42}),
+		rec(5, "condition", "verify", runstate.Condition{Status: runstate.ConditionTrue, Reason: "Done", Instance: 42}),
 		rec(6, "event", "failover", map[string]any{"instance_id": 42, "reason": "stuck"}),
 	}
-	want, err := lifecycle.Replay(recs)
+	want, err := runstate.Replay(recs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := &lifecycle.State{}
+	got := &runstate.State{}
 	for _, r := range recs {
 		if err := got.Apply(r); err != nil {
 			t.Fatal(err)
@@ -101,7 +102,7 @@ func TestReplayIsAFoldOverApply(t *testing.T) {
 		t.Fatal("gate condition lost")
 	}
 	// A failover starts the replaced rental's steps over.
-	if c := got.Condition("verify"); c.Status != lifecycle.ConditionUnknown {
+	if c := got.Condition("verify"); c.Status != runstate.ConditionUnknown {
 		t.Fatalf("verify condition survived the failover: %+v", c)
 	}
 	if got.Attempts[0].Failure != "stuck" {
@@ -205,7 +206,7 @@ func TestResumeWithChangedTestCommand(t *testing.T) {
 	}
 	changed := *h.engine.Config
 	changed.Test = "sh scripts/gpu-test.sh && echo accepted-change"
-	resume := func(accept bool) (*lifecycle.Scope, *lifecycle.Receipt, error) {
+	resume := func(accept bool) (*lifecycle.Scope, *receipt.Receipt, error) {
 		e := *h.engine
 		e.Config = &changed
 		e.AcceptConfigChange = accept

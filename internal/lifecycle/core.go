@@ -3,11 +3,12 @@ package lifecycle
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // The core's API for workflows (internal/workflow/*). A workflow drives a
@@ -35,13 +36,13 @@ func (e *Scope) TestEnv() (map[string]string, error) { return testEnv(e) }
 // streaming its redacted output to test.log, with its intent journaled
 // first; the outcome carries the exit status and $VASTRUN_RESULT's JSON.
 // A non-zero exit is not an error here; a timeout is (OutcomeTimeout).
-func (e *Scope) Work(ctx context.Context, c *remote.Client, script string, env map[string]string) (*TestOutcome, error) {
+func (e *Scope) Work(ctx context.Context, c *remote.Client, script string, env map[string]string) (*receipt.TestOutcome, error) {
 	return work(ctx, e, c, script, env)
 }
 
 // FetchResult reads $VASTRUN_RESULT from the instance into res (masked)
 // and keeps it as result.json in the evidence.
-func (e *Scope) FetchResult(c *remote.Client, res *TestOutcome) { fetchResult(e, c, res) }
+func (e *Scope) FetchResult(c *remote.Client, res *receipt.TestOutcome) { fetchResult(e, c, res) }
 
 // AddTiming adds d to the receipt's timing of phase.
 func (e *Run) AddTiming(phase string, d time.Duration) { e.timings.add(phase, d) }
@@ -94,20 +95,9 @@ func CUDAVersion(smi string) float64 {
 	return v
 }
 
-// LastLines is the last n lines of s.
-func LastLines(s string, n int) string { return lastLines(s, n) }
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // InterruptionReason says in the journal's words why a rented instance
 // that should be running is not (terminal state, status message, and its
 // actual_status).
 func InterruptionReason(cur provider.Instance) string {
-	return orDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)
+	return text.OrDash(terminalReason(cur, stuckCreated) + " actual_status " + cur.ActualStatus)
 }

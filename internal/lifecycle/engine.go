@@ -25,26 +25,9 @@ import (
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/spec"
 )
-
-// Market is what the engine needs from the marketplace.
-type Market interface {
-	provider.OfferSearcher
-	provider.InstanceCreator
-	provider.InstanceReader
-	provider.InstanceDestroyer
-	AttachSSHKey(ctx context.Context, id provider.InstanceID, publicKey string) error
-	Charges(ctx context.Context, q provider.ChargeQuery) ([]provider.Charge, error)
-}
-
-// BidChanger is a Market's optional change-bid route (the real client and
-// the retry decorator have it). A workflow finds it by type assertion, so
-// a decorator of Market must offer it exactly when what it wraps does, or
-// re-bidding is silently off behind it.
-type BidChanger interface {
-	ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error
-}
 
 // Reporter shows progress to people (stderr).
 type Reporter interface {
@@ -91,7 +74,7 @@ const (
 // the settings that are not part of the frozen spec. Steps read it; only
 // the CLI writes it.
 type Deps struct {
-	Market   Market
+	Market   provider.Market
 	Clock    clock.Clock
 	Log      *slog.Logger
 	UI       Reporter
@@ -150,18 +133,18 @@ type Run struct {
 	*Deps
 	runDir     string
 	j          *journal.Journal
-	state      *State
+	state      *runstate.State
 	manifest   Manifest
 	timings    timings
-	verifyRep  *verifyReport
+	verifyRep  *receipt.VerifyReport
 	selected   []policy.Decision
-	cost       costReport
+	cost       receipt.Cost
 	phaseTimes map[string]time.Time
 	// journalErr is the first failed journal write; unjournaled holds what
 	// happened but could not be written, applied to state in memory.
 	journalErr  error
 	unjournaled []journal.Record
-	evidenceUp  *EvidenceUpload // the copy at evidence.uri (evidence.go)
+	evidenceUp  *receipt.EvidenceUpload // the copy at evidence.uri (evidence.go)
 	// flow is the run's workflow: its steps and what it adds to the
 	// shared ones.
 	flow *Flow
@@ -280,7 +263,7 @@ var ErrJournal = errors.New("the run's journal could not be written")
 func (e *Run) Record(typ, step string, data any) error {
 	defer e.observeRecord(typ, step, data)
 	if e.state == nil {
-		e.state = &State{}
+		e.state = &runstate.State{}
 	}
 	rec, err := e.j.Append(typ, step, e.maskedData(data))
 	if err != nil {
@@ -305,11 +288,11 @@ func (e *Run) Record(typ, step string, data any) error {
 // condition journals step's condition from how it ended: True when err is
 // nil, otherwise False with the error's outcome class as the reason.
 func (e *Run) condition(step string, inst provider.InstanceID, err error) error {
-	c := Condition{Status: ConditionTrue, Reason: "Done", Instance: inst}
+	c := runstate.Condition{Status: runstate.ConditionTrue, Reason: "Done", Instance: inst}
 	if err != nil {
-		c = Condition{Status: ConditionFalse, Reason: string(Outcome(err)), Message: err.Error(), Instance: inst}
+		c = runstate.Condition{Status: runstate.ConditionFalse, Reason: string(Outcome(err)), Message: err.Error(), Instance: inst}
 	}
-	return e.Record(recCondition, step, c)
+	return e.Record(runstate.RecCondition, step, c)
 }
 
 // journalCondition journals step's condition from err and returns err, or
@@ -346,7 +329,7 @@ func (e *Run) JournalErr() error { return e.journalErr }
 func (e *Run) RunDir() string { return e.runDir }
 
 // State is the run's replayed state.
-func (e *Run) State() *State { return e.state }
+func (e *Run) State() *runstate.State { return e.state }
 
 // Begin creates a new run (new run id and label) and opens its journal.
 func (e *Scope) Begin(workflow string) error {
@@ -374,10 +357,10 @@ func (e *Scope) Begin(workflow string) error {
 	if err := e.hookJournal(j, runID); err != nil {
 		return err
 	}
-	e.j, e.state = j, &State{}
+	e.j, e.state = j, &runstate.State{}
 	// The draft spec holds every step input from here on; freeze hashes it.
 	e.manifest = draft(context.Background(), e, runID, l.String())
-	if err := e.Record("event", stepStart, startData{RunID: runID, Label: l.String(), Workflow: workflow}); err != nil {
+	if err := e.Record("event", stepStart, runstate.StartData{RunID: runID, Label: l.String(), Workflow: workflow}); err != nil {
 		return err
 	}
 	// Scripts and the post step find the latest run here.
@@ -396,7 +379,7 @@ func (e *Scope) Open(runDir string) error {
 		j.Close()
 		return err
 	}
-	st, err := Replay(recs)
+	st, err := runstate.Replay(recs)
 	if err != nil {
 		j.Close()
 		return err
@@ -541,7 +524,7 @@ func (e *Run) SpentSoFar() float64 {
 		if !a.ConfirmedAt.IsZero() {
 			end = a.ConfirmedAt
 		}
-		total += a.DPHTotal*end.Sub(a.RentedAt).Hours() - a.stoppedDiscount(end)
+		total += a.DPHTotal*end.Sub(a.RentedAt).Hours() - a.StoppedDiscount(end)
 	}
 	return total
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/storage"
 )
 
@@ -56,17 +57,6 @@ func (e *EvidenceUploadError) Error() string {
 	return fmt.Sprintf("upload evidence to %s: %v", e.URI, e.Err)
 }
 func (e *EvidenceUploadError) Unwrap() []error { return []error{ErrEvidenceUpload, e.Err} }
-
-// EvidenceUpload is the receipt's record of the copy.
-type EvidenceUpload struct {
-	URI            string `json:"uri"`                       // <evidence.uri>/<run id>/
-	Manifest       string `json:"manifest"`                  // key of the manifest under URI
-	ManifestSHA256 string `json:"manifest_sha256,omitempty"` // of the manifest's bytes
-	Files          int    `json:"files"`                     // listed in the manifest
-	Bytes          int64  `json:"bytes"`
-	Uploaded       bool   `json:"uploaded"` // manifest and files are at URI
-	Error          string `json:"error,omitempty"`
-}
 
 // EvidenceFile is one entry of the manifest.
 type EvidenceFile struct {
@@ -133,7 +123,7 @@ func uploadEvidence(ctx context.Context, e *Scope) error {
 	if uri == "" {
 		return nil
 	}
-	up := &EvidenceUpload{URI: uri + "/", Manifest: EvidenceManifestName}
+	up := &receipt.EvidenceUpload{URI: uri + "/", Manifest: EvidenceManifestName}
 	e.evidenceUp = up
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), evidenceUploadLimit)
 	defer cancel()
@@ -148,7 +138,7 @@ func uploadEvidence(ctx context.Context, e *Scope) error {
 	return nil
 }
 
-func putEvidence(ctx context.Context, e *Scope, uri string, up *EvidenceUpload) error {
+func putEvidence(ctx context.Context, e *Scope, uri string, up *receipt.EvidenceUpload) error {
 	st, err := storage.Open(uri, storage.Options{Getenv: e.Getenv})
 	if err != nil {
 		return err
@@ -259,7 +249,7 @@ func uploadReceipt(ctx context.Context, e *Scope) error {
 }
 
 // evidenceFailed records, annotates and returns a failed upload.
-func evidenceFailed(e *Scope, up *EvidenceUpload, err error) error {
+func evidenceFailed(e *Scope, up *receipt.EvidenceUpload, err error) error {
 	ue := &EvidenceUploadError{URI: up.URI, Err: err}
 	msg := e.Redactor.String(ue.Error())
 	if up.Error == "" {

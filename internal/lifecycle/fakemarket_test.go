@@ -17,7 +17,9 @@ import (
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // fakeMarket is an in-memory Market for the step tables: the offers it
@@ -41,7 +43,7 @@ type fakeMarket struct {
 	log       []string
 }
 
-var _ Market = (*fakeMarket)(nil)
+var _ provider.Market = (*fakeMarket)(nil)
 
 type fakeInstance struct {
 	inst      provider.Instance
@@ -311,10 +313,10 @@ func newStepRig(t *testing.T, cfgYAML string, m *fakeMarket) *stepRig {
 // then done), without asking the market.
 func (r *stepRig) rented(id provider.InstanceID, machine int64) {
 	r.t.Helper()
-	if err := r.s.Record("intent", stepRent, rentIntent{Label: r.s.state.Label, Offer: provider.OfferID(id), Attempt: Attempt{MachineID: machine}}); err != nil {
+	if err := r.s.Record("intent", stepRent, runstate.RentIntent{Label: r.s.state.Label, Offer: provider.OfferID(id), Attempt: receipt.Attempt{MachineID: machine}}); err != nil {
 		r.t.Fatal(err)
 	}
-	if err := r.s.Record("done", stepRent, InstanceData{Instance: id, Reason: "created"}); err != nil {
+	if err := r.s.Record("done", stepRent, runstate.InstanceData{Instance: id, Reason: "created"}); err != nil {
 		r.t.Fatal(err)
 	}
 }

@@ -43,7 +43,7 @@ type Flow struct {
 	// evidence is uploaded.
 	Finish func(ctx context.Context, s *Scope)
 	// Section puts the workflow's report into its section of the receipt.
-	Section func(r *Receipt)
+	Section func(r *receipt.Receipt)
 }
 
 // plainFlow is a flow with no section and no steps of its own: the runs
@@ -92,7 +92,7 @@ func (f *Flow) finish(ctx context.Context, s *Scope) {
 	}
 }
 
-func (f *Flow) section(r *Receipt) {
+func (f *Flow) section(r *receipt.Receipt) {
 	if f.Section != nil {
 		f.Section(r)
 	}

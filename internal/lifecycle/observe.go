@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/progress"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // observeRecord tells the Observer (live progress) what the run is doing
@@ -24,7 +25,7 @@ func (e *Run) observeRecord(typ, step string, data any) {
 		ev.Phase, ev.DPH, ev.Instance = progress.PhaseRent, 0, 0
 	case (step == stepRent || step == stepAdopt) && typ == "done":
 		ev.Phase, ev.Deadline = progress.PhaseReady, e.Now().Add(e.readyDeadline())
-		if d, ok := data.(InstanceData); ok {
+		if d, ok := data.(runstate.InstanceData); ok {
 			ev.Instance = int64(d.Instance)
 		}
 	case step == stepReady && typ == "done":
@@ -44,7 +45,7 @@ func (e *Run) observeRecord(typ, step string, data any) {
 		ev.Checkpoints++
 	case step == stepDestroy && typ == "intent":
 		ev.Phase, ev.Deadline = progress.PhaseTeardown, e.Now().Add(e.TeardownLimit())
-		if d, ok := data.(InstanceData); ok {
+		if d, ok := data.(runstate.InstanceData); ok {
 			ev.Instance = int64(d.Instance)
 		}
 	case step == stepOutcome:

@@ -16,7 +16,7 @@ import (
 // thief is another renter who takes the offer vastrun chose just before
 // vastrun's create reaches the marketplace, for the first n creates.
 type thief struct {
-	lifecycle.Market
+	provider.Market
 	mu     sync.Mutex
 	n      int
 	stolen []provider.InstanceID

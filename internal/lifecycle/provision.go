@@ -13,7 +13,10 @@ import (
 	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/retry"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/runstate"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // reconcileGrace is how long an ambiguous create is given to show up in
@@ -43,8 +46,8 @@ func rent(ctx context.Context, e *Scope, o provider.Offer) (provider.InstanceID,
 	m := e.Frozen()
 	p := m.Policy
 	total := p.Price(o) // the bid + storage for an interruptible rental (bid.go)
-	a := Attempt{MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, DPHTotal: total, DPHBase: o.DPHBase, StorageDPH: policy.StorageDPH(o, p.DiskGB), Bid: newAttemptBid(p, o)}
-	if err := e.Record("intent", stepRent, rentIntent{Label: e.state.Label, Offer: o.ID, Attempt: a}); err != nil {
+	a := receipt.Attempt{MachineID: o.MachineID, GPUName: o.GPUName, NumGPUs: o.NumGPUs, DPHTotal: total, DPHBase: o.DPHBase, StorageDPH: policy.StorageDPH(o, p.DiskGB), Bid: newAttemptBid(p, o)}
+	if err := e.Record("intent", stepRent, runstate.RentIntent{Label: e.state.Label, Offer: o.ID, Attempt: a}); err != nil {
 		return 0, err
 	}
 	// The label is known before the rental exists: put it in the CI's
@@ -73,7 +76,7 @@ func rent(ctx context.Context, e *Scope, o provider.Offer) (provider.InstanceID,
 		}
 		return reconcile(ctx, e, oe.InstanceID)
 	default:
-		if jerr := e.Record("failed", stepRent, InstanceData{Reason: err.Error()}); jerr != nil {
+		if jerr := e.Record("failed", stepRent, runstate.InstanceData{Reason: err.Error()}); jerr != nil {
 			return 0, errors.Join(err, jerr)
 		}
 		return 0, err
@@ -120,7 +123,7 @@ func rented(e *Scope, id provider.InstanceID, how string) error {
 	if how == "adopted" {
 		step = stepAdopt
 	}
-	if err := e.Record("done", step, InstanceData{Instance: id, Reason: how}); err != nil {
+	if err := e.Record("done", step, runstate.InstanceData{Instance: id, Reason: how}); err != nil {
 		return err
 	}
 	if err := e.CI.Persist(ciKeys(e.state.RunID, map[string]string{"instance_id": id.String()})); err != nil {
@@ -169,7 +172,7 @@ func reconcile(ctx context.Context, e *Scope, hint provider.InstanceID) (provide
 			for _, id := range ids {
 				if id != keep {
 					e.Infof("instance %d is a duplicate for label %s: destroying it", id, e.state.Label)
-					if adoptErr = e.Record("event", stepAdopt, InstanceData{Instance: id, Reason: "duplicate"}); adoptErr != nil {
+					if adoptErr = e.Record("event", stepAdopt, runstate.InstanceData{Instance: id, Reason: "duplicate"}); adoptErr != nil {
 						return true, nil
 					}
 				}
@@ -183,7 +186,7 @@ func reconcile(ctx context.Context, e *Scope, hint provider.InstanceID) (provide
 	case ctx.Err() != nil:
 		return 0, ctx.Err()
 	case errors.As(err, &de) && de.Last == nil:
-		if rerr := e.Record("failed", stepRent, InstanceData{Reason: "ambiguous create: nothing carries the label after the grace period"}); rerr != nil {
+		if rerr := e.Record("failed", stepRent, runstate.InstanceData{Reason: "ambiguous create: nothing carries the label after the grace period"}); rerr != nil {
 			return 0, rerr
 		}
 		return 0, errNotRented
@@ -223,7 +226,7 @@ func dedupe(ctx context.Context, e *Scope, keep provider.InstanceID) error {
 		if in.ID != keep && e.state.AttemptFor(in.ID) == nil {
 			// Destroying is the safe side: it goes ahead even when the
 			// journal cannot say so, and the step fails after it.
-			jerr = errors.Join(jerr, e.Record("event", stepAdopt, InstanceData{Instance: in.ID, Reason: "duplicate"}))
+			jerr = errors.Join(jerr, e.Record("event", stepAdopt, runstate.InstanceData{Instance: in.ID, Reason: "duplicate"}))
 			e.Infof("instance %d also carries label %s: destroying the duplicate", in.ID, e.state.Label)
 			destroyConfirm(ctx, e, in.ID, time.Time{})
 		}
@@ -317,21 +320,14 @@ func waitReady(ctx context.Context, e *Scope, id provider.InstanceID, deadline t
 		})
 	switch {
 	case err == nil:
-		return inst, e.Record("done", stepReady, InstanceData{Instance: id})
+		return inst, e.Record("done", stepReady, runstate.InstanceData{Instance: id})
 	case stepErr != nil:
 		return inst, stepErr
 	case errors.Is(err, poll.ErrDeadline):
 		return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed,
-			Err: fmt.Errorf("not running within the ready deadline (last: %s)", orDash(last))}
+			Err: fmt.Errorf("not running within the ready deadline (last: %s)", text.OrDash(last))}
 	}
 	return inst, err
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // provision selects, approves, rents, waits and connects, replacing a
@@ -393,7 +389,7 @@ func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, 
 			return nil, inst, err
 		}
 		// Terminal or too slow: destroy it (confirmed) and try once elsewhere.
-		if jerr := e.Record("event", stepFailover, InstanceData{Instance: id, Reason: se.Err.Error()}); jerr != nil {
+		if jerr := e.Record("event", stepFailover, runstate.InstanceData{Instance: id, Reason: se.Err.Error()}); jerr != nil {
 			return nil, inst, errors.Join(err, jerr) // teardown destroys it
 		}
 		e.Infof("instance %d failed: %v; destroying it", id, se.Err)
@@ -492,7 +488,7 @@ func attach(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, pro
 			// Unreachable (or stopped while we dialled): the same as a
 			// rental that never answered, so it is replaced, not the run
 			// failed.
-			if err := e.Record("event", stepFailover, InstanceData{Instance: a.InstanceID, Reason: "unreachable when the controller resumed: " + cerr.Error()}); err != nil {
+			if err := e.Record("event", stepFailover, runstate.InstanceData{Instance: a.InstanceID, Reason: "unreachable when the controller resumed: " + cerr.Error()}); err != nil {
 				return nil, inst, err
 			}
 			e.Infof("instance %d cannot be reached (%v): destroying it and renting a replacement", a.InstanceID, cerr)
@@ -502,7 +498,7 @@ func attach(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, pro
 			exclude = append(exclude, a.MachineID)
 		case err == nil || errors.Is(err, provider.ErrNotFound):
 			// Gone or not running: destroy whatever is left, then replace.
-			if err := e.Record("event", stepFailover, InstanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"}); err != nil {
+			if err := e.Record("event", stepFailover, runstate.InstanceData{Instance: a.InstanceID, Reason: "not running when the controller resumed"}); err != nil {
 				return nil, inst, err
 			}
 			if err := destroyConfirm(context.WithoutCancel(ctx), e, a.InstanceID, time.Time{}); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // Step is one phase of a run. Execute runs a flow's steps in order and
@@ -143,7 +145,7 @@ func uploadStep(_ context.Context, e *Scope) error {
 // receipt follow on every path, a panic on this goroutine included,
 // unless f keeps a successful rental. It returns a receipt once the run
 // has begun.
-func Execute(ctx context.Context, s *Scope, f Flow) (rec *Receipt, err error) {
+func Execute(ctx context.Context, s *Scope, f Flow) (rec *receipt.Receipt, err error) {
 	if !s.opened {
 		// A new run of its own, whatever s ran before.
 		s.Run = &Run{Deps: s.Deps, flow: &f}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // These tables exercise each shared step alone, on a fake market and a
@@ -42,13 +44,13 @@ func TestStepGate(t *testing.T) {
 			}
 			c := r.s.State().Condition(stepGate)
 			if tc.wantErr != nil {
-				if Outcome(err) != OutcomeGated || c.Status != ConditionFalse || c.Reason != string(OutcomeGated) {
+				if Outcome(err) != OutcomeGated || c.Status != runstate.ConditionFalse || c.Reason != string(OutcomeGated) {
 					t.Fatalf("outcome %s, condition %+v", Outcome(err), c)
 				}
 				if Gate.Done(r.s) {
 					t.Fatal("a failed gate is Done: a resumed run would rent without it")
 				}
-			} else if c.Status != ConditionTrue || !Gate.Done(r.s) {
+			} else if c.Status != runstate.ConditionTrue || !Gate.Done(r.s) {
 				t.Fatalf("condition after a pass: %+v", c)
 			}
 			j := r.journal()
@@ -111,7 +113,7 @@ func TestStepPaths(t *testing.T) {
 			}
 			c := r.s.State().Condition(stepPaths)
 			if tc.wantErr != nil {
-				if Outcome(err) != OutcomeSkipped || c.Status != ConditionFalse || c.Reason != string(OutcomeSkipped) {
+				if Outcome(err) != OutcomeSkipped || c.Status != runstate.ConditionFalse || c.Reason != string(OutcomeSkipped) {
 					t.Fatalf("outcome %s, condition %+v", Outcome(err), c)
 				}
 			} else if !c.IsTrue() || !Paths.Done(r.s) {
@@ -248,7 +250,7 @@ func TestStepProvision(t *testing.T) {
 		{
 			name: "no offer meets the policy: nothing rented", offers: []provider.Offer{offer(1, 10, 5)}, // over max_dph
 			check: func(t *testing.T, r *stepRig, err error) {
-				if !errors.Is(err, ErrNoOffer) || Outcome(err) != OutcomeNoOffer || r.s.State().Condition(stepSelect).Status != ConditionFalse {
+				if !errors.Is(err, ErrNoOffer) || Outcome(err) != OutcomeNoOffer || r.s.State().Condition(stepSelect).Status != runstate.ConditionFalse {
 					t.Fatalf("%v (%s) %+v", err, Outcome(err), r.s.State().Condition(stepSelect))
 				}
 				if len(r.approvals) != 0 || slices.ContainsFunc(r.m.calls(), isCreate) {
@@ -413,7 +415,7 @@ func TestStepProvision(t *testing.T) {
 				// A controller killed between its failover and the confirm.
 				r.m.add(50, 10, r.s.State().Label, 0)
 				r.rented(50, 10)
-				if err := r.s.Record("event", stepFailover, InstanceData{Instance: 50, Reason: "actual_status exited"}); err != nil {
+				if err := r.s.Record("event", stepFailover, runstate.InstanceData{Instance: 50, Reason: "actual_status exited"}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -463,7 +465,7 @@ func assertStoppedAtAttach(t *testing.T, r *stepRig, err error, id provider.Inst
 	if !errors.As(err, &se) || se.Step != "attach SSH key" || se.Instance != id || !errors.Is(err, provider.ErrAuth) {
 		t.Fatalf("provision ended with %v, want the attach failure on %d", err, id)
 	}
-	if c := r.s.State().Condition(stepConnect); c.Status != ConditionFalse || c.Instance != id {
+	if c := r.s.State().Condition(stepConnect); c.Status != runstate.ConditionFalse || c.Instance != id {
 		t.Fatalf("connect condition %+v", c)
 	}
 }
@@ -549,7 +551,7 @@ func TestStepTeardown(t *testing.T) {
 				m.add(id, int64(id), label, 1)
 			}
 			if tc.ambiguous {
-				if err := r.s.Record("intent", stepRent, rentIntent{Label: label, Offer: 1, Attempt: Attempt{MachineID: 10}}); err != nil {
+				if err := r.s.Record("intent", stepRent, runstate.RentIntent{Label: label, Offer: 1, Attempt: receipt.Attempt{MachineID: 10}}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // Destroyer is what confirmed destruction needs.
@@ -142,8 +143,8 @@ func confirmer(e *Scope) Confirmer {
 		Market: e.Market, Clock: e.Clock,
 		// Destroying is the safe side effect: it goes ahead even when its
 		// intent cannot be journaled (the run then fails on ErrJournal).
-		OnIntent: func(id provider.InstanceID) { e.Record("intent", stepDestroy, InstanceData{Instance: id}) },
-		OnDone:   func(id provider.InstanceID) { e.Record("done", stepDestroy, InstanceData{Instance: id}) },
+		OnIntent: func(id provider.InstanceID) { e.Record("intent", stepDestroy, runstate.InstanceData{Instance: id}) },
+		OnDone:   func(id provider.InstanceID) { e.Record("done", stepDestroy, runstate.InstanceData{Instance: id}) },
 	}
 }
 
@@ -159,7 +160,7 @@ func destroyConfirm(ctx context.Context, e *Scope, id provider.InstanceID, deadl
 	}
 	// A confirmation the journal cannot hold is still a confirmation: it is
 	// kept in memory for the receipt, and the run fails on the journal error.
-	e.Record("done", stepConfirm, InstanceData{Instance: id, Via: via})
+	e.Record("done", stepConfirm, runstate.InstanceData{Instance: id, Via: via})
 	e.Infof("instance %d destroyed (confirmed by %v)", id, via)
 	return nil
 }
@@ -193,7 +194,7 @@ func (e *Scope) Teardown(ctx context.Context) error {
 	}
 	for _, id := range found {
 		if e.state.AttemptFor(id) == nil && !containsID(e.state.Extras, id) {
-			e.Record("event", stepAdopt, InstanceData{Instance: id, Reason: "found by label at teardown"})
+			e.Record("event", stepAdopt, runstate.InstanceData{Instance: id, Reason: "found by label at teardown"})
 		}
 	}
 	var errs []error
@@ -209,7 +210,7 @@ func (e *Scope) Teardown(ctx context.Context) error {
 		c := confirmer(e)
 		ids, err := c.SweepLabel(tctx, e.state.Label, deadline, SweepSettle)
 		for _, id := range ids {
-			e.Record("done", stepConfirm, InstanceData{Instance: id, Via: []string{"show", "label_listing"}})
+			e.Record("done", stepConfirm, runstate.InstanceData{Instance: id, Via: []string{"show", "label_listing"}})
 		}
 		if err != nil {
 			errs = append(errs, err)

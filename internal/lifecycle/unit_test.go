@@ -6,6 +6,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 func TestMatchGlob(t *testing.T) {
@@ -96,9 +97,9 @@ func contains(s, sub string) bool {
 func TestReceiptOnScaledClockIsWallClock(t *testing.T) {
 	sc := clock.NewScaled(time.Now(), 30)
 	start := sc.Now()
-	r := &Receipt{Timings: map[string]float64{"elapsed": 60, "test": 30}, StartedAt: start, FinishedAt: start.Add(60 * time.Second),
-		Attempts: []*Attempt{{RunningAt: start.Add(30 * time.Second)}}}
-	r.toWallClock(sc)
+	r := &receipt.Receipt{Timings: map[string]float64{"elapsed": 60, "test": 30}, StartedAt: start, FinishedAt: start.Add(60 * time.Second),
+		Attempts: []*receipt.Attempt{{RunningAt: start.Add(30 * time.Second)}}}
+	toWallClock(r, sc)
 	if r.Timings["elapsed"] != 2 || r.Timings["test"] != 1 {
 		t.Errorf("wall-clock timings %v, want elapsed 2 and test 1 (60 and 30 simulated s at 30x)", r.Timings)
 	}

@@ -10,35 +10,19 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
 	"time"
 
 	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
-// GPUInfo is one GPU as nvidia-smi reports it (receipt.GPUInfo).
-type GPUInfo = receipt.GPUInfo
-
 // Check is one verification and its verdict.
-type Check struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail"`
-}
-
-type verifyReport struct {
-	ImageUUID  string    `json:"image_uuid"`
-	GPUs       []GPUInfo `json:"gpus"`
-	CUDA       float64   `json:"cuda_version"`
-	FreeDiskGB float64   `json:"free_disk_gb"`
-	Checks     []Check   `json:"checks"`
-}
-
-func (r *verifyReport) add(name string, ok bool, format string, args ...any) {
-	r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+// addCheck adds one check to the verify report.
+func addCheck(r *receipt.VerifyReport, name string, ok bool, format string, args ...any) {
+	r.Checks = append(r.Checks, receipt.Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 }
 
 var cudaRE = regexp.MustCompile(`CUDA Version:\s*([0-9]+(?:\.[0-9]+)?)`)
@@ -111,7 +95,7 @@ func probe(ctx context.Context, e *Scope, c *remote.Client, inst provider.Instan
 			case errors.Is(aerr, provider.ErrNotFound):
 				stopped = "the instance is gone"
 			case aerr == nil && !cur.Running():
-				stopped = "the instance is no longer running (" + orDash(InterruptionReason(cur)) + ")"
+				stopped = "the instance is no longer running (" + text.OrDash(InterruptionReason(cur)) + ")"
 			}
 			return false, err
 		})
@@ -133,13 +117,13 @@ func verifyOnce(ctx context.Context, e *Scope, c *remote.Client, inst provider.I
 	if err != nil {
 		return err
 	}
-	r := &verifyReport{ImageUUID: inst.ImageUUID}
+	r := &receipt.VerifyReport{ImageUUID: inst.ImageUUID}
 	e.verifyRep = r
 	defer writeVerify(e)
 	m := e.Frozen()
 	p := m.Policy
 
-	r.add("image", inst.ImageUUID == m.Image, "instance runs %q; manifest pins %q", inst.ImageUUID, m.Image)
+	addCheck(r, "image", inst.ImageUUID == m.Image, "instance runs %q; manifest pins %q", inst.ImageUUID, m.Image)
 	sections := splitSections(out)
 	for _, line := range strings.Split(strings.TrimSpace(sections["csv"]), "\n") {
 		parts := strings.Split(line, ",")
@@ -147,24 +131,24 @@ func verifyOnce(ctx context.Context, e *Scope, c *remote.Client, inst provider.I
 			continue
 		}
 		mem, _ := strconv.Atoi(strings.TrimSpace(parts[1]))
-		r.GPUs = append(r.GPUs, GPUInfo{Name: strings.TrimSpace(parts[0]), MemoryMiB: mem, Driver: strings.TrimSpace(parts[2])})
+		r.GPUs = append(r.GPUs, receipt.GPUInfo{Name: strings.TrimSpace(parts[0]), MemoryMiB: mem, Driver: strings.TrimSpace(parts[2])})
 	}
 	if len(r.GPUs) == 0 {
-		r.add("gpu visible", false, "nvidia-smi listed no GPU")
+		addCheck(r, "gpu visible", false, "nvidia-smi listed no GPU")
 	} else {
-		r.add("gpu count", len(r.GPUs) == p.Count, "nvidia-smi lists %d GPUs; policy wants %d", len(r.GPUs), p.Count)
+		addCheck(r, "gpu count", len(r.GPUs) == p.Count, "nvidia-smi lists %d GPUs; policy wants %d", len(r.GPUs), p.Count)
 		for i, g := range r.GPUs {
-			r.add(fmt.Sprintf("gpu %d model", i), smiHasModel(g.Name, inst.GPUName), "nvidia-smi %q vs rented %q", g.Name, inst.GPUName)
+			addCheck(r, fmt.Sprintf("gpu %d model", i), smiHasModel(g.Name, inst.GPUName), "nvidia-smi %q vs rented %q", g.Name, inst.GPUName)
 			if p.MinVRAMGB > 0 {
-				r.add(fmt.Sprintf("gpu %d vram", i), float64(g.MemoryMiB) >= p.MinVRAMGB*1000, "%d MiB; policy wants %g GB", g.MemoryMiB, p.MinVRAMGB)
+				addCheck(r, fmt.Sprintf("gpu %d vram", i), float64(g.MemoryMiB) >= p.MinVRAMGB*1000, "%d MiB; policy wants %g GB", g.MemoryMiB, p.MinVRAMGB)
 			}
 		}
 	}
 	if m := cudaRE.FindStringSubmatch(sections["smi"]); m != nil {
 		r.CUDA, _ = strconv.ParseFloat(m[1], 64)
-		r.add("cuda", r.CUDA+1e-9 >= p.MinCUDA, "driver supports CUDA %.1f; policy wants >= %.1f", r.CUDA, p.MinCUDA)
+		addCheck(r, "cuda", r.CUDA+1e-9 >= p.MinCUDA, "driver supports CUDA %.1f; policy wants >= %.1f", r.CUDA, p.MinCUDA)
 	} else {
-		r.add("cuda", false, "nvidia-smi printed no CUDA version")
+		addCheck(r, "cuda", false, "nvidia-smi printed no CUDA version")
 	}
 	if f := strings.Fields(sections["df"]); len(f) >= 4 {
 		kb, _ := strconv.ParseFloat(f[3], 64)
@@ -174,7 +158,7 @@ func verifyOnce(ctx context.Context, e *Scope, c *remote.Client, inst provider.I
 	if minFree <= 0 {
 		minFree = 1
 	}
-	r.add("disk headroom", r.FreeDiskGB >= minFree, "%.1f GB free; need %g GB", r.FreeDiskGB, minFree)
+	addCheck(r, "disk headroom", r.FreeDiskGB >= minFree, "%.1f GB free; need %g GB", r.FreeDiskGB, minFree)
 
 	var failed []string
 	for _, ch := range r.Checks {

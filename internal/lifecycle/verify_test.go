@@ -9,6 +9,7 @@ import (
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider/sim"
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
@@ -18,7 +19,7 @@ import (
 func atConnect(h *harness, faults ...sim.Fault) *bool {
 	fired := new(bool)
 	h.engine.JournalFault = func(r journal.Record) error {
-		var c lifecycle.Condition
+		var c runstate.Condition
 		if *fired || r.Type != "condition" || r.Step != "connect" || r.Decode(&c) != nil || !c.IsTrue() {
 			return nil
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 )
 
@@ -17,15 +18,6 @@ import (
 const ResultPath = ".vastrun/result.json"
 
 // TestOutcome is how a command on the instance ended.
-type TestOutcome struct {
-	ExitCode  int            `json:"exit_code"`
-	Signal    string         `json:"signal,omitempty"`
-	Result    map[string]any `json:"result,omitempty"`
-	ResultErr string         `json:"result_error,omitempty"`
-	Log       string         `json:"log"`
-	TimedOut  bool           `json:"timed_out,omitempty"`
-}
-
 // testEnv is the environment the test gets: config env, declared secrets
 // (read from vastrun's own environment), and run facts.
 func testEnv(e *Scope) (map[string]string, error) {
@@ -136,7 +128,7 @@ func treeSize(path string) int64 {
 
 // work runs the test under the job timeout, streaming redacted output to
 // the terminal and to test.log, then fetches its JSON result, if any.
-func work(ctx context.Context, e *Scope, c *remote.Client, script string, env map[string]string) (*TestOutcome, error) {
+func work(ctx context.Context, e *Scope, c *remote.Client, script string, env map[string]string) (*receipt.TestOutcome, error) {
 	logPath := filepath.Join(e.EvidenceDir, "test.log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -153,12 +145,12 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 	jctx, cancel := context.WithTimeout(ctx, e.jobTimeout())
 	defer cancel()
 	if err := e.Record("intent", stepWork, map[string]any{"command": script}); err != nil {
-		return &TestOutcome{Log: "test.log"}, &StepError{Step: stepWork, Err: err} // not run: no intent, no side effect
+		return &receipt.TestOutcome{Log: "test.log"}, &StepError{Step: stepWork, Err: err} // not run: no intent, no side effect
 	}
 	full := `VASTRUN_RESULT="$PWD/` + ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; rm -f "$VASTRUN_RESULT"; ` + script
 	err = c.Run(jctx, remote.Command{Script: full, Env: env, Stdout: out, Stderr: out})
 	out.Flush()
-	res := &TestOutcome{Log: "test.log"}
+	res := &receipt.TestOutcome{Log: "test.log"}
 	var ee *remote.ExitError
 	switch {
 	case err == nil:
@@ -180,7 +172,7 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 	return res, nil
 }
 
-func fetchResult(e *Scope, c *remote.Client, res *TestOutcome) {
+func fetchResult(e *Scope, c *remote.Client, res *receipt.TestOutcome) {
 	tmp := filepath.Join(e.runDir, "result.json.download")
 	defer os.Remove(tmp)
 	err := c.Download(ResultPath, tmp, 1<<20)

@@ -117,7 +117,7 @@ func Outcome(err error) receipt.Outcome {
 // settle is the shared end of every workflow: report a panic as an error,
 // close SSH, classify the outcome, tear down (unless keeping a successful
 // rental), and write the receipt.
-func settle(ctx context.Context, e *Scope, recovered any, keep bool, err error) (*Receipt, error) {
+func settle(ctx context.Context, e *Scope, recovered any, keep bool, err error) (*receipt.Receipt, error) {
 	if recovered != nil {
 		e.Log.Error("panic", "value", recovered, "stack", string(debug.Stack()))
 		err = fmt.Errorf("internal error (panic): %v", recovered)
@@ -151,7 +151,7 @@ func settle(ctx context.Context, e *Scope, recovered any, keep bool, err error) 
 }
 
 // Exec runs script on the run's current instance (opened with Open).
-func (e *Scope) Exec(ctx context.Context, script string) (*TestOutcome, error) {
+func (e *Scope) Exec(ctx context.Context, script string) (*receipt.TestOutcome, error) {
 	a := e.state.Current()
 	if a == nil || a.InstanceID == 0 || a.Confirmed {
 		return nil, fmt.Errorf("run %s has no live instance", e.state.RunID)
@@ -163,7 +163,7 @@ func (e *Scope) Exec(ctx context.Context, script string) (*TestOutcome, error) {
 // attaching it through the API first. For a split CI job on an instance it
 // did not rent, call Begin first: the instance is not adopted, since
 // destroying it is `down`'s job.
-func (e *Scope) ExecInstance(ctx context.Context, id provider.InstanceID, script string) (*TestOutcome, error) {
+func (e *Scope) ExecInstance(ctx context.Context, id provider.InstanceID, script string) (*receipt.TestOutcome, error) {
 	inst, err := e.Market.ShowInstance(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("exec on instance %d: %w", id, err)
@@ -184,7 +184,7 @@ func (e *Scope) ExecInstance(ctx context.Context, id provider.InstanceID, script
 }
 
 // Down tears the run down and records the outcome.
-func (e *Scope) Down(ctx context.Context) (*Receipt, error) {
+func (e *Scope) Down(ctx context.Context) (*receipt.Receipt, error) {
 	err := e.Teardown(ctx)
 	evErr := uploadEvidence(ctx, e)
 	r := finish(ctx, e, OutcomeDown, err)

@@ -25,6 +25,7 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/redact"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // Problem is one thing wrong, with the field, its value and the fix.
@@ -240,7 +241,7 @@ func containsFold(list []string, s string) bool {
 func closest(s string, names []string) string {
 	best, bestD := "", 1<<30
 	for _, n := range names {
-		if d := distance(strings.ToLower(s), strings.ToLower(n)); d < bestD {
+		if d := text.Distance(strings.ToLower(s), strings.ToLower(n)); d < bestD {
 			best, bestD = n, d
 		}
 	}
@@ -248,24 +249,4 @@ func closest(s string, names []string) string {
 		return best
 	}
 	return ""
-}
-
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }

@@ -67,3 +67,26 @@ type Marketplace interface {
 	InstanceManager
 	Account
 }
+
+// Market is what a run needs from the marketplace: find offers, rent,
+// watch, destroy, attach the run's SSH key, and read what was charged.
+// The lifecycle holds one; the retry decorator (retry.Market) and the
+// team fence wrap one and are one. A decorator must write every method
+// (none passes through undecorated) and offer BidChanger exactly when
+// what it wraps does.
+type Market interface {
+	OfferSearcher
+	InstanceCreator
+	InstanceReader
+	InstanceDestroyer
+	AttachSSHKey(ctx context.Context, id InstanceID, publicKey string) error
+	Charges(ctx context.Context, q ChargeQuery) ([]Charge, error)
+}
+
+// BidChanger is a Market's optional change-bid route (the real client and
+// the retry decorator have it). A workflow finds it by type assertion, so
+// a decorator of Market must offer it exactly when what it wraps does, or
+// re-bidding is silently off behind it.
+type BidChanger interface {
+	ChangeBid(ctx context.Context, id InstanceID, price float64) error
+}

@@ -134,17 +134,7 @@ func Publish(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: compute the manifest digest: %w", ErrSource, o.Source, err)
 	}
-	kc := o.Keychain
-	if kc == nil {
-		kc = authn.DefaultKeychain
-	}
-	if o.Login != nil {
-		kc = authn.NewMultiKeychain(o.Login, kc)
-	}
-	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
-	if o.Transport != nil {
-		ropts = append(ropts, remote.WithTransport(o.Transport))
-	}
+	ropts := image.Options{Keychain: o.Keychain, Login: o.Login, Transport: o.Transport}.RemoteOptions(ctx)
 	switch a := art.(type) {
 	case v1.ImageIndex:
 		err = remote.WriteIndex(tag, a, ropts...)

@@ -1,20 +1,21 @@
-// Package receipt holds what a finished run reports about itself. Its
-// Outcome type answers, in one place, whether a run succeeded and which
-// class of exit it maps to; the engine, the Markdown summary, the HTML
-// report and the CLI's exit codes all ask it rather than keeping lists.
+// Package receipt is the schema of receipt.json (docs/receipt.md), a
+// public contract, and how a receipt renders for people: Receipt and the
+// types it is made of, the Markdown summary (Summary), the story
+// (Story), the offer verdicts of selection.json (DecisionRows). The
+// lifecycle builds a receipt at a run's end; `vastrun report`, `runs` and
+// the CLI read it back from disk, so they depend on this package and not
+// on the lifecycle.
 //
-// It is also the schema of the workflows' own sections of receipt.json
-// (docs/receipt.md): Sections (train, canary), the types they are made of,
-// and how each renders for people (Part: its rows of summary.md and its
-// part of the story). The lifecycle core embeds Sections in its Receipt
-// and renders them through Part without naming any; each workflow fills
-// its own. A section's JSON is a contract, so its types live with the
-// document rather than in the workflow that fills them, and a receipt read
-// back from disk renders with no workflow at hand.
+// Its Outcome type answers, in one place, whether a run succeeded and
+// which class of exit it maps to; the engine, the Markdown summary, the
+// HTML report and the CLI's exit codes all ask it rather than keeping
+// lists. The workflows' own sections (Sections: train, canary) live here
+// too, with how each renders (Part: its rows of summary.md and its part
+// of the story); Receipt embeds them and renders them without naming
+// any, and each workflow fills its own.
 //
 // receipt imports nothing of vastrun's run engine (only the leaf packages
-// whose types its sections carry): the report and ci packages can depend
-// on it without depending on the lifecycle.
+// whose types it carries: provider, policy, checkpoint, smoke; and text).
 package receipt
 
 // Outcome is how a run ended, as the journal and receipt.json name it.

@@ -6,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/vastrun/vastrun/internal/text"
 )
 
-// Sections are the workflows' own sections of the receipt. The lifecycle
-// core's Receipt embeds them, so their keys keep their place in
-// receipt.json, and renders them through Parts without naming any: a
+// Sections are the workflows' own sections of the receipt. Receipt
+// embeds them, so their keys keep their place in receipt.json, and
+// renders them through Parts without naming any: a
 // receipt read back from disk (`vastrun report`) renders the same way,
 // with no workflow at hand to ask.
 type Sections struct {
@@ -80,9 +82,5 @@ func LogTail(dir, name string, n int) string {
 	if err != nil {
 		return ""
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return text.LastLines(string(b), n)
 }

@@ -2,8 +2,6 @@ package receipt
 
 import (
 	"fmt"
-	"sort"
-	"strings"
 )
 
 // SummaryRows: training adds no rows to the main table; its story says
@@ -35,16 +33,7 @@ func (t *TrainReport) Story(evidenceDir string) []Section {
 		s.Rows = append(s.Rows, [2]string{"last committed", "no checkpoint"})
 	}
 	if len(t.Result) > 0 {
-		var keys []string
-		for k := range t.Result {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var parts []string
-		for _, k := range keys {
-			parts = append(parts, fmt.Sprintf("%s %v", k, t.Result[k]))
-		}
-		s.Rows = append(s.Rows, [2]string{"final metrics", strings.Join(parts, ", ")})
+		s.Rows = append(s.Rows, [2]string{"final metrics", sortedPairs(t.Result, "%s %v")})
 	}
 	if t.ExitCode != nil && *t.ExitCode != 0 {
 		if tail := LogTail(evidenceDir, "train.log", 20); tail != "" {

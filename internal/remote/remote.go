@@ -34,6 +34,7 @@ import (
 	"github.com/pkg/sftp"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/text"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 )
@@ -653,21 +654,13 @@ func (c *Client) Output(ctx context.Context, script string) (string, error) {
 		var ee *ExitError
 		if errors.As(err, &ee) {
 			if errb.Len() > 0 {
-				return false, fmt.Errorf("%w: %s", err, strings.TrimSpace(lastLines(errb.String(), 3)))
+				return false, fmt.Errorf("%w: %s", err, strings.TrimSpace(text.LastLines(errb.String(), 3)))
 			}
 			return false, err
 		}
 		return transport(cn, err), err
 	})
 	return out, err
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func orDiscard(w io.Writer) io.Writer {

@@ -113,3 +113,26 @@ func first(vals ...string) string {
 	}
 	return ""
 }
+
+// ErrBadKey means an object key is not a relative slash path of plain
+// segments.
+var ErrBadKey = errors.New("bad object key")
+
+// CleanKey checks an object key the one way every store of vastrun takes
+// them (checkpoint storage and team state, on S3 and in their directory
+// stand-ins): a relative slash path with no empty, "." or ".." segment,
+// so no key escapes a store's root or prefix. A leading or trailing "/"
+// is refused rather than trimmed: "/a" and "a" would otherwise name one
+// object, and an absolute-looking key is a caller's bug to show, not to
+// paper over.
+func CleanKey(key string) (string, error) {
+	if key == "" || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") {
+		return "", fmt.Errorf("%w %q: want a relative path like runs/<id>/lease.json", ErrBadKey, key)
+	}
+	for _, p := range strings.Split(key, "/") {
+		if p == "" || p == "." || p == ".." {
+			return "", fmt.Errorf("%w %q: empty, . and .. segments are not allowed", ErrBadKey, key)
+		}
+	}
+	return key, nil
+}

@@ -37,3 +37,14 @@ func TestNew(t *testing.T) {
 		}
 	}
 }
+
+func TestCleanKey(t *testing.T) {
+	if k, err := s3client.CleanKey("runs/a/lease.json"); err != nil || k != "runs/a/lease.json" {
+		t.Fatalf("CleanKey(relative) = %q, %v", k, err)
+	}
+	for _, key := range []string{"", "/a", "a/", "a//b", "a/./b", "../a"} {
+		if _, err := s3client.CleanKey(key); !errors.Is(err, s3client.ErrBadKey) {
+			t.Errorf("CleanKey(%q) = %v, want ErrBadKey", key, err)
+		}
+	}
+}

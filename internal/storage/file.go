@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/vastrun/vastrun/internal/s3client"
 )
 
 // FileStore keeps objects as files under a root directory. Writes go to a
@@ -36,7 +38,7 @@ func NewFileStore(dir string) (*FileStore, error) {
 func (s *FileStore) URI() string { return "file://" + s.root }
 
 func (s *FileStore) path(key string) (string, error) {
-	k, err := CleanKey(key)
+	k, err := s3client.CleanKey(key)
 	if err != nil {
 		return "", err
 	}

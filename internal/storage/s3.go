@@ -116,7 +116,7 @@ func (s *S3Store) slot(ctx context.Context) (func(), error) {
 func (s *S3Store) URI() string { return fmt.Sprintf("s3://%s/%s", s.bucket, s.prefix) }
 
 func (s *S3Store) object(key string) (string, error) {
-	k, err := CleanKey(key)
+	k, err := s3client.CleanKey(key)
 	if err != nil {
 		return "", err
 	}

@@ -117,17 +117,3 @@ func Open(uri string, o Options) (Store, error) {
 	}
 	return nil, fmt.Errorf("storage URI %q: scheme must be file:// or s3://", uri)
 }
-
-// CleanKey rejects keys that could escape the store's root.
-func CleanKey(key string) (string, error) {
-	k := strings.TrimPrefix(key, "/")
-	if k == "" {
-		return "", errors.New("empty key")
-	}
-	for _, part := range strings.Split(k, "/") {
-		if part == "" || part == "." || part == ".." {
-			return "", fmt.Errorf("bad key %q", key)
-		}
-	}
-	return k, nil
-}

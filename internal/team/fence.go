@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/teamstate"
 )
@@ -13,16 +12,16 @@ import (
 // call (rent, destroy, attach a key), so that a controller that lost its
 // lease, or fenced itself, changes nothing on the marketplace. Reads pass.
 type FencedMarket struct {
-	lifecycle.Market
+	provider.Market
 	Lease func() *teamstate.Lease
 }
 
 // Fence wraps m; calls made before the lease exists are refused too. The
 // result offers ChangeBid (fenced like every mutating call) exactly when m
 // does, so re-bidding works under team state as it does without it.
-func (c *Controller) Fence(m lifecycle.Market) lifecycle.Market {
+func (c *Controller) Fence(m provider.Market) provider.Market {
 	f := &FencedMarket{Market: m, Lease: c.Lease}
-	if bc, ok := m.(lifecycle.BidChanger); ok {
+	if bc, ok := m.(provider.BidChanger); ok {
 		return &fencedBidMarket{FencedMarket: f, bids: bc}
 	}
 	return f
@@ -31,7 +30,7 @@ func (c *Controller) Fence(m lifecycle.Market) lifecycle.Market {
 // fencedBidMarket is a FencedMarket over a market with a change-bid route.
 type fencedBidMarket struct {
 	*FencedMarket
-	bids lifecycle.BidChanger
+	bids provider.BidChanger
 }
 
 func (f *fencedBidMarket) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {

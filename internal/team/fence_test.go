@@ -4,15 +4,14 @@ import (
 	"context"
 	"testing"
 
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/team"
 )
 
-// market is a lifecycle.Market whose calls are only counted; bidMarket adds the
+// market is a provider.Market whose calls are only counted; bidMarket adds the
 // change-bid route.
 type market struct {
-	lifecycle.Market
+	provider.Market
 	bids int
 }
 
@@ -28,11 +27,11 @@ func (m bidMarket) ChangeBid(context.Context, provider.InstanceID, float64) erro
 // every other mutating call: with no lease held it changes nothing.
 func TestFenceKeepsTheChangeBidRoute(t *testing.T) {
 	c := &team.Controller{} // holds no lease
-	if _, ok := c.Fence(&market{}).(lifecycle.BidChanger); ok {
+	if _, ok := c.Fence(&market{}).(provider.BidChanger); ok {
 		t.Fatal("a fenced market without a change-bid route offers one")
 	}
 	inner := bidMarket{&market{}}
-	fenced, ok := c.Fence(inner).(lifecycle.BidChanger)
+	fenced, ok := c.Fence(inner).(provider.BidChanger)
 	if !ok {
 		t.Fatal("the fence hides the change-bid route: re-bidding would be off under team state")
 	}

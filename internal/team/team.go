@@ -30,7 +30,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
@@ -357,7 +357,7 @@ func SummaryKey(run string) string { return "runs/" + run + "/summary.json" }
 
 // Summarize derives the summary from the run's records.
 func Summarize(recs []journal.Record, now time.Time) (Summary, error) {
-	st, err := lifecycle.Replay(recs)
+	st, err := runstate.Replay(recs)
 	if err != nil {
 		return Summary{}, err
 	}

@@ -44,19 +44,6 @@ type Backend interface {
 	URI() string
 }
 
-// CleanKey checks that key is a relative slash path without dot segments.
-func CleanKey(key string) (string, error) {
-	if key == "" || strings.HasPrefix(key, "/") || strings.HasSuffix(key, "/") {
-		return "", fmt.Errorf("state key %q: want a relative path like runs/<id>/lease.json", key)
-	}
-	for _, p := range strings.Split(key, "/") {
-		if p == "" || p == "." || p == ".." {
-			return "", fmt.Errorf("state key %q: empty, . and .. segments are not allowed", key)
-		}
-	}
-	return key, nil
-}
-
 // Location is a parsed state setting: "local" or s3://bucket/prefix.
 type Location struct {
 	Kind   string // "local" or "s3"

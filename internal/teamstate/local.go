@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/vastrun/vastrun/internal/s3client"
 )
 
 // Local is a Backend in a directory on one machine (state: local). Writes
@@ -37,7 +39,7 @@ func NewLocal(dir string) (*Local, error) {
 func (l *Local) URI() string { return "file://" + l.Dir }
 
 func (l *Local) path(key string) (string, error) {
-	k, err := CleanKey(key)
+	k, err := s3client.CleanKey(key)
 	if err != nil {
 		return "", err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/s3client"
 )
 
 // Memory is an in-process Backend for unit tests. Its server clock is
@@ -61,7 +62,7 @@ func (m *Memory) SetFault(f func(op, key string) error) {
 }
 
 func (m *Memory) Get(ctx context.Context, key string) (Object, time.Time, error) {
-	if _, err := CleanKey(key); err != nil {
+	if _, err := s3client.CleanKey(key); err != nil {
 		return Object{}, time.Time{}, err
 	}
 	if err := m.fault("get", key); err != nil {
@@ -87,7 +88,7 @@ func (m *Memory) put(key string, data []byte) string {
 }
 
 func (m *Memory) PutIfAbsent(ctx context.Context, key string, data []byte) (string, error) {
-	if _, err := CleanKey(key); err != nil {
+	if _, err := s3client.CleanKey(key); err != nil {
 		return "", err
 	}
 	if err := m.fault("create", key); err != nil {
@@ -102,7 +103,7 @@ func (m *Memory) PutIfAbsent(ctx context.Context, key string, data []byte) (stri
 }
 
 func (m *Memory) PutIfMatch(ctx context.Context, key string, data []byte, etag string) (string, error) {
-	if _, err := CleanKey(key); err != nil {
+	if _, err := s3client.CleanKey(key); err != nil {
 		return "", err
 	}
 	if err := m.fault("replace", key); err != nil {

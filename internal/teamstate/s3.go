@@ -91,7 +91,7 @@ func (s *S3) EnsureBucket(ctx context.Context) error {
 }
 
 func (s *S3) object(key string) (string, error) {
-	k, err := CleanKey(key)
+	k, err := s3client.CleanKey(key)
 	if err != nil {
 		return "", err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
 )
@@ -54,7 +55,7 @@ func BenchmarkBidsTrainExample(b *testing.B) {
 	}
 }
 
-func benchTrain(b *testing.B, bin, repo, example string, interruptible bool) *lifecycle.Receipt {
+func benchTrain(b *testing.B, bin, repo, example string, interruptible bool) *receipt.Receipt {
 	clk := clock.NewScaled(time.Now(), 60)
 	s, err := sim.New(sim.Config{Clock: clk, Seed: 1, Market: benchMarket})
 	if err != nil {

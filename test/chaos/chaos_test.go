@@ -44,6 +44,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
@@ -80,7 +81,7 @@ func (a autoClock) After(d time.Duration) <-chan time.Time {
 // that call. Once frozen, every later call freezes too: a killed process
 // makes no more calls from any goroutine.
 type crashMarket struct {
-	lifecycle.Market
+	provider.Market
 	calls   atomic.Int64
 	crashAt int64
 	// crashOn, when set, is asked before each call with the method's name
@@ -125,12 +126,12 @@ func (m *crashMarket) AttachSSHKey(ctx context.Context, id provider.InstanceID, 
 	return m.Market.AttachSSHKey(ctx, id, k)
 }
 
-// ChangeBid forwards the change-bid route (lifecycle.BidChanger), which the
+// ChangeBid forwards the change-bid route (provider.BidChanger), which the
 // engine finds by type assertion: hiding it would silently turn re-bidding
 // off in every schedule.
 func (m *crashMarket) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {
 	m.hit("change_bid")
-	bc, ok := m.Market.(lifecycle.BidChanger)
+	bc, ok := m.Market.(provider.BidChanger)
 	if !ok {
 		return fmt.Errorf("change the bid of instance %d: the wrapped market has no change-bid route", id)
 	}
@@ -148,7 +149,7 @@ func (m *crashMarket) Charges(ctx context.Context, q provider.ChargeQuery) ([]pr
 // faults fire between a read and the action taken on it, and deadlines
 // are reached mid-step.
 type slowMarket struct {
-	lifecycle.Market
+	provider.Market
 	clk   clock.Clock
 	delay func() time.Duration
 }
@@ -161,7 +162,7 @@ func (m slowMarket) SearchOffers(ctx context.Context, q provider.Query) ([]provi
 }
 func (m slowMarket) ChangeBid(ctx context.Context, id provider.InstanceID, price float64) error {
 	m.wait(ctx)
-	bc, ok := m.Market.(lifecycle.BidChanger)
+	bc, ok := m.Market.(provider.BidChanger)
 	if !ok {
 		return fmt.Errorf("change the bid of instance %d: the wrapped market has no change-bid route", id)
 	}
@@ -303,7 +304,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 	if rng.Float64() < 0.3 {
 		crashAt = 1 + rng.Int64N(14)
 	}
-	var engineMarket lifecycle.Market = client
+	var engineMarket provider.Market = client
 	if slow := slowFor(rng, 0.2, 1, 8); slow != nil {
 		engineMarket = slowMarket{Market: client, clk: autoClock{clk}, delay: slow}
 		faults = append(faults, "slow-controller")
@@ -327,7 +328,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 		SSHKeepAlive: sshKeepAlive,
 	})
 	done := make(chan struct{})
-	var receipt *lifecycle.Receipt
+	var receipt *receipt.Receipt
 	var runErr error
 	go func() {
 		receipt, runErr = ci.Run(context.Background(), e)

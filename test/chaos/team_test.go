@@ -29,7 +29,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/team"
 	"github.com/vastrun/vastrun/internal/teamstate"
@@ -146,15 +145,15 @@ func (v *viewBackend) URI() string { return v.inner.URI() }
 // market is the marketplace: it checks, at every mutating call, that the
 // caller holds the current, unexpired lease on the server.
 type market struct {
-	lifecycle.Market // unused methods
-	s                *sched
-	backend          *teamstate.Memory
-	mu               sync.Mutex
-	next             provider.InstanceID
-	live             map[provider.InstanceID]string // id -> label
-	rented           int
-	violations       []string
-	current          int // controller making the call
+	provider.Market // unused methods
+	s               *sched
+	backend         *teamstate.Memory
+	mu              sync.Mutex
+	next            provider.InstanceID
+	live            map[provider.InstanceID]string // id -> label
+	rented          int
+	violations      []string
+	current         int // controller making the call
 }
 
 func (m *market) judge(op string, caller teamstate.Holder) {

@@ -21,9 +21,11 @@ import (
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 	"github.com/vastrun/vastrun/internal/provider/vast"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/storage"
 	trainflow "github.com/vastrun/vastrun/internal/workflow/train"
@@ -189,7 +191,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	secret := fmt.Sprintf("canary-%016x", rng.Uint64())
 	uiBuf := &lockedBuf{}
 	uiText := uiBuf.String
-	newEngine := func(market lifecycle.Market, stateRoot, evidence string) *lifecycle.Scope {
+	newEngine := func(market provider.Market, stateRoot, evidence string) *lifecycle.Scope {
 		y := trainYAML
 		if sc.yaml != "" {
 			y = sc.yaml
@@ -209,7 +211,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	}
 	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: clk})
 	client := retry.Wrap(clientRaw, retry.Policy{Clock: clk}) // as vastrun wraps it
-	var engineMarket lifecycle.Market = client
+	var engineMarket provider.Market = client
 	if sc.slow != nil {
 		engineMarket = slowMarket{Market: client, clk: clk, delay: sc.slow}
 	}
@@ -222,7 +224,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 	// end it; a hang is the suite's -timeout, and this line names it.
 	fmt.Printf("chaos train schedule seed %d started: %s\n", seed, summary)
 	done := make(chan struct{})
-	var receipt *lifecycle.Receipt
+	var receipt *receipt.Receipt
 	var runErr error
 	go func() { receipt, runErr = trainflow.Run(context.Background(), e); close(done) }()
 	select {
@@ -316,7 +318,7 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 // interruption is independently on record (the attempt's failover, or the
 // simulator's outbid count). The last resume, whose workload finished the
 // run, must always be proven.
-func checkResumes(receipt *lifecycle.Receipt, snap sim.State, bad func(string, ...any)) {
+func checkResumes(receipt *receipt.Receipt, snap sim.State, bad func(string, ...any)) {
 	if receipt.Train == nil {
 		return // reported above
 	}
@@ -340,7 +342,7 @@ func checkResumes(receipt *lifecycle.Receipt, snap sim.State, bad func(string, .
 	}
 }
 
-func receiptRunID(r *lifecycle.Receipt) string {
+func receiptRunID(r *receipt.Receipt) string {
 	if r == nil {
 		return ""
 	}

@@ -9,22 +9,12 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 )
 
-// Inner is the lifecycle engine's view of a marketplace (run.Market).
-type Inner interface {
-	provider.OfferSearcher
-	provider.InstanceCreator
-	provider.InstanceReader
-	provider.InstanceDestroyer
-	AttachSSHKey(ctx context.Context, id provider.InstanceID, publicKey string) error
-	Charges(ctx context.Context, q provider.ChargeQuery) ([]provider.Charge, error)
-}
-
-// Market is [Client] for a caller that holds only the engine's view, such
+// Market is [Client] for a caller that holds only a provider.Market, such
 // as a market already fenced by team state: same classes, same policy.
-// Every method of Inner is written here, so nothing passes through
-// unretried.
+// Every method of provider.Market is written here, so nothing passes
+// through unretried.
 type Market struct {
-	Inner
+	Inner provider.Market
 	Clock clock.Clock // default: the wall clock
 	// MaxTries bounds the sends of one call (default 5).
 	MaxTries int
@@ -37,10 +27,10 @@ type Market struct {
 	Throttled func(endpoint string, spent int)
 }
 
-var _ Inner = (*Market)(nil)
+var _ provider.Market = (*Market)(nil)
 
 // New wraps m with the default policy on clk.
-func New(m Inner, clk clock.Clock) *Market { return &Market{Inner: m, Clock: clk} }
+func New(m provider.Market, clk clock.Clock) *Market { return &Market{Inner: m, Clock: clk} }
 
 func (m *Market) policy() *Policy {
 	return &Policy{Clock: m.Clock, MaxTries: m.MaxTries, Initial: m.Initial, Max: m.Max, Report: m.Report, Budget: m.Budget, Throttled: m.Throttled}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // QueryOptions are the search settings that sit beside the filter text, as
@@ -391,29 +392,9 @@ func convertValue(field, v, token string) (any, error) {
 func nearestField(f string) string {
 	best, bestD := "", 3
 	for _, k := range AllowedQueryFields() {
-		if d := editDistance(f, k); d < bestD {
+		if d := text.Distance(f, k); d < bestD {
 			best, bestD = k, d
 		}
 	}
 	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

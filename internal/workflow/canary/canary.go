@@ -14,6 +14,7 @@ import (
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/smoke"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // instanceShell is what the canary's evidence capture needs of the
@@ -252,7 +253,7 @@ func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]st
 		} else if err != nil {
 			chk.ExitCode = -1
 		}
-		chk.Output = e.s.Redactor.String(lifecycle.LastLines(buf.String(), 20))
+		chk.Output = e.s.Redactor.String(text.LastLines(buf.String(), 20))
 		chk.Passed = chk.Passed && chk.ExitCode == 0
 	}
 	return chk

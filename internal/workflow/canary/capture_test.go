@@ -47,7 +47,7 @@ func TestCanaryCaptureFailureIsReportedNotDecided(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "capture failed: ") {
 		t.Fatalf("evidence file: %q %v", b, err)
 	}
-	md := lifecycle.Summary(&lifecycle.Receipt{Workflow: Name, Sections: receipt.Sections{Canary: e.report}})
+	md := receipt.Summary(&receipt.Receipt{Workflow: Name, Sections: receipt.Sections{Canary: e.report}})
 	if !strings.Contains(md, "| not captured | the GPU's identity (nvidia-smi): ssh: connection lost") {
 		t.Fatalf("summary:\n%s", md)
 	}

@@ -5,15 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/vastrun/vastrun/internal/clock"
-	"github.com/vastrun/vastrun/internal/receipt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/smoke"
 )
@@ -256,7 +256,7 @@ func (e *flow) gpuServerSmoke(ctx context.Context, c *remote.Client, env map[str
 		return receipt.SmokeOutcome{}, errors.Join(&lifecycle.StepError{Step: lifecycle.StepWork, Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the server smoke ran past the job timeout %s", e.jobTimeout())}, jerr)
 	}
 	if result == nil && (!e.canarySpec().Request.IsSet() || e.canarySpec().Request.Command != "") {
-		res := &lifecycle.TestOutcome{}
+		res := &receipt.TestOutcome{}
 		e.s.FetchResult(c, res)
 		result = res.Result
 	}

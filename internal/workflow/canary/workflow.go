@@ -68,7 +68,7 @@ func (e *flow) Flow() lifecycle.Flow {
 			}
 			return base
 		},
-		Section: func(r *lifecycle.Receipt) { r.Canary = e.report },
+		Section: func(r *receipt.Receipt) { r.Canary = e.report },
 	}
 }
 
@@ -85,7 +85,7 @@ func (e *flow) jobTimeout() time.Duration { return lifecycle.FrozenDuration(e.s.
 // Run proves the contract locally, then on the smallest GPU rental (e's
 // wiring filled). With allowLocalFailure a failing local side still rents,
 // so the receipt can say whether the GPU side fails too.
-func Run(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*lifecycle.Receipt, error) {
+func Run(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*receipt.Receipt, error) {
 	return lifecycle.Execute(ctx, e, newFlow(e, allowLocalFailure).Flow())
 }
 
@@ -95,7 +95,7 @@ func Run(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*life
 // runs again first — its result is what the GPU side is compared with, it
 // is not journaled, and it costs nothing — then the GPU smoke, the CUDA
 // check and the comparison.
-func Resume(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*lifecycle.Receipt, error) {
+func Resume(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*receipt.Receipt, error) {
 	return lifecycle.Execute(ctx, e, newFlow(e, allowLocalFailure).Flow())
 }
 

@@ -13,6 +13,7 @@ import (
 	"context"
 
 	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // Name is the workflow's name in the journal, manifest and receipt.
@@ -27,7 +28,7 @@ func Flow() lifecycle.Flow {
 	return lifecycle.Flow{
 		Name:    Name,
 		Steps:   append(lifecycle.LocalSteps(), lifecycle.Provision, lifecycle.Upload, lifecycle.NewStep("test", t.run)),
-		Section: func(r *lifecycle.Receipt) { r.Test = t.res },
+		Section: func(r *receipt.Receipt) { r.Test = t.res },
 	}
 }
 
@@ -42,23 +43,23 @@ func UpFlow() lifecycle.Flow {
 }
 
 // Run runs a new acceptance step on s (lifecycle.New on its wiring).
-func Run(ctx context.Context, s *lifecycle.Scope) (*lifecycle.Receipt, error) {
+func Run(ctx context.Context, s *lifecycle.Scope) (*receipt.Receipt, error) {
 	return lifecycle.Execute(ctx, s, Flow())
 }
 
 // Resume continues a ci run whose controller died (s opened with Open).
-func Resume(ctx context.Context, s *lifecycle.Scope) (*lifecycle.Receipt, error) {
+func Resume(ctx context.Context, s *lifecycle.Scope) (*receipt.Receipt, error) {
 	return lifecycle.Execute(ctx, s, Flow())
 }
 
 // Up runs UpFlow as a new run on s.
-func Up(ctx context.Context, s *lifecycle.Scope) (*lifecycle.Receipt, error) {
+func Up(ctx context.Context, s *lifecycle.Scope) (*receipt.Receipt, error) {
 	return lifecycle.Execute(ctx, s, UpFlow())
 }
 
 // test is the frozen test on the connected, verified instance; res is
 // its outcome for the receipt.
-type test struct{ res *lifecycle.TestOutcome }
+type test struct{ res *receipt.TestOutcome }
 
 func (t *test) run(ctx context.Context, s *lifecycle.Scope) error {
 	env, err := s.TestEnv()

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 func names(f lifecycle.Flow) []string {
@@ -27,7 +28,7 @@ func TestFlowComposition(t *testing.T) {
 	if f.Name != Name || f.Keep || f.Spec != nil || f.JobBound != nil || f.Outcome != nil {
 		t.Fatalf("ci flow overrides a default: %+v", f)
 	}
-	var r lifecycle.Receipt
+	var r receipt.Receipt
 	f.Section(&r)
 	if r.Test != nil {
 		t.Fatalf("section before the test ran: %+v", r.Test)

@@ -10,12 +10,13 @@ import (
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/spec"
 )
 
 // isOutbid reports an interruptible rental stopped while the run wants it
 // running: Vast's outbid signature (intended, cur and next state stopped).
-func isOutbid(st *lifecycle.State, inst provider.Instance) bool {
+func isOutbid(st *runstate.State, inst provider.Instance) bool {
 	a := st.AttemptFor(inst.ID)
 	return a != nil && a.Bid != nil && inst.Paused()
 }
@@ -33,14 +34,14 @@ func (e *flow) onOutbid(ctx context.Context, inst provider.Instance, deadline ti
 	if inst.Running() {
 		// Outbid and resumed between two polls (the workload died with the
 		// stop): whatever the policy, the same rental goes on.
-		if err := e.s.Record("event", lifecycle.StepInterrupted, lifecycle.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
+		if err := e.s.Record("event", lifecycle.StepInterrupted, runstate.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
 			return false, err
 		}
 		e.s.Infof("instance %d was stopped and ran again between two polls (its workload is gone): restarting it there from the last committed checkpoint", inst.ID)
-		return true, e.s.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: inst.ID})
+		return true, e.s.Record("event", lifecycle.StepResumed, runstate.ResumedData{Instance: inst.ID})
 	}
 	e.fillTrainReport(ctx) // the last committed checkpoint, as the store says
-	if err := e.s.Record("event", lifecycle.StepInterrupted, lifecycle.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
+	if err := e.s.Record("event", lifecycle.StepInterrupted, runstate.InterruptedData{Instance: inst.ID, Reason: "outbid", LastCheckpoint: e.report.LastCheckpoint, MinBid: inst.MinBid, Policy: pol}); err != nil {
 		return false, err
 	}
 	last := "none"
@@ -73,7 +74,7 @@ func (e *flow) onOutbid(ctx context.Context, inst provider.Instance, deadline ti
 // ceiling. false: the ceiling does not allow a winning bid (replace).
 func (e *flow) rebid(ctx context.Context, inst provider.Instance) (bool, error) {
 	a := e.s.State().AttemptFor(inst.ID)
-	bc, ok := e.s.Market.(lifecycle.BidChanger)
+	bc, ok := e.s.Market.(provider.BidChanger)
 	if !ok || a == nil || a.Bid == nil {
 		return false, nil
 	}
@@ -87,7 +88,7 @@ func (e *flow) rebid(ctx context.Context, inst provider.Instance) (bool, error) 
 		e.s.Infof("min_bid $%.4f/h + storage $%.4f/h leaves no winning bid over $%.4f/h within gpu.max_bid $%.4f/h: replacing instance %d", inst.MinBid, a.StorageDPH, a.Bid.BidDPH, p.MaxBid, inst.ID)
 		return false, nil
 	}
-	if err := e.s.Record("event", lifecycle.StepBid, lifecycle.BidData{Instance: inst.ID, BidDPH: target, Reason: "rebid"}); err != nil {
+	if err := e.s.Record("event", lifecycle.StepBid, runstate.BidData{Instance: inst.ID, BidDPH: target, Reason: "rebid"}); err != nil {
 		return false, err
 	}
 	if err := bc.ChangeBid(ctx, inst.ID, target); err != nil {
@@ -115,7 +116,7 @@ func (e *flow) waitResume(ctx context.Context, id provider.InstanceID, until, de
 				storage = a.StorageDPH * stopped / 3600
 			}
 			e.s.Infof("instance %d runs again after %.0fs stopped ($%.4f of storage)", id, stopped, storage)
-			return true, e.s.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: id, StoppedSeconds: stopped, StoppedStorageUSD: storage})
+			return true, e.s.Record("event", lifecycle.StepResumed, runstate.ResumedData{Instance: id, StoppedSeconds: stopped, StoppedStorageUSD: storage})
 		case err == nil && !inst.Paused() && inst.ActualStatus != "loading" && inst.ActualStatus != "stopped" && inst.ActualStatus != "":
 			return false, nil // exited, offline: not coming back
 		}
@@ -130,7 +131,7 @@ func (e *flow) waitResume(ctx context.Context, id provider.InstanceID, until, de
 			return false, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed while instance %d was outbid", e.trainSpec().RuntimeDeadline, id)}
 		}
 		if !e.s.Now().Before(until) {
-			return false, e.s.Record("event", lifecycle.StepResumed, lifecycle.ResumedData{Instance: id, StoppedSeconds: e.s.Now().Sub(since).Seconds(), StoppedStorageUSD: storageDPH * e.s.Now().Sub(since).Hours()})
+			return false, e.s.Record("event", lifecycle.StepResumed, runstate.ResumedData{Instance: id, StoppedSeconds: e.s.Now().Sub(since).Seconds(), StoppedStorageUSD: storageDPH * e.s.Now().Sub(since).Hours()})
 		}
 		if err := e.s.Sleep(ctx, e.s.Jittered(interval)); err != nil {
 			return false, err
@@ -173,7 +174,7 @@ func (e *flow) retireLost(ctx context.Context, c *remote.Client, id provider.Ins
 // lostToOutbid reports a workload gone on an interruptible instance the
 // API shows running: the signature of a stop and resume that fell between
 // two polls (a stop kills every process of the instance).
-func lostToOutbid(st *lifecycle.State, cur provider.Instance, apiErr error) bool {
+func lostToOutbid(st *runstate.State, cur provider.Instance, apiErr error) bool {
 	a := st.AttemptFor(cur.ID)
 	return apiErr == nil && a != nil && a.Bid != nil && cur.Running()
 }

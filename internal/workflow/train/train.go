@@ -18,6 +18,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/spec"
 	"github.com/vastrun/vastrun/internal/storage"
 )
@@ -59,7 +60,7 @@ type trainEnd struct {
 // Run runs a checkpointed training run to completion on e (its wiring
 // filled), replacing interrupted instances and resuming from the last
 // committed checkpoint.
-func Run(ctx context.Context, e *lifecycle.Scope) (*lifecycle.Receipt, error) {
+func Run(ctx context.Context, e *lifecycle.Scope) (*receipt.Receipt, error) {
 	return lifecycle.Execute(ctx, e, newFlow(e).Flow())
 }
 
@@ -67,7 +68,7 @@ func Run(ctx context.Context, e *lifecycle.Scope) (*lifecycle.Receipt, error) {
 // opened with Open), re-attaching to a live instance instead of renting.
 // A configuration that differs from the run's frozen manifest is refused
 // before anything is touched (see lifecycle.Scope.AcceptConfigChange).
-func Resume(ctx context.Context, e *lifecycle.Scope) (*lifecycle.Receipt, error) {
+func Resume(ctx context.Context, e *lifecycle.Scope) (*receipt.Receipt, error) {
 	return lifecycle.Execute(ctx, e, newFlow(e).Flow())
 }
 
@@ -165,7 +166,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		}
 		// Interrupted: destroy it (confirmed), exclude its machine, replace.
 		t0 := e.s.Now()
-		if err := e.s.Record("event", lifecycle.StepFailover, lifecycle.InstanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
+		if err := e.s.Record("event", lifecycle.StepFailover, runstate.InstanceData{Instance: inst.ID, Reason: end.interrupted}); err != nil {
 			return err // teardown destroys it
 		}
 		e.s.Infof("instance %d interrupted (%s): destroying it and renting a replacement", inst.ID, end.interrupted)
@@ -667,7 +668,7 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 			os.WriteFile(filepath.Join(e.s.EvidenceDir, "agent-status.json"), e.s.Redactor.Bytes(b), 0o644)
 		}
 	}
-	res := &lifecycle.TestOutcome{Log: "train.log", ExitCode: code}
+	res := &receipt.TestOutcome{Log: "train.log", ExitCode: code}
 	e.s.FetchResult(c, res)
 	e.report.Result = res.Result
 	if code != 0 {

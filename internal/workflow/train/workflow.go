@@ -83,7 +83,7 @@ func (e *flow) Flow() lifecycle.Flow {
 			e.ensureReport()
 			e.fillTrainReport(ctx)
 		},
-		Section: func(r *lifecycle.Receipt) {
+		Section: func(r *receipt.Receipt) {
 			e.ensureReport()
 			r.Train = e.report
 		},

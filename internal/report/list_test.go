@@ -1,4 +1,4 @@
-package runs_test
+package report_test
 
 import (
 	"os"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/report"
 )
 
 func writeRun(t *testing.T, state, id, workflow string, start time.Time, recs func(j *journal.Journal)) {
@@ -42,7 +42,7 @@ func TestListNewestFirstWithLiveInstancesAndCost(t *testing.T) {
 
 	// 30 minutes after the rent: 0.36 $/h * 0.5 h.
 	rented := t0.Add(time.Hour + 30*time.Second)
-	got, err := runs.List(state, rented.Add(30*time.Minute))
+	got, err := report.List(state, rented.Add(30*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestListNewestFirstWithLiveInstancesAndCost(t *testing.T) {
 		t.Fatalf("order: %+v", got)
 	}
 	up := got[0]
-	if !up.Latest || up.Outcome != runs.OutcomeUnfinished || len(up.LiveInstances) != 1 || up.LiveInstances[0] != 42 {
+	if !up.Latest || up.Outcome != report.OutcomeUnfinished || len(up.LiveInstances) != 1 || up.LiveInstances[0] != 42 {
 		t.Fatalf("live run: %+v", up)
 	}
 	if up.CostUSD != 0.18 || up.CostSource != "estimate" || up.WallSeconds != 20 {
@@ -65,7 +65,7 @@ func TestListNewestFirstWithLiveInstancesAndCost(t *testing.T) {
 }
 
 func TestListEmptyStateDir(t *testing.T) {
-	got, err := runs.List(filepath.Join(t.TempDir(), "none"), time.Now())
+	got, err := report.List(filepath.Join(t.TempDir(), "none"), time.Now())
 	if err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("%v %v", got, err)
 	}

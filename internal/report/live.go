@@ -1,4 +1,4 @@
-package runs
+package report
 
 import (
 	"os"
@@ -6,8 +6,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // Live is a run of the state dir that still holds, or may hold, instances
@@ -34,7 +35,7 @@ func LiveRuns(stateDir string) []Live {
 			continue
 		}
 		dir := filepath.Join(stateDir, "runs", ent.Name())
-		st, err := lifecycle.LoadState(dir)
+		st, err := runstate.LoadState(dir)
 		if err != nil {
 			continue
 		}
@@ -47,7 +48,7 @@ func LiveRuns(stateDir string) []Live {
 }
 
 // live says whether a run's state holds or may hold instances.
-func live(dir string, st *lifecycle.State) (Live, bool) {
+func live(dir string, st *runstate.State) (Live, bool) {
 	amb := st.AmbiguousRent() && st.Outcome == ""
 	un := st.Unconfirmed()
 	if len(un) == 0 && !amb {
@@ -80,7 +81,7 @@ func WithLabel(stateDir, label string) string {
 	entries, _ := os.ReadDir(filepath.Join(stateDir, "runs"))
 	for _, ent := range entries {
 		dir := filepath.Join(stateDir, "runs", ent.Name())
-		if st, err := lifecycle.LoadState(dir); err == nil && st.Label == label {
+		if st, err := runstate.LoadState(dir); err == nil && st.Label == label {
 			return dir
 		}
 	}
@@ -91,7 +92,7 @@ func WithLabel(stateDir, label string) string {
 // not yet in before, each once, in after's order: what one `down` call
 // destroyed, for its report (an instance confirmed gone earlier is not
 // news).
-func NewlyConfirmed(before, after []*lifecycle.Attempt) []provider.InstanceID {
+func NewlyConfirmed(before, after []*receipt.Attempt) []provider.InstanceID {
 	seen := map[provider.InstanceID]bool{}
 	for _, a := range before {
 		if a.Confirmed {

@@ -1,12 +1,13 @@
-package lifecycle
+// Package runstate is a run as its journal tells it: the journal's step
+// names and record payloads, and State, the fold of a run's records
+// (Replay) that the lifecycle keeps live as it journals and that the
+// receipt, `vastrun runs` and the team state read back. It imports no
+// part of the lifecycle, so readers of runs need not.
+package runstate
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
@@ -14,54 +15,29 @@ import (
 	"github.com/vastrun/vastrun/internal/receipt"
 )
 
-// Journal record steps.
+// Journal record steps (the journal's "step" field).
 const (
-	stepStart    = "start"
-	stepGate     = "gate"
-	stepFreeze   = "freeze"
-	stepSelect   = "select"
-	stepApprove  = "approve"
-	stepRent     = "rent"
-	stepAdopt    = "adopt"
-	stepReady    = "ready"
-	stepVerify   = "verify"
-	stepWork     = "work"
-	stepDestroy  = "destroy"
-	stepConfirm  = "confirm"
-	stepOutcome  = "outcome"
-	stepAlert    = "alert"
-	stepFailover = "failover"
-	stepPaths    = "paths"
-	stepConnect  = "connect"
+	StepStart    = "start"
+	StepGate     = "gate"
+	StepFreeze   = "freeze"
+	StepSelect   = "select"
+	StepApprove  = "approve"
+	StepRent     = "rent"
+	StepAdopt    = "adopt"
+	StepReady    = "ready"
+	StepVerify   = "verify"
+	StepWork     = "work"
+	StepDestroy  = "destroy"
+	StepConfirm  = "confirm"
+	StepOutcome  = "outcome"
+	StepAlert    = "alert"
+	StepFailover = "failover"
+	StepPaths    = "paths"
+	StepConnect  = "connect"
 )
 
-// recCondition is the journal record type of a step's condition.
-const recCondition = "condition"
-
-// Attempt is one rental of the run.
-type Attempt struct {
-	OfferID     provider.OfferID    `json:"offer_id"`
-	MachineID   int64               `json:"machine_id"`
-	InstanceID  provider.InstanceID `json:"instance_id,omitempty"`
-	GPUName     string              `json:"gpu_name"`
-	NumGPUs     int                 `json:"num_gpus"`
-	DPHTotal    float64             `json:"dph_total"`
-	DPHBase     float64             `json:"dph_base"`
-	StorageDPH  float64             `json:"storage_dph"`
-	Failure     string              `json:"failure,omitempty"`
-	Destroyed   bool                `json:"destroyed"`
-	Confirmed   bool                `json:"destroy_confirmed"`
-	ConfirmedBy []string            `json:"confirmed_by,omitempty"`
-	Charged     *float64            `json:"charged_usd,omitempty"`
-	Bid         *AttemptBid         `json:"bid,omitempty"` // interruptible rentals (outbid.go)
-	BidCharge   *AttemptCharge      `json:"bid_charged,omitempty"`
-
-	IntentAt      time.Time `json:"rent_intent_at"`
-	RentedAt      time.Time `json:"rented_at,omitempty"`
-	RunningAt     time.Time `json:"running_at,omitempty"`
-	DestroySentAt time.Time `json:"destroy_sent_at,omitempty"`
-	ConfirmedAt   time.Time `json:"confirmed_at,omitempty"`
-}
+// RecCondition is the journal record type of a step's condition.
+const RecCondition = "condition"
 
 // State is what the journal says about a run.
 type State struct {
@@ -69,7 +45,7 @@ type State struct {
 	Label        string
 	Workflow     string
 	ManifestHash string
-	Attempts     []*Attempt
+	Attempts     []*receipt.Attempt
 	// Extras are instances found carrying the label that the run did not
 	// rent itself (lost create responses, duplicates); they are destroyed.
 	Extras   []provider.InstanceID
@@ -130,14 +106,14 @@ func (s *State) Instances() []provider.InstanceID {
 }
 
 // Current is the latest attempt, or nil.
-func (s *State) Current() *Attempt {
+func (s *State) Current() *receipt.Attempt {
 	if len(s.Attempts) == 0 {
 		return nil
 	}
 	return s.Attempts[len(s.Attempts)-1]
 }
 
-func (s *State) AttemptFor(id provider.InstanceID) *Attempt {
+func (s *State) AttemptFor(id provider.InstanceID) *receipt.Attempt {
 	for _, a := range s.Attempts {
 		if a.InstanceID == id {
 			return a
@@ -174,18 +150,23 @@ func (s *State) Unconfirmed() []provider.InstanceID {
 	return out
 }
 
-type startData struct {
+// StartData is the payload of the run's first record.
+type StartData struct {
 	RunID    string `json:"run_id"`
 	Label    string `json:"label"`
 	Workflow string `json:"workflow"`
 }
 
-type rentIntent struct {
+// RentIntent is the payload of a rent intent: the attempt as planned,
+// journaled before the create is sent.
+type RentIntent struct {
 	Label string           `json:"label"`
 	Offer provider.OfferID `json:"offer_id"`
-	Attempt
+	receipt.Attempt
 }
 
+// InstanceData is the payload of most per-instance records: the instance,
+// why, and how its destruction was confirmed.
 type InstanceData struct {
 	Instance provider.InstanceID `json:"instance_id"`
 	Reason   string              `json:"reason,omitempty"`
@@ -210,9 +191,9 @@ func Replay(recs []journal.Record) (*State, error) {
 // Apply updates the state from one journal record. The engine applies each
 // record as it appends it, so no step ever re-reads the journal.
 func (s *State) Apply(r journal.Record) error {
-	replayBid(s, r) // interruptible rentals' records (outbid.go)
+	applyBid(s, r) // interruptible rentals' records (bids.go)
 	switch {
-	case r.Type == recCondition:
+	case r.Type == RecCondition:
 		var c Condition
 		if err := r.Decode(&c); err != nil {
 			return fmt.Errorf("journal record %d: %w", r.Seq, err)
@@ -222,85 +203,85 @@ func (s *State) Apply(r journal.Record) error {
 			s.Conditions = map[string]Condition{}
 		}
 		s.Conditions[r.Step] = c
-	case r.Step == stepStart:
-		var d startData
+	case r.Step == StepStart:
+		var d StartData
 		if err := r.Decode(&d); err != nil {
 			return fmt.Errorf("journal record %d: %w", r.Seq, err)
 		}
 		s.RunID, s.Label, s.Workflow, s.Started = d.RunID, d.Label, d.Workflow, r.Time
-	case r.Step == stepFreeze && r.Type == "done":
+	case r.Step == StepFreeze && r.Type == "done":
 		var d struct {
 			Hash string `json:"manifest_sha256"`
 		}
 		r.Decode(&d)
 		s.ManifestHash = d.Hash
-	case r.Step == stepApprove && r.Type == "done":
+	case r.Step == StepApprove && r.Type == "done":
 		s.Approved = true
-	case r.Step == stepRent && r.Type == "intent":
-		var d rentIntent
+	case r.Step == StepRent && r.Type == "intent":
+		var d RentIntent
 		if err := r.Decode(&d); err != nil {
 			return fmt.Errorf("journal record %d: %w", r.Seq, err)
 		}
 		a := d.Attempt
 		a.OfferID, a.IntentAt = d.Offer, r.Time
 		s.Attempts = append(s.Attempts, &a)
-	case r.Step == stepRent && r.Type == "done", r.Step == stepAdopt && r.Type == "done":
+	case r.Step == StepRent && r.Type == "done", r.Step == StepAdopt && r.Type == "done":
 		var d InstanceData
 		r.Decode(&d)
 		if a := s.Current(); a != nil && a.InstanceID == 0 {
 			a.InstanceID, a.RentedAt = d.Instance, r.Time
 		}
-	case r.Step == stepRent && r.Type == "failed":
+	case r.Step == StepRent && r.Type == "failed":
 		var d InstanceData
 		r.Decode(&d)
 		if a := s.Current(); a != nil && a.InstanceID == 0 {
 			a.Failure = d.Reason
 		}
-	case r.Step == stepAdopt && r.Type == "event": // an extra found by label
+	case r.Step == StepAdopt && r.Type == "event": // an extra found by label
 		var d InstanceData
 		r.Decode(&d)
 		if s.AttemptFor(d.Instance) == nil {
 			s.Extras = append(s.Extras, d.Instance)
 		}
-	case r.Step == stepReady && r.Type == "done":
+	case r.Step == StepReady && r.Type == "done":
 		var d InstanceData
 		r.Decode(&d)
 		if a := s.AttemptFor(d.Instance); a != nil {
 			a.RunningAt = r.Time
 		}
-	case r.Step == stepFailover:
+	case r.Step == StepFailover:
 		var d InstanceData
 		r.Decode(&d)
 		if a := s.AttemptFor(d.Instance); a != nil {
 			a.Failure = d.Reason
 		}
 		// The rental is being replaced: its per-instance steps start over.
-		for _, step := range []string{stepRent, stepReady, stepConnect, stepVerify} {
+		for _, step := range []string{StepRent, StepReady, StepConnect, StepVerify} {
 			delete(s.Conditions, step)
 		}
-	case r.Step == stepDestroy && r.Type == "intent":
+	case r.Step == StepDestroy && r.Type == "intent":
 		var d InstanceData
 		r.Decode(&d)
 		if a := s.AttemptFor(d.Instance); a != nil && a.DestroySentAt.IsZero() {
 			a.DestroySentAt = r.Time
 		}
-	case r.Step == stepDestroy && r.Type == "done":
+	case r.Step == StepDestroy && r.Type == "done":
 		var d InstanceData
 		r.Decode(&d)
 		if a := s.AttemptFor(d.Instance); a != nil {
 			a.Destroyed = true
 		}
-	case r.Step == stepConfirm && r.Type == "done":
+	case r.Step == StepConfirm && r.Type == "done":
 		var d InstanceData
 		r.Decode(&d)
 		a := s.AttemptFor(d.Instance)
 		if a == nil { // an extra: track its confirmation as a pseudo-attempt
-			a = &Attempt{InstanceID: d.Instance, Failure: "extra instance carrying the run label"}
+			a = &receipt.Attempt{InstanceID: d.Instance, Failure: "extra instance carrying the run label"}
 			s.Attempts = append(s.Attempts, a)
 			a.IntentAt = r.Time
 		}
 		a.Destroyed, a.Confirmed, a.ConfirmedBy, a.ConfirmedAt = true, true, d.Via, r.Time
-	case r.Step == stepOutcome:
+	case r.Step == StepOutcome:
 		var d struct {
 			Outcome string `json:"outcome"`
 		}
@@ -317,48 +298,4 @@ func LoadState(runDir string) (*State, error) {
 		return nil, fmt.Errorf("read run %s: %w", runDir, err)
 	}
 	return Replay(recs)
-}
-
-// stateFile is a small summary beside the journal for scripts and the
-// GitHub Action's post step; the journal stays the source of truth.
-type stateFile struct {
-	Schema      string                `json:"schema"`
-	RunID       string                `json:"run_id"`
-	Label       string                `json:"label"`
-	Instances   []provider.InstanceID `json:"instance_ids"`
-	Unconfirmed []provider.InstanceID `json:"unconfirmed_instance_ids"`
-	Outcome     string                `json:"outcome,omitempty"`
-	EvidenceDir string                `json:"evidence_dir,omitempty"`
-}
-
-func writeStateFile(runDir string, s *State, evidence string) error {
-	ids := s.Instances()
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	b, _ := json.MarshalIndent(stateFile{Schema: "vastrun.state/v1", RunID: s.RunID, Label: s.Label, Instances: ids,
-		Unconfirmed: s.Unconfirmed(), Outcome: string(s.Outcome), EvidenceDir: evidence}, "", "  ")
-	return writeFileAtomic(filepath.Join(runDir, "state.json"), append(b, '\n'), 0o600)
-}
-
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

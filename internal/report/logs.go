@@ -1,4 +1,4 @@
-package runs
+package report
 
 import (
 	"path/filepath"

@@ -1,20 +1,15 @@
-package lifecycle
+package receipt
 
 import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/vastrun/vastrun/internal/receipt"
 )
-
-// Section is one part of a receipt's story for people (receipt.Section).
-type Section = receipt.Section
 
 // Story is what a person needs from a receipt beyond its facts: each
 // attempt with its cost and how it ended, the verify checks and, on a
 // failed test, the last 20 lines of its log; then each workflow section's
-// own part (receipt.Part), which the core renders without naming it. Logs
+// own part (Part), which the core renders without naming it. Logs
 // are read from the receipt's evidence directory (already redacted there).
 func Story(r *Receipt) []Section {
 	var out []Section
@@ -41,7 +36,7 @@ func Story(r *Receipt) []Section {
 		out = append(out, s)
 	}
 	if t := r.Test; t != nil && (t.ExitCode != 0 || t.TimedOut) {
-		if tail := receipt.LogTail(r.EvidenceDir, t.Log, 20); tail != "" {
+		if tail := LogTail(r.EvidenceDir, t.Log, 20); tail != "" {
 			out = append(out, Section{Title: fmt.Sprintf("Last lines of %s (exit %d)", t.Log, t.ExitCode), Block: tail})
 		}
 	}
@@ -82,7 +77,7 @@ func storyMarkdown(r *Receipt) string {
 		if len(s.Rows) > 0 {
 			b.WriteString("| | |\n|---|---|\n")
 			for _, row := range s.Rows {
-				fmt.Fprintf(&b, "| %s | %s |\n", receipt.MDCell(row[0]), receipt.MDCell(row[1]))
+				fmt.Fprintf(&b, "| %s | %s |\n", MDCell(row[0]), MDCell(row[1]))
 			}
 		}
 		if s.Block != "" {

@@ -1,16 +1,3 @@
-// Package report renders a run's receipt and journal for people: one
-// self-contained HTML page (no network: inline CSS and SVG) that reads at a
-// glance — the total cost and outcome in the header; a timeline per
-// attempt on a labelled time axis with named checkpoint, interruption and
-// resume markers; the workload's metric over steps across attempts with the
-// resume point; spend over time on a dollar axis with each attempt's cost
-// and the budget; and, per workflow, the verify checks and the test log's
-// tail (ci), the compared fields (canary) or the training story (train).
-//
-// Contract: [Build] only reads what it is given (the receipt, the journal,
-// and optional [Extras] from the evidence); the page refers to nothing
-// outside itself and scales to the window (SVGs use a viewBox at 100 %
-// width). Attempts are numbered from 1 everywhere.
 package report
 
 import (
@@ -24,7 +11,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
 )
 
 // Segment is one phase of an attempt on the timeline.
@@ -61,7 +48,7 @@ type Tick struct {
 // AttemptRow is one attempt in the attempts table and the spend chart.
 type AttemptRow struct {
 	N       int
-	A       *lifecycle.Attempt
+	A       *receipt.Attempt
 	CostUSD float64
 	// Charged says CostUSD is what the marketplace billed (else estimated).
 	Charged bool
@@ -97,7 +84,7 @@ type Extras struct {
 
 // Page is the data behind the HTML.
 type Page struct {
-	Receipt     *lifecycle.Receipt
+	Receipt     *receipt.Receipt
 	ReceiptJSON string
 	Lanes       []Lane
 	Marks       []Mark
@@ -134,10 +121,10 @@ const (
 var attemptColors = []string{"#3b6fd6", "#d2691e", "#2e8b57", "#8e44ad", "#b03a2e"}
 
 // Build turns a receipt and its journal into page data.
-func Build(r *lifecycle.Receipt, recs []journal.Record) *Page { return BuildWith(r, recs, Extras{}) }
+func Build(r *receipt.Receipt, recs []journal.Record) *Page { return BuildWith(r, recs, Extras{}) }
 
 // BuildWith is Build with what the evidence adds.
-func BuildWith(r *lifecycle.Receipt, recs []journal.Record, x Extras) *Page {
+func BuildWith(r *receipt.Receipt, recs []journal.Record, x Extras) *Page {
 	p := &Page{Receipt: r, Width: width, Outcome: string(r.Outcome), LogName: x.LogName, LogTail: x.LogTail}
 	p.Good = r.Cleanup.Confirmed && r.Outcome.Succeeded()
 	b, _ := json.MarshalIndent(r, "", "  ")
@@ -203,7 +190,7 @@ func BuildWith(r *lifecycle.Receipt, recs []journal.Record, x Extras) *Page {
 				Reason string `json:"reason"`
 			}
 			rec.Decode(&d)
-			p.Marks = append(p.Marks, Mark{Label: "interrupted: " + lifecycle.InWords(d.Reason), At: at, X: xOf(at), Kind: "interruption"})
+			p.Marks = append(p.Marks, Mark{Label: "interrupted: " + receipt.InWords(d.Reason), At: at, X: xOf(at), Kind: "interruption"})
 		case "restore":
 			var d struct {
 				Step int64 `json:"step"`
@@ -250,7 +237,7 @@ func BuildWith(r *lifecycle.Receipt, recs []journal.Record, x Extras) *Page {
 
 // buildCost draws spend over time: every attempt bills its $/h from rented
 // to confirmed gone.
-func (p *Page) buildCost(r *lifecycle.Receipt, start, end time.Time, xOf func(time.Time) float64) {
+func (p *Page) buildCost(r *receipt.Receipt, start, end time.Time, xOf func(time.Time) float64) {
 	type ev struct {
 		t    time.Time
 		rate float64
@@ -268,7 +255,7 @@ func (p *Page) buildCost(r *lifecycle.Receipt, start, end time.Time, xOf func(ti
 		if stop.IsZero() {
 			stop = end
 		}
-		row := AttemptRow{N: i + 1, A: a, Ended: lifecycle.InWords(a.Failure)}
+		row := AttemptRow{N: i + 1, A: a, Ended: receipt.InWords(a.Failure)}
 		if !a.RentedAt.IsZero() {
 			evs = append(evs, ev{a.RentedAt, a.DPHTotal}, ev{stop, -a.DPHTotal})
 			row.CostUSD = a.DPHTotal * hours(stop.Sub(a.RentedAt))
@@ -342,7 +329,7 @@ func (p *Page) buildCost(r *lifecycle.Receipt, start, end time.Time, xOf func(ti
 
 // buildMetric draws the workload's loss (or its first numeric field) over
 // steps, one curve per attempt, with the resume point.
-func buildMetric(r *lifecycle.Receipt, ms []map[string]any) *Chart {
+func buildMetric(r *receipt.Receipt, ms []map[string]any) *Chart {
 	if len(ms) == 0 {
 		return nil
 	}

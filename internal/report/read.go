@@ -1,4 +1,4 @@
-package runs
+package report
 
 import (
 	"encoding/json"
@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 // EvidenceDir is the evidence directory the run in runDir recorded in its
@@ -26,7 +27,7 @@ func EvidenceDir(runDir string) string {
 // or, when it wrote none (its controller was killed), JournalReceipt. A
 // journal that does not replay, or a receipt that does not parse, is an
 // error naming it.
-func Receipt(runDir string, recs []journal.Record) (*lifecycle.Receipt, error) {
+func Receipt(runDir string, recs []journal.Record) (*receipt.Receipt, error) {
 	fromJournal, err := JournalReceipt(recs)
 	if err != nil {
 		return nil, err
@@ -35,7 +36,7 @@ func Receipt(runDir string, recs []journal.Record) (*lifecycle.Receipt, error) {
 		p := filepath.Join(ev, "receipt.json")
 		b, err := os.ReadFile(p)
 		if err == nil {
-			var r lifecycle.Receipt
+			var r receipt.Receipt
 			if err := json.Unmarshal(b, &r); err != nil {
 				return nil, fmt.Errorf("receipt %s: %w", p, err)
 			}
@@ -51,12 +52,12 @@ func Receipt(runDir string, recs []journal.Record) (*lifecycle.Receipt, error) {
 // attempts and manifest hash, its outcome (OutcomeUnfinished when it has
 // none), finished at its last record, and every instance not confirmed
 // destroyed listed under cleanup.
-func JournalReceipt(recs []journal.Record) (*lifecycle.Receipt, error) {
-	st, err := lifecycle.Replay(recs)
+func JournalReceipt(recs []journal.Record) (*receipt.Receipt, error) {
+	st, err := runstate.Replay(recs)
 	if err != nil {
 		return nil, err
 	}
-	r := &lifecycle.Receipt{Schema: lifecycle.ReceiptSchema, Workflow: st.Workflow, RunID: st.RunID, Label: st.Label, Outcome: st.Outcome,
+	r := &receipt.Receipt{Schema: receipt.Schema, Workflow: st.Workflow, RunID: st.RunID, Label: st.Label, Outcome: st.Outcome,
 		Attempts: st.Attempts, StartedAt: st.Started, ManifestSHA256: st.ManifestHash, Timings: map[string]float64{}}
 	if r.Outcome == "" {
 		r.Outcome = OutcomeUnfinished

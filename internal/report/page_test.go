@@ -15,26 +15,25 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
 )
 
-func sample() (*lifecycle.Receipt, []journal.Record) {
+func sample() (*receipt.Receipt, []journal.Record) {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	charged := 0.021
 	step := int64(200)
-	r := &lifecycle.Receipt{
-		Schema: lifecycle.ReceiptSchema, Workflow: "train", RunID: "mx1run", Label: "vastrun-mx1run-x-deadbeef", Outcome: lifecycle.OutcomePassed,
+	r := &receipt.Receipt{
+		Schema: receipt.Schema, Workflow: "train", RunID: "mx1run", Label: "vastrun-mx1run-x-deadbeef", Outcome: receipt.Passed,
 		Image: "ghcr.io/acme/t@sha256:" + strings.Repeat("ab", 32), Commit: "0123abcd", StartedAt: t0, FinishedAt: at(300),
-		Attempts: []*lifecycle.Attempt{
+		Attempts: []*receipt.Attempt{
 			{OfferID: 1, InstanceID: 101, MachineID: 11, GPUName: "RTX 4090", NumGPUs: 1, DPHTotal: 0.35, Failure: "paused", Confirmed: true,
 				IntentAt: at(1), RentedAt: at(2), RunningAt: at(20), DestroySentAt: at(120), ConfirmedAt: at(121)},
 			{OfferID: 2, InstanceID: 102, MachineID: 12, GPUName: "RTX 3090", NumGPUs: 1, DPHTotal: 0.20, Confirmed: true,
 				IntentAt: at(122), RentedAt: at(123), RunningAt: at(140), DestroySentAt: at(290), ConfirmedAt: at(291)},
 		},
-		Cost:    lifecycle.Receipt{}.Cost,
-		Cleanup: lifecycle.ReceiptCleanup{Confirmed: true},
+		Cost:    receipt.Receipt{}.Cost,
+		Cleanup: receipt.Cleanup{Confirmed: true},
 		Sections: receipt.Sections{Train: &receipt.TrainReport{CheckpointURI: "s3://b/p/mx1run", LastCheckpoint: &receipt.CheckpointRef{Step: 600, ManifestSHA256: strings.Repeat("cd", 32)},
 			Resumes: []receipt.ResumeProof{{Instance: 102, RestoredStep: 200, ReportedStep: &step, Proven: true}}}},
 	}

@@ -1,12 +1,4 @@
-// Package runs lists the runs of a state directory for people and scripts
-// (`vastrun runs`).
-//
-// Contract: listing only reads. Journals are replayed without taking their
-// lock, receipts are read when the run wrote one, and a damaged run is
-// listed with its error instead of hiding the others. Rows come newest
-// first; figures are rounded (seconds to 0.1, dollars to 1e-4) because
-// they are for reading, and the receipt keeps the exact ones.
-package runs
+package report
 
 import (
 	"encoding/json"
@@ -18,12 +10,13 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
-// Schema names the JSON document of `vastrun runs --json` (docs/json.md).
-const Schema = "vastrun.runs/v1"
+// ListSchema names the JSON document of `vastrun runs --json` (docs/json.md).
+const ListSchema = "vastrun.runs/v1"
 
 // OutcomeUnfinished is a run whose journal has no outcome: its controller
 // is still running, or died (vastrun resume / down take it over).
@@ -96,9 +89,9 @@ type stateFile struct {
 
 func read(dir string, now time.Time) Run {
 	recs, err := journal.Read(dir)
-	var st *lifecycle.State
+	var st *runstate.State
 	if err == nil {
-		st, err = lifecycle.Replay(recs)
+		st, err = runstate.Replay(recs)
 	}
 	if err != nil {
 		return Run{Outcome: "damaged", Error: err.Error(), LiveInstances: []provider.InstanceID{}}
@@ -115,7 +108,7 @@ func read(dir string, now time.Time) Run {
 	}
 	r.WallSeconds = seconds(last.Sub(st.Started))
 	r.CostUSD, r.CostSource = estimate(st, now), "estimate"
-	if rc := receipt(r.EvidenceDir); rc != nil && rc.RunID == st.RunID {
+	if rc := readReceipt(r.EvidenceDir); rc != nil && rc.RunID == st.RunID {
 		// The receipt's figures are wall-clock even for a scaled simulator.
 		r.Simulated = rc.Simulated
 		if !rc.StartedAt.IsZero() {
@@ -134,7 +127,7 @@ func read(dir string, now time.Time) Run {
 	return r
 }
 
-func receipt(evidenceDir string) *lifecycle.Receipt {
+func readReceipt(evidenceDir string) *receipt.Receipt {
 	if evidenceDir == "" {
 		return nil
 	}
@@ -142,7 +135,7 @@ func receipt(evidenceDir string) *lifecycle.Receipt {
 	if err != nil {
 		return nil
 	}
-	var r lifecycle.Receipt
+	var r receipt.Receipt
 	if json.Unmarshal(b, &r) != nil {
 		return nil
 	}
@@ -151,7 +144,7 @@ func receipt(evidenceDir string) *lifecycle.Receipt {
 
 // estimate prices each attempt's rented time at its $/h, up to now for an
 // instance whose destruction is not yet confirmed.
-func estimate(st *lifecycle.State, now time.Time) float64 {
+func estimate(st *runstate.State, now time.Time) float64 {
 	total := 0.0
 	for _, a := range st.Attempts {
 		if a.RentedAt.IsZero() {

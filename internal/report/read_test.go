@@ -1,4 +1,4 @@
-package runs_test
+package report_test
 
 import (
 	"encoding/json"
@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/report"
 )
 
 // A run whose controller was killed wrote no receipt: `vastrun report`
@@ -30,11 +30,11 @@ func TestReceiptOfAnUnfinishedRunComesFromItsJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := runs.Receipt(dir, recs)
+	r, err := report.Receipt(dir, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.RunID != "bbb1" || r.Workflow != "train" || string(r.Outcome) != runs.OutcomeUnfinished || r.Schema != lifecycle.ReceiptSchema {
+	if r.RunID != "bbb1" || r.Workflow != "train" || string(r.Outcome) != report.OutcomeUnfinished || r.Schema != receipt.Schema {
 		t.Fatalf("identity: %+v", r)
 	}
 	if len(r.Attempts) != 2 || r.Cleanup.Confirmed || len(r.Cleanup.Unconfirmed) != 1 || r.Cleanup.Unconfirmed[0] != 43 {
@@ -49,7 +49,7 @@ func TestReceiptOfAnUnfinishedRunComesFromItsJournal(t *testing.T) {
 		j.Append("event", "outcome", map[string]any{"outcome": "passed"})
 	})
 	recs2, _ := journal.Read(filepath.Join(state, "runs", "bbb2"))
-	r2, err := runs.JournalReceipt(recs2)
+	r2, err := report.JournalReceipt(recs2)
 	if err != nil || r2.Outcome != "passed" || !r2.Cleanup.Confirmed || len(r2.Cleanup.Unconfirmed) != 0 {
 		t.Fatalf("%v %+v", err, r2)
 	}
@@ -63,23 +63,23 @@ func TestReceiptPrefersTheWrittenOne(t *testing.T) {
 	dir := filepath.Join(state, "runs", "ccc1")
 	sf, _ := json.Marshal(map[string]string{"evidence_dir": ev})
 	os.WriteFile(filepath.Join(dir, "state.json"), sf, 0o600)
-	if got := runs.EvidenceDir(dir); got != ev {
+	if got := report.EvidenceDir(dir); got != ev {
 		t.Fatalf("EvidenceDir %q, want %q", got, ev)
 	}
-	written := lifecycle.Receipt{Schema: lifecycle.ReceiptSchema, RunID: "ccc1", Outcome: "passed", Workflow: "ci"}
+	written := receipt.Receipt{Schema: receipt.Schema, RunID: "ccc1", Outcome: "passed", Workflow: "ci"}
 	written.Cleanup.Confirmed = true
 	b, _ := json.Marshal(written)
 	os.WriteFile(filepath.Join(ev, "receipt.json"), b, 0o600)
 	recs, _ := journal.Read(dir)
-	r, err := runs.Receipt(dir, recs)
+	r, err := report.Receipt(dir, recs)
 	if err != nil || r.Outcome != "passed" || !r.Cleanup.Confirmed {
 		t.Fatalf("%v %+v", err, r)
 	}
 	os.WriteFile(filepath.Join(ev, "receipt.json"), []byte("{"), 0o600)
-	if _, err := runs.Receipt(dir, recs); err == nil || !strings.Contains(err.Error(), filepath.Join(ev, "receipt.json")) {
+	if _, err := report.Receipt(dir, recs); err == nil || !strings.Contains(err.Error(), filepath.Join(ev, "receipt.json")) {
 		t.Fatalf("err %v, want one naming the receipt", err)
 	}
-	if got := runs.EvidenceDir(t.TempDir()); got != "" {
+	if got := report.EvidenceDir(t.TempDir()); got != "" {
 		t.Fatalf("no state.json: %q", got)
 	}
 }

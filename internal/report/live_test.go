@@ -1,4 +1,4 @@
-package runs_test
+package report_test
 
 import (
 	"os"
@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
-	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/runs"
+	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/report"
 )
 
 // down --all and plain down's refusal: which runs still hold instances.
@@ -38,7 +38,7 @@ func TestLiveRuns(t *testing.T) {
 	os.MkdirAll(filepath.Join(state, "runs", "r0"), 0o755) // damaged: left out
 	os.WriteFile(filepath.Join(state, "runs", "r0", journal.FileName), []byte("{"), 0o600)
 
-	live := runs.LiveRuns(state)
+	live := report.LiveRuns(state)
 	var ids []string
 	for _, l := range live {
 		ids = append(ids, l.RunID)
@@ -54,42 +54,42 @@ func TestLiveRuns(t *testing.T) {
 	}
 
 	os.WriteFile(filepath.Join(state, "current"), []byte("r3\n"), 0o600)
-	if got := runs.Latest(state); got != "r3" {
+	if got := report.Latest(state); got != "r3" {
 		t.Fatalf("latest %q", got)
 	}
-	if others := runs.Others(live, "r3"); len(others) != 2 || others[0].RunID != "r1" || others[1].RunID != "r4" {
+	if others := report.Others(live, "r3"); len(others) != 2 || others[0].RunID != "r1" || others[1].RunID != "r4" {
 		t.Fatalf("others %+v", others)
 	}
-	if others := runs.Others(live[1:2], "r3"); len(others) != 0 {
+	if others := report.Others(live[1:2], "r3"); len(others) != 0 {
 		t.Fatalf("only the latest is live, yet others %+v", others)
 	}
-	if got := runs.WithLabel(state, "vastrun-r2"); got != filepath.Join(state, "runs", "r2") {
+	if got := report.WithLabel(state, "vastrun-r2"); got != filepath.Join(state, "runs", "r2") {
 		t.Fatalf("WithLabel %q", got)
 	}
-	if got := runs.WithLabel(state, "vastrun-nope"); got != "" {
+	if got := report.WithLabel(state, "vastrun-nope"); got != "" {
 		t.Fatalf("WithLabel of an unknown label %q", got)
 	}
-	if runs.LiveRuns(filepath.Join(state, "none")) != nil || runs.Latest(filepath.Join(state, "none")) != "" {
+	if report.LiveRuns(filepath.Join(state, "none")) != nil || report.Latest(filepath.Join(state, "none")) != "" {
 		t.Fatal("an empty state dir has live runs")
 	}
 }
 
 func TestNewlyConfirmed(t *testing.T) {
-	a := func(id provider.InstanceID, confirmed bool) *lifecycle.Attempt {
-		return &lifecycle.Attempt{InstanceID: id, Confirmed: confirmed}
+	a := func(id provider.InstanceID, confirmed bool) *receipt.Attempt {
+		return &receipt.Attempt{InstanceID: id, Confirmed: confirmed}
 	}
 	for _, tc := range []struct {
 		name          string
-		before, after []*lifecycle.Attempt
+		before, after []*receipt.Attempt
 		want          []provider.InstanceID
 	}{
-		{"one destroyed now", []*lifecycle.Attempt{a(1, false)}, []*lifecycle.Attempt{a(1, true)}, []provider.InstanceID{1}},
-		{"confirmed by an earlier down is not news", []*lifecycle.Attempt{a(1, true), a(2, false)}, []*lifecycle.Attempt{a(1, true), a(2, true)}, []provider.InstanceID{2}},
-		{"not confirmed yet", []*lifecycle.Attempt{a(1, false)}, []*lifecycle.Attempt{a(1, false)}, []provider.InstanceID{}},
-		{"a create never answered has no id", nil, []*lifecycle.Attempt{a(0, true)}, []provider.InstanceID{}},
-		{"an extra found by label counts once", nil, []*lifecycle.Attempt{a(3, true), a(3, true)}, []provider.InstanceID{3}},
+		{"one destroyed now", []*receipt.Attempt{a(1, false)}, []*receipt.Attempt{a(1, true)}, []provider.InstanceID{1}},
+		{"confirmed by an earlier down is not news", []*receipt.Attempt{a(1, true), a(2, false)}, []*receipt.Attempt{a(1, true), a(2, true)}, []provider.InstanceID{2}},
+		{"not confirmed yet", []*receipt.Attempt{a(1, false)}, []*receipt.Attempt{a(1, false)}, []provider.InstanceID{}},
+		{"a create never answered has no id", nil, []*receipt.Attempt{a(0, true)}, []provider.InstanceID{}},
+		{"an extra found by label counts once", nil, []*receipt.Attempt{a(3, true), a(3, true)}, []provider.InstanceID{3}},
 	} {
-		if got := runs.NewlyConfirmed(tc.before, tc.after); !reflect.DeepEqual(got, tc.want) {
+		if got := report.NewlyConfirmed(tc.before, tc.after); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}

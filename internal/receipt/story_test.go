@@ -1,4 +1,4 @@
-package lifecycle
+package receipt
 
 import (
 	"os"
@@ -15,8 +15,8 @@ func TestStoryCILogTailOnlyOnFailure(t *testing.T) {
 	}
 	log.WriteString("the last line\n")
 	os.WriteFile(filepath.Join(dir, "test.log"), []byte(log.String()), 0o644)
-	r := &Receipt{Workflow: "ci", Outcome: OutcomeFailed, EvidenceDir: dir, Test: &TestOutcome{ExitCode: 1, Log: "test.log"},
-		Verify: &verifyReport{Checks: []Check{{Name: "gpu count", OK: true, Detail: "1 GPU"}, {Name: "cuda", OK: false, Detail: "11.8 < 12.0"}}}}
+	r := &Receipt{Workflow: "ci", Outcome: Failed, EvidenceDir: dir, Test: &TestOutcome{ExitCode: 1, Log: "test.log"},
+		Verify: &VerifyReport{Checks: []Check{{Name: "gpu count", OK: true, Detail: "1 GPU"}, {Name: "cuda", OK: false, Detail: "11.8 < 12.0"}}}}
 	var tail *Section
 	for _, s := range Story(r) {
 		if strings.HasPrefix(s.Title, "Last lines of test.log") {
@@ -30,7 +30,7 @@ func TestStoryCILogTailOnlyOnFailure(t *testing.T) {
 	if md := Summary(r); !strings.Contains(md, "| cuda | FAILED — 11.8 < 12.0 |") {
 		t.Fatalf("verify checks missing:\n%s", md)
 	}
-	r.Outcome, r.Test.ExitCode = OutcomePassed, 0
+	r.Outcome, r.Test.ExitCode = Passed, 0
 	for _, s := range Story(r) {
 		if strings.HasPrefix(s.Title, "Last lines") {
 			t.Fatal("a passing test's log tail is shown")
@@ -47,5 +47,14 @@ func TestInWords(t *testing.T) {
 		if got := InWords(reason); got != want {
 			t.Errorf("InWords(%q) = %q, want %q", reason, got, want)
 		}
+	}
+}
+
+func TestTimingsLineIsInNameOrder(t *testing.T) {
+	if got, want := TimingsLine(map[string]float64{"rent": 3, "gate": 1.25, "elapsed": 10}), "elapsed 10.0s, gate 1.2s, rent 3.0s"; got != want {
+		t.Fatalf("TimingsLine = %q, want %q", got, want)
+	}
+	if got := TimingsLine(nil); got != "" {
+		t.Fatalf("TimingsLine(nil) = %q, want empty", got)
 	}
 }

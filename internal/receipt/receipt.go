@@ -1,0 +1,134 @@
+package receipt
+
+import (
+	"time"
+
+	"github.com/vastrun/vastrun/internal/provider"
+)
+
+// Schema versions the receipt; docs/receipt.md documents it.
+const Schema = "vastrun.receipt/v1"
+
+// Receipt is the run's evidence summary (docs/receipt.md).
+type Receipt struct {
+	Schema         string        `json:"schema"`
+	Workflow       string        `json:"workflow"`
+	RunID          string        `json:"run_id"`
+	Label          string        `json:"label"`
+	Outcome        Outcome       `json:"outcome"`
+	Error          string        `json:"error,omitempty"`
+	Simulated      bool          `json:"simulated"`
+	SimInstance    string        `json:"sim_instance,omitempty"`
+	CI             CI            `json:"ci"`
+	Commit         string        `json:"commit"`
+	Image          string        `json:"image"`
+	ManifestSHA256 string        `json:"manifest_sha256"`
+	Attempts       []*Attempt    `json:"attempts"`
+	Test           *TestOutcome  `json:"test,omitempty"`
+	Verify         *VerifyReport `json:"verify,omitempty"`
+	// The workflows' own sections (train, canary), in their place in
+	// the JSON; the core renders them without naming one.
+	Sections
+	Timings        map[string]float64 `json:"timings_s"`
+	Cost           Cost               `json:"cost"`
+	Cleanup        Cleanup            `json:"cleanup"`
+	StartedAt      time.Time          `json:"started_at"`
+	FinishedAt     time.Time          `json:"finished_at"`
+	EvidenceDir    string             `json:"evidence_dir"`
+	EvidenceUpload *EvidenceUpload    `json:"evidence_upload,omitempty"` // evidence.uri's copy (evidence.go)
+	// SimTime is set when the simulator ran scaled: the receipt's own times
+	// and timings are wall-clock, these are the simulated ones.
+	SimTime *SimTime `json:"sim_time,omitempty"`
+}
+
+// SimTime labels the figures of a scaled simulator run in simulated time.
+type SimTime struct {
+	Speed      float64            `json:"speed"`
+	Timings    map[string]float64 `json:"timings_s"`
+	StartedAt  time.Time          `json:"started_at"`
+	FinishedAt time.Time          `json:"finished_at"`
+}
+
+// CI identifies the CI run.
+type CI struct {
+	System string `json:"system,omitempty"`
+	RunID  string `json:"run_id,omitempty"`
+	RunURL string `json:"run_url,omitempty"`
+	Repo   string `json:"repo,omitempty"`
+	Ref    string `json:"ref,omitempty"`
+	Event  string `json:"event,omitempty"`
+}
+
+// Cleanup says whether every rental is confirmed gone, and how.
+type Cleanup struct {
+	Confirmed   bool                  `json:"confirmed"`
+	Unconfirmed []provider.InstanceID `json:"unconfirmed_instance_ids"`
+	AlertSent   bool                  `json:"alert_sent"`
+}
+
+// Cost is what the run cost: the estimate, what Vast charged when it
+// could be read, and the budget.
+type Cost struct {
+	EstimateUSD float64  `json:"estimate_usd"`
+	ChargedUSD  *float64 `json:"charged_usd"`
+	// DiscrepancyUSD is charged minus estimated, when charges were read.
+	DiscrepancyUSD *float64 `json:"discrepancy_usd,omitempty"`
+	MaxSpendUSD    float64  `json:"max_spend_usd"`
+	ChargesNote    string   `json:"charges_note,omitempty"`
+	Interruptible  *BidCost `json:"interruptible,omitempty"` // bid rentals (bidreceipt.go)
+	AlertSent      bool     `json:"-"`
+}
+
+// BidCost is the run's interruptible money, from Vast's charges: what was
+// charged, what the same GPU-seconds would have cost on demand (the same
+// offers' on-demand GPU price, and storage without the time stopped), and
+// the difference.
+type BidCost struct {
+	ChargedUSD    float64 `json:"charged_usd"`
+	OnDemandUSD   float64 `json:"on_demand_usd"`
+	SavingUSD     float64 `json:"saving_usd"`
+	SavingPercent float64 `json:"saving_percent"`
+	GPUSeconds    float64 `json:"gpu_seconds"`
+	Interruptions int     `json:"interruptions"`
+	// StoppedStorageUSD is the storage billed while outbid, in ChargedUSD.
+	StoppedStorageUSD float64 `json:"stopped_storage_usd"`
+}
+
+// TestOutcome is how the test ended and what it reported.
+type TestOutcome struct {
+	ExitCode  int            `json:"exit_code"`
+	Signal    string         `json:"signal,omitempty"`
+	Result    map[string]any `json:"result,omitempty"`
+	ResultErr string         `json:"result_error,omitempty"`
+	Log       string         `json:"log"`
+	TimedOut  bool           `json:"timed_out,omitempty"`
+}
+
+// Check is one verify check: what was checked, whether it held, and what
+// was seen.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// VerifyReport is what verify found on the instance: its image, GPUs,
+// CUDA and disk, and each check against the policy.
+type VerifyReport struct {
+	ImageUUID  string    `json:"image_uuid"`
+	GPUs       []GPUInfo `json:"gpus"`
+	CUDA       float64   `json:"cuda_version"`
+	FreeDiskGB float64   `json:"free_disk_gb"`
+	Checks     []Check   `json:"checks"`
+}
+
+// EvidenceUpload is the receipt's record of the copy.
+type EvidenceUpload struct {
+	URI            string `json:"uri"`                       // <evidence.uri>/<run id>/
+	Manifest       string `json:"manifest"`                  // key of the manifest under URI
+	ManifestSHA256 string `json:"manifest_sha256,omitempty"` // of the manifest's bytes
+	Files          int    `json:"files"`                     // listed in the manifest
+	Bytes          int64  `json:"bytes"`
+	Uploaded       bool   `json:"uploaded"` // manifest and files are at URI
+	Error          string `json:"error,omitempty"`
+}
