@@ -195,7 +195,7 @@ func (s *S3Store) stampDigest(ctx context.Context, obj, etag string, size int64,
 	if size <= maxSinglePartSz {
 		_, err = s.core.Client.CopyObject(ctx, dst, src) // Core has a CopyObject of its own
 	} else {
-		_, err = s.core.Client.ComposeObject(ctx, dst, src) //nolint:staticcheck // QF1008: Client named as on CopyObject, which Core shadows
+		_, err = s.core.Client.ComposeObject(ctx, dst, src)
 	}
 	return err
 }
