@@ -198,9 +198,9 @@ func withEnvFile(cmd *exec.Cmd, env map[string]string) (done func(), err error) 
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("env pipe: %w", err)
-	} //nolint:errcheck // the reader is the container; a short env shows there as a missing name
+	}
 	var b strings.Builder
-	for _, k := range sortedKeys(env) { //nolint:errcheck // the read end, after the child started: closing it frees our copy
+	for _, k := range sortedKeys(env) {
 		// One NAME=value per line: a value with a newline cannot pass.
 		b.WriteString(k + "=" + strings.ReplaceAll(env[k], "\n", " ") + "\n")
 	}
