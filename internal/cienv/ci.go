@@ -182,11 +182,11 @@ func appendSync(path, text string) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer f.Close()
 	if _, err := f.WriteString(text); err != nil {
+		f.Close() //nolint:errcheck // the write error is the one to report
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return f.Sync()
+	return errors.Join(f.Sync(), f.Close())
 }
 
 // mergeDotenv updates KEY=value lines, writing a temporary file and
@@ -223,16 +223,18 @@ func mergeDotenv(path string, kv map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
+	defer os.Remove(tmp.Name()) //nolint:errcheck // after the rename nothing is left to remove; a leftover is a hidden temp file
 	if _, err := tmp.WriteString(b.String()); err != nil {
-		tmp.Close()
+		tmp.Close() //nolint:errcheck // the write error is the one to report
 		return err
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		tmp.Close() //nolint:errcheck // the sync error is the one to report
 		return err
 	}
-	tmp.Close()
+	if err := tmp.Close(); err != nil {
+		return err
+	}
 	return os.Rename(tmp.Name(), path)
 }
 
@@ -241,16 +243,16 @@ func (e Env) Annotate(w io.Writer, level, msg string) {
 	msg = strings.ReplaceAll(msg, "\n", " ")
 	switch e.System {
 	case "github":
-		fmt.Fprintf(w, "::%s title=vastrun::%s\n", level, escapeGH(msg))
+		fmt.Fprintf(w, "::%s title=vastrun::%s\n", level, escapeGH(msg)) //nolint:errcheck // w is the CI log: a write it refuses cannot be reported anywhere, and nothing else would reach that log either
 	default:
-		fmt.Fprintf(w, "%s: vastrun: %s\n", strings.ToUpper(level), msg)
+		fmt.Fprintf(w, "%s: vastrun: %s\n", strings.ToUpper(level), msg) //nolint:errcheck // w is the CI log: a write it refuses cannot be reported anywhere, and nothing else would reach that log either
 	}
 }
 
 // Mask asks the CI system to hide value in its logs.
 func (e Env) Mask(w io.Writer, value string) {
 	if e.System == "github" && value != "" {
-		fmt.Fprintf(w, "::add-mask::%s\n", value)
+		fmt.Fprintf(w, "::add-mask::%s\n", value) //nolint:errcheck // w is the CI log: a write it refuses cannot be reported anywhere, and nothing else would reach that log either
 	}
 }
 

@@ -2,6 +2,7 @@ package clock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -33,7 +34,7 @@ func TestSleepHonoursCancel(t *testing.T) {
 	f := NewFake(time.Unix(0, 0))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := Sleep(ctx, f, time.Hour); err != context.Canceled {
+	if err := Sleep(ctx, f, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sleep on cancelled ctx = %v", err)
 	}
 }

@@ -73,7 +73,7 @@ func LoopbackRegistry(ref string) bool {
 
 // Pull fetches ref into the engine's store. creds, when set, is written to
 // a private auth file for this pull only.
-func (e *Engine) Pull(ctx context.Context, ref string, creds *Credentials) error {
+func (e *Engine) Pull(ctx context.Context, ref string, creds *Credentials) (err error) {
 	if err := e.needPodman(); err != nil {
 		return err
 	}
@@ -82,11 +82,17 @@ func (e *Engine) Pull(ctx context.Context, ref string, creds *Credentials) error
 		args = append(args, "--tls-verify=false")
 	}
 	if creds != nil {
-		f, err := os.CreateTemp("", "vastrun-auth-*.json")
-		if err != nil {
-			return fmt.Errorf("pull %s: auth file: %w", ref, err)
+		f, ferr := os.CreateTemp("", "vastrun-auth-*.json")
+		if ferr != nil {
+			return fmt.Errorf("pull %s: auth file: %w", ref, ferr)
 		}
-		defer os.Remove(f.Name())
+		// The file holds the registry token: one left behind is a leaked
+		// secret, so a failed removal fails the pull.
+		defer func() {
+			if rerr := os.Remove(f.Name()); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("pull %s: remove auth file: %w", ref, rerr))
+			}
+		}()
 		auth := map[string]any{"auths": map[string]any{creds.Registry: map[string]string{"username": creds.User, "password": creds.Token}}}
 		err = json.NewEncoder(f).Encode(auth)
 		if cerr := f.Close(); err == nil {
@@ -97,7 +103,7 @@ func (e *Engine) Pull(ctx context.Context, ref string, creds *Credentials) error
 		}
 		args = append(args, "--authfile", f.Name())
 	}
-	err := e.command(ctx, nil, append(args, ref)...)
+	err = e.command(ctx, nil, append(args, ref)...)
 	var re *RunError
 	if errors.As(err, &re) {
 		reason := lastErrorLine(re.Output)
@@ -198,9 +204,9 @@ func withEnvFile(cmd *exec.Cmd, env map[string]string) (done func(), err error) 
 		// One NAME=value per line: a value with a newline cannot pass.
 		b.WriteString(k + "=" + strings.ReplaceAll(env[k], "\n", " ") + "\n")
 	}
-	go func() { w.WriteString(b.String()); w.Close() }()
+	go func() { w.WriteString(b.String()); w.Close() }() //nolint:errcheck // the reader is the container; a short env shows there as a missing name
 	cmd.ExtraFiles = []*os.File{r}
-	return func() { r.Close() }, nil
+	return func() { r.Close() }, nil //nolint:errcheck // the read end, after the child started: closing it frees our copy
 }
 
 // Exec is one command to run in a started container.

@@ -100,7 +100,7 @@ func Open(dir string, now func() time.Time) (*Journal, error) {
 		return nil, fmt.Errorf("open journal %s: %w", path, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the lock error is the one to report
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("open journal %s: %w", path, ErrLocked)
 		}
@@ -109,11 +109,11 @@ func Open(dir string, now func() time.Time) (*Journal, error) {
 	// Validate before repairing: a damaged journal is left as it was.
 	recs, err := readFile(f)
 	if err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the read error is the one to report
 		return nil, fmt.Errorf("read journal %s: %w", path, err)
 	}
 	if err := truncateTornTail(f); err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the repair error is the one to report
 		return nil, fmt.Errorf("repair journal %s: %w", path, err)
 	}
 	j := &Journal{f: f, path: path, now: now}
@@ -163,16 +163,18 @@ func (j *Journal) Append(typ, step string, data any) (Record, error) {
 	// where it started, so that a later record starts on a line of its own.
 	end, serr := j.f.Seek(0, io.SeekEnd)
 	if _, err := j.f.Write(line); err != nil {
+		err = fmt.Errorf("journal %s %s: write: %w", typ, step, err)
 		if serr == nil {
-			j.f.Truncate(end)
+			err = errors.Join(err, j.cutBack(end))
 		}
-		return Record{}, fmt.Errorf("journal %s %s: write: %w", typ, step, err)
+		return Record{}, err
 	}
 	if err := j.f.Sync(); err != nil {
+		err = fmt.Errorf("journal %s %s: fsync: %w", typ, step, err)
 		if serr == nil {
-			j.f.Truncate(end)
+			err = errors.Join(err, j.cutBack(end))
 		}
-		return Record{}, fmt.Errorf("journal %s %s: fsync: %w", typ, step, err)
+		return Record{}, err
 	}
 	j.seq = rec.Seq
 	return rec, nil
@@ -200,13 +202,22 @@ func (j *Journal) Close() error {
 	return err
 }
 
+// cutBack truncates the journal to end after a failed append; a part line
+// it cannot cut is repaired as a torn tail on the next Open.
+func (j *Journal) cutBack(end int64) error {
+	if err := j.f.Truncate(end); err != nil {
+		return fmt.Errorf("cut back to %d bytes: %w", end, err)
+	}
+	return nil
+}
+
 // Read reads a journal without locking it (for status and reports).
 func Read(dir string) ([]Record, error) {
 	f, err := os.Open(filepath.Join(dir, FileName))
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only file
 	return readFile(f)
 }
 

@@ -84,6 +84,8 @@ const (
 
 // Options configure a display.
 type Options struct {
+	// Out is for people (stderr, a CI log): its writes are not checked, as
+	// one the terminal refuses cannot be reported anywhere.
 	Out   io.Writer
 	Clock clock.Clock
 	Mode  Mode
@@ -210,29 +212,29 @@ func (d *Display) foldLocked(ev Event) {
 	switch d.o.Mode {
 	case ModeGitHub:
 		if d.group != "" {
-			io.WriteString(d.o.Out, "::endgroup::\n")
+			d.printf("::endgroup::\n")
 		}
 		d.group = ""
 		if ev.Phase != PhaseDone {
 			d.group = ev.Phase
-			fmt.Fprintf(d.o.Out, "::group::vastrun: %s\n", d.o.Redact(title(ev)))
+			d.printf("::group::vastrun: %s\n", d.o.Redact(title(ev)))
 		}
 	case ModeGitLab:
 		// https://docs.gitlab.com/ci/jobs/job_logs/#custom-collapsible-sections
 		if d.group != "" {
-			fmt.Fprintf(d.o.Out, "%ssection_end:%d:vastrun_%s\r%s\n", ansi.EraseEntireLine, now.Unix(), d.group, ansi.EraseEntireLine)
+			d.printf("%ssection_end:%d:vastrun_%s\r%s\n", ansi.EraseEntireLine, now.Unix(), d.group, ansi.EraseEntireLine)
 		}
 		d.group = ""
 		if ev.Phase != PhaseDone {
 			d.group = strings.ReplaceAll(ev.Phase, " ", "_")
-			fmt.Fprintf(d.o.Out, "%ssection_start:%d:vastrun_%s[collapsed=true]\r%svastrun: %s\n", ansi.EraseEntireLine, now.Unix(), d.group, ansi.EraseEntireLine, d.o.Redact(title(ev)))
+			d.printf("%ssection_start:%d:vastrun_%s[collapsed=true]\r%svastrun: %s\n", ansi.EraseEntireLine, now.Unix(), d.group, ansi.EraseEntireLine, d.o.Redact(title(ev)))
 		}
 	}
 }
 
 func (d *Display) plainLocked() {
 	d.lastPlain = d.o.Clock.Now()
-	fmt.Fprintf(d.o.Out, "vastrun: %s\n", d.o.Redact(d.statusLocked(false)))
+	d.printf("vastrun: %s\n", d.o.Redact(d.statusLocked(false)))
 }
 
 // drawLocked redraws the status line in place, cut to the terminal width.
@@ -242,8 +244,13 @@ func (d *Display) drawLocked() {
 		return
 	}
 	line := d.o.Redact(d.statusLocked(true))
-	io.WriteString(d.o.Out, "\r"+ansi.Truncate(line, d.width()-1, "…")+ansi.EraseLineRight)
+	d.printf("%s", "\r"+ansi.Truncate(line, d.width()-1, "…")+ansi.EraseLineRight)
 	d.shown = true
+}
+
+// printf writes to Out (see Options.Out).
+func (d *Display) printf(format string, args ...any) {
+	fmt.Fprintf(d.o.Out, format, args...) //nolint:errcheck // Out is for people; a refused write cannot be reported
 }
 
 func (d *Display) width() int {
@@ -257,7 +264,7 @@ func (d *Display) width() int {
 
 func (d *Display) clearLocked() {
 	if d.shown {
-		io.WriteString(d.o.Out, "\r"+ansi.EraseEntireLine)
+		d.printf("%s", "\r"+ansi.EraseEntireLine)
 		d.shown = false
 	}
 }
@@ -383,9 +390,9 @@ func (d *Display) Line(s string) {
 	}
 	d.clearLocked()
 	if d.o.Mode == ModeGitHub && strings.HasPrefix(s, "warning: ") {
-		fmt.Fprintf(d.o.Out, "::warning title=vastrun::%s\n", escapeGH(strings.TrimPrefix(s, "warning: ")))
+		d.printf("::warning title=vastrun::%s\n", escapeGH(strings.TrimPrefix(s, "warning: ")))
 	}
-	fmt.Fprintf(d.o.Out, "vastrun: %s\n", s)
+	d.printf("vastrun: %s\n", s)
 	if !strings.HasPrefix(s, "hint: ") {
 		d.detail = strings.TrimSpace(s)
 		// "instance 7 loading: Pulling fs layer" -> "loading: Pulling fs
@@ -410,7 +417,7 @@ func (d *Display) Annotate(level, msg string) {
 	d.clearLocked()
 	msg = d.o.Redact(strings.ReplaceAll(msg, "\n", " "))
 	if d.o.Mode == ModeGitHub {
-		fmt.Fprintf(d.o.Out, "::%s title=vastrun::%s\n", level, escapeGH(msg))
+		d.printf("::%s title=vastrun::%s\n", level, escapeGH(msg))
 	}
 }
 
@@ -438,7 +445,7 @@ func (w outputWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	d.clearLocked()
-	d.o.Out.Write(buf[:i+1])
+	d.printf("%s", buf[:i+1])
 	d.partial = append([]byte(nil), buf[i+1:]...)
 	if d.o.Mode == ModeTerminal {
 		d.drawLocked()
@@ -474,7 +481,7 @@ func (d *Display) Close() {
 	defer d.mu.Unlock()
 	if len(d.partial) > 0 {
 		d.clearLocked()
-		d.o.Out.Write(append(d.partial, '\n'))
+		d.printf("%s\n", d.partial)
 		d.partial = nil
 	}
 	d.clearLocked()

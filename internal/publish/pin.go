@@ -65,7 +65,7 @@ func PinConfig(path, ref string) error {
 		Image string `yaml:"image"`
 	}
 	if err := yaml.Unmarshal(out, &check); err != nil || check.Image != ref {
-		return fmt.Errorf("pin image in %s: the rewritten file does not read back image: %s (%v)", path, ref, err)
+		return fmt.Errorf("pin image in %s: the rewritten file does not read back image: %s (%v)", path, ref, err) //nolint:errorlint // err may be nil: the check failed, not the parser
 	}
 	if bytes.Equal(out, b) {
 		return nil

@@ -215,7 +215,7 @@ var shaRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 func GitState(ctx context.Context, dir string) (commit string, dirty bool, err error) {
 	out, err := git(ctx, dir, "rev-parse", "HEAD")
 	if err != nil || !shaRE.MatchString(out) {
-		return "", false, fmt.Errorf("publish from %s: %w (git rev-parse HEAD: %v); the tag is the commit, so commit first", dir, ErrNotGit, err)
+		return "", false, fmt.Errorf("publish from %s: %w (git rev-parse HEAD: %v); the tag is the commit, so commit first", dir, ErrNotGit, err) //nolint:errorlint // the class is ErrNotGit; the cause is context only
 	}
 	st, err := git(ctx, dir, "status", "--porcelain", "--untracked-files=no")
 	if err != nil {
@@ -267,7 +267,7 @@ func load(ctx context.Context, o Options) (pushable, string, func(), error) {
 	if err != nil {
 		return nil, "", none, err
 	}
-	cleanup := func() { os.RemoveAll(tmp) }
+	cleanup := func() { os.RemoveAll(tmp) } //nolint:errcheck // best effort: a temp dir left behind is under TempDir, where the system's cleaner finds it
 	archive := filepath.Join(tmp, "image.tar")
 	if err := eng.Save(ctx, src, archive); err != nil {
 		cleanup()
@@ -328,7 +328,7 @@ func fromArchive(path, tmpDir string) (pushable, string, func(), error) {
 	if err != nil {
 		return nil, "", none, err
 	}
-	cleanup := func() { os.RemoveAll(tmp) }
+	cleanup := func() { os.RemoveAll(tmp) } //nolint:errcheck // best effort: a temp dir left behind is under TempDir, where the system's cleaner finds it
 	if err := untar(path, tmp); err != nil {
 		cleanup()
 		return nil, "", none, fmt.Errorf("%w %s: %w", ErrSource, path, err)
@@ -346,7 +346,7 @@ func tarHas(path, want string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only file
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
@@ -368,7 +368,7 @@ func untar(path, dir string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only file
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()

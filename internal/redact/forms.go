@@ -77,7 +77,7 @@ func jsonString(v string, html bool) string {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(html)
-	enc.Encode(v)
+	enc.Encode(v) //nolint:errcheck // a string always encodes, into a strings.Builder that cannot fail
 	s := strings.TrimSuffix(b.String(), "\n")
 	return s[1 : len(s)-1]
 }

@@ -37,7 +37,7 @@ func (c *Client) Session(ctx context.Context, o SessionOptions) error {
 	if err != nil {
 		return fmt.Errorf("ssh session: %w", err)
 	}
-	defer sess.Close()
+	defer sess.Close() //nolint:errcheck // teardown: the session's own result is what counts
 	if o.PTY {
 		term := o.Term
 		if term == "" {
@@ -59,7 +59,7 @@ func (c *Client) Session(ctx context.Context, o SessionOptions) error {
 		if err != nil {
 			return err
 		}
-		go func() { io.Copy(in, o.Stdin); in.Close() }()
+		go func() { io.Copy(in, o.Stdin); in.Close() }() //nolint:errcheck // the copy ends when either side closes; the session's exit status is what counts
 	}
 	sess.Stdout = orDiscard(o.Stdout)
 	sess.Stderr = orDiscard(o.Stderr)
@@ -78,10 +78,10 @@ func (c *Client) Session(ctx context.Context, o SessionOptions) error {
 		case err := <-done:
 			return exitError(err)
 		case sz := <-o.Resize:
-			sess.WindowChange(sz[1], sz[0])
+			sess.WindowChange(sz[1], sz[0]) //nolint:errcheck // a refused resize leaves the old size
 		case <-ctx.Done():
-			sess.Signal(ssh.SIGHUP)
-			sess.Close()
+			sess.Signal(ssh.SIGHUP) //nolint:errcheck // the session is cut next either way
+			sess.Close()            //nolint:errcheck // teardown: the session's own result is what counts
 			return ctx.Err()
 		}
 	}
@@ -92,7 +92,7 @@ func (c *Client) Session(ctx context.Context, o SessionOptions) error {
 // until ctx ends or the connection drops. A connection the instance
 // refuses is closed and reported to onErr; the listener keeps serving.
 func (c *Client) Forward(ctx context.Context, ln net.Listener, remote string, onErr func(error)) error {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	stop := context.AfterFunc(ctx, func() { ln.Close() }) //nolint:errcheck // unblocks Accept; its error changes nothing
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -107,7 +107,7 @@ func (c *Client) Forward(ctx context.Context, ln net.Listener, remote string, on
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer conn.Close()
+			defer conn.Close() //nolint:errcheck // teardown of a relayed connection
 			cn, err := c.conn(ctx)
 			if err != nil {
 				if onErr != nil {
@@ -122,7 +122,7 @@ func (c *Client) Forward(ctx context.Context, ln net.Listener, remote string, on
 				}
 				return
 			}
-			defer up.Close()
+			defer up.Close() //nolint:errcheck // teardown of a relayed connection
 			relay(ctx, conn, up)
 		}()
 	}
@@ -130,18 +130,18 @@ func (c *Client) Forward(ctx context.Context, ln net.Listener, remote string, on
 
 // relay copies both ways until both directions end or ctx does.
 func relay(ctx context.Context, a, b net.Conn) {
-	stop := context.AfterFunc(ctx, func() { a.Close(); b.Close() })
+	stop := context.AfterFunc(ctx, func() { a.Close(); b.Close() }) //nolint:errcheck // cuts the relay; nothing is left to report to
 	defer stop()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	half := func(dst, src net.Conn) {
 		defer wg.Done()
-		io.Copy(dst, src)
+		io.Copy(dst, src) //nolint:errcheck // a relay ends when either side closes; there is no one to tell
 		// Pass the EOF on so request/response protocols finish.
 		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
+			cw.CloseWrite() //nolint:errcheck // the peer may have gone already
 		} else {
-			dst.Close()
+			dst.Close() //nolint:errcheck // the peer may have gone already
 		}
 	}
 	go half(a, b)

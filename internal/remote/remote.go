@@ -148,9 +148,10 @@ func (d Dialer) hostKeyCallback() ssh.HostKeyCallback {
 			if err != nil {
 				return err
 			}
-			defer f.Close()
 			_, err = fmt.Fprintln(f, knownhosts.Line([]string{knownhosts.Normalize(hostname)}, key))
-			return err
+			// A write error may surface only at Close, and a pin that was
+			// not saved pins nothing.
+			return errors.Join(err, f.Close())
 		case errors.As(err, &ke):
 			return fmt.Errorf("%s: %w", hostname, ErrHostKeyChanged)
 		}
@@ -216,19 +217,19 @@ func dialOne(ctx context.Context, addr string, cfg *ssh.ClientConfig, timeout ti
 	// The handshake is not context-aware: bound it with a deadline on the
 	// connection, and close the connection if ctx ends first.
 	deadline, _ := dctx.Deadline()
-	nc.SetDeadline(deadline)
-	stop := context.AfterFunc(dctx, func() { nc.Close() })
+	nc.SetDeadline(deadline)                               //nolint:errcheck // on a closed connection the handshake fails and says so
+	stop := context.AfterFunc(dctx, func() { nc.Close() }) //nolint:errcheck // cuts the handshake; its own error is reported
 	sc, chans, reqs, err := ssh.NewClientConn(nc, addr, cfg)
 	stopped := stop()
 	if err != nil {
-		nc.Close()
+		nc.Close() //nolint:errcheck // the handshake error is the one to report
 		return nil, err
 	}
 	if !stopped {
-		sc.Close()
+		sc.Close() //nolint:errcheck // ctx ended: ctx.Err() is reported
 		return nil, ctx.Err()
 	}
-	nc.SetDeadline(time.Time{})
+	nc.SetDeadline(time.Time{}) //nolint:errcheck // a failed reset shows as a timeout on the next call
 	return ssh.NewClient(sc, chans, reqs), nil
 }
 
@@ -242,7 +243,7 @@ type conn struct {
 
 func newConn(c *ssh.Client, keepAlive time.Duration) *conn {
 	cn := &conn{c: c, dead: make(chan struct{}), stop: make(chan struct{})}
-	go func() { c.Wait(); close(cn.dead) }()
+	go func() { c.Wait(); close(cn.dead) }() //nolint:errcheck // Wait only says the connection ended; dead says that
 	if keepAlive > 0 {
 		go cn.keepAlive(keepAlive)
 	}
@@ -266,7 +267,7 @@ func (cn *conn) keepAlive(interval time.Duration) {
 		answered := make(chan struct{})
 		go func() {
 			// Any reply, even "unsupported", proves the peer is alive.
-			cn.c.SendRequest("keepalive@openssh.com", true, nil)
+			cn.c.SendRequest("keepalive@openssh.com", true, nil) //nolint:errcheck // a probe that fails is as unanswered as one that stalls
 			close(answered)
 		}()
 		timer := time.NewTimer(DeadAfter * interval)
@@ -285,7 +286,7 @@ func (cn *conn) keepAlive(interval time.Duration) {
 
 func (cn *conn) close() {
 	cn.once.Do(func() { close(cn.stop) })
-	cn.c.Close()
+	cn.c.Close() //nolint:errcheck // the connection is dropped either way
 }
 
 func (cn *conn) isDead() bool {
@@ -411,7 +412,7 @@ func (c *Client) conn(ctx context.Context) (*conn, error) {
 	for i := 0; i < tries; i++ {
 		if i > 0 {
 			if err := clock.Sleep(ctx, clk, wait); err != nil {
-				return nil, fmt.Errorf("ssh redial: %w (last: %v)", err, last)
+				return nil, fmt.Errorf("ssh redial: %w (last: %v)", err, last) //nolint:errorlint // the class is the cancellation; the last dial's error is context only
 			}
 			wait = min(wait*2, 10*time.Second)
 		}
@@ -451,7 +452,7 @@ func (c *Client) retry(ctx context.Context, op func(*conn) (retry bool, err erro
 		cn, err := c.conn(ctx)
 		if err != nil {
 			if last != nil {
-				return fmt.Errorf("%w (after: %v)", err, last)
+				return fmt.Errorf("%w (after: %v)", err, last) //nolint:errorlint // the class is why no connection is left; the earlier failure is context only
 			}
 			return err
 		}
@@ -576,7 +577,7 @@ func (c *Client) runOn(ctx context.Context, cn *conn, cmd Command) (started bool
 	if err != nil {
 		return false, fmt.Errorf("ssh session: %w", err)
 	}
-	defer sess.Close()
+	defer sess.Close() //nolint:errcheck // teardown: the session's own result is what counts
 	pidFile := ".vastrun/job-" + randomToken() + ".pid"
 	sess.Stdin = strings.NewReader(cmd.script(pidFile))
 	sess.Stdout = orDiscard(cmd.Stdout)
@@ -593,12 +594,12 @@ func (c *Client) runOn(ctx context.Context, cn *conn, cmd Command) (started bool
 		quiet(cn, `rm -f `+pidFile)
 		return true, exitError(err)
 	case <-ctx.Done():
-		sess.Signal(ssh.SIGTERM) // refused for root by OpenSSH; the pid file covers that
+		sess.Signal(ssh.SIGTERM) //nolint:errcheck // refused for root by OpenSSH; the pid file covers that
 		// TERM now, synchronously (one short session); the KILL a second
 		// later runs detached on the instance, so a caller tearing down is
 		// not held up by it.
 		quiet(cn, `p=$(cat `+pidFile+` 2>/dev/null); rm -f `+pidFile+`; [ -n "$p" ] || exit 0; pkill -TERM -P "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; (sleep 1; pkill -KILL -P "$p"; kill -KILL "$p") >/dev/null 2>&1 </dev/null & true`)
-		sess.Close()
+		sess.Close() //nolint:errcheck // teardown: the session's own result is what counts
 		return true, ctx.Err()
 	}
 }
@@ -615,10 +616,10 @@ func quiet(cn *conn, script string) {
 	if err != nil {
 		return
 	}
-	defer s.Close()
+	defer s.Close() //nolint:errcheck // housekeeping session
 	done := make(chan struct{})
 	go func() {
-		s.Run(script)
+		s.Run(script) //nolint:errcheck // housekeeping is best effort: the caller has its answer already
 		close(done)
 	}()
 	select {
@@ -719,8 +720,8 @@ func upload(ctx context.Context, cn *conn, local, remote string, progress func(i
 	if err != nil {
 		return fmt.Errorf("sftp: %w", err)
 	}
-	defer sc.Close()
-	defer context.AfterFunc(ctx, func() { sc.Close() })()
+	defer sc.Close()                                      //nolint:errcheck // the copy's own error is reported
+	defer context.AfterFunc(ctx, func() { sc.Close() })() //nolint:errcheck // cuts the copy when ctx ends; the copy reports it
 	return filepath.Walk(local, func(p string, info os.FileInfo, err error) error {
 		if err != nil {
 			return err
@@ -739,13 +740,13 @@ func upload(ctx context.Context, cn *conn, local, remote string, progress func(i
 		if err != nil {
 			return err
 		}
-		defer src.Close()
+		defer src.Close() //nolint:errcheck // read-only file
 		f, err := sc.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC)
 		if err != nil {
 			return fmt.Errorf("sftp create %s: %w", dst, err)
 		}
 		if _, err := io.Copy(f, countingReader{r: src, total: &copied, fn: progress}); err != nil {
-			f.Close()
+			f.Close() //nolint:errcheck // the copy error is the one to report
 			return fmt.Errorf("upload %s: %w", dst, err)
 		}
 		if err := f.Close(); err != nil {
@@ -776,7 +777,7 @@ func download(cn *conn, remote, local string, limit int64) error {
 	if err != nil {
 		return fmt.Errorf("sftp: %w", err)
 	}
-	defer sc.Close()
+	defer sc.Close() //nolint:errcheck // read side: the copy's own error is reported
 	f, err := sc.Open(remote)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -784,14 +785,14 @@ func download(cn *conn, remote, local string, limit int64) error {
 		}
 		return fmt.Errorf("sftp open %s: %w", remote, err)
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only remote file
 	out, err := os.OpenFile(local, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	defer out.Close()
 	n, err := io.Copy(out, io.LimitReader(f, limit+1))
-	if err != nil {
+	// A write error may surface only at Close.
+	if err = errors.Join(err, out.Close()); err != nil {
 		return fmt.Errorf("download %s: %w", remote, err)
 	}
 	if n > limit {
@@ -847,13 +848,13 @@ func (c *Client) openStream(ctx context.Context, cn *conn, script string) (*Stre
 		}
 		stdin, err := sess.StdinPipe()
 		if err != nil {
-			sess.Close()
+			sess.Close() //nolint:errcheck // the start error is the one to report
 			ch <- res{nil, err}
 			return
 		}
 		stdout, err := sess.StdoutPipe()
 		if err != nil {
-			sess.Close()
+			sess.Close() //nolint:errcheck // the start error is the one to report
 			ch <- res{nil, err}
 			return
 		}
@@ -861,7 +862,7 @@ func (c *Client) openStream(ctx context.Context, cn *conn, script string) (*Stre
 		// The command line is the script itself: stdin is the command's own
 		// input here, so unlike Run no environment (no secret) travels.
 		if err := sess.Start(script); err != nil {
-			sess.Close()
+			sess.Close() //nolint:errcheck // the start error is the one to report
 			ch <- res{nil, fmt.Errorf("start remote command: %w", err)}
 			return
 		}
@@ -880,7 +881,7 @@ func (c *Client) openStream(ctx context.Context, cn *conn, script string) (*Stre
 	case <-ctx.Done():
 		go func() {
 			if r := <-ch; r.s != nil {
-				r.s.sess.Close()
+				r.s.sess.Close() //nolint:errcheck // a start answered after ctx ended: nobody waits for it
 			}
 		}()
 		// The connection itself is left to its keepalive (Dialer.KeepAlive):
@@ -907,7 +908,7 @@ func (s *Stream) Close() error {
 
 func (s *Stream) end() {
 	s.once.Do(func() {
-		s.stdin.Close()
-		s.sess.Close()
+		s.stdin.Close() //nolint:errcheck // closing the stream: its commands' answers were read already
+		s.sess.Close()  //nolint:errcheck // closing the stream: its commands' answers were read already
 	})
 }

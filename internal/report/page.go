@@ -180,7 +180,9 @@ func BuildWith(r *receipt.Receipt, recs []journal.Record, x Extras) *Page {
 			var d struct {
 				Step int64 `json:"step"`
 			}
-			rec.Decode(&d)
+			if rec.Decode(&d) != nil {
+				continue // a damaged record marks nothing, rather than step 0
+			}
 			seen[d.Step] = true
 			m := Mark{Label: fmt.Sprintf("ckpt %d", d.Step), At: at, X: xOf(at), Kind: "checkpoint"}
 			p.Marks = append(p.Marks, m)
@@ -189,13 +191,17 @@ func BuildWith(r *receipt.Receipt, recs []journal.Record, x Extras) *Page {
 			var d struct {
 				Reason string `json:"reason"`
 			}
-			rec.Decode(&d)
+			if rec.Decode(&d) != nil {
+				continue // a damaged record marks nothing, rather than step 0
+			}
 			p.Marks = append(p.Marks, Mark{Label: "interrupted: " + receipt.InWords(d.Reason), At: at, X: xOf(at), Kind: "interruption"})
 		case "restore":
 			var d struct {
 				Step int64 `json:"step"`
 			}
-			rec.Decode(&d)
+			if rec.Decode(&d) != nil {
+				continue // a damaged record marks nothing, rather than step 0
+			}
 			p.Marks = append(p.Marks, Mark{Label: fmt.Sprintf("resumed from %d", d.Step), At: at, X: xOf(at), Kind: "resume"})
 		}
 	}

@@ -17,7 +17,10 @@ import (
 func EvidenceDir(runDir string) string {
 	var sf stateFile
 	if b, err := os.ReadFile(filepath.Join(runDir, "state.json")); err == nil {
-		json.Unmarshal(b, &sf)
+		// A damaged state.json records no directory, as a missing one.
+		if json.Unmarshal(b, &sf) != nil {
+			return ""
+		}
 	}
 	return sf.EvidenceDir
 }

@@ -31,7 +31,7 @@ func (l Local) Run(ctx context.Context, script string, env map[string]string, lo
 		p.(*localProc).killGroup()
 		return p.ExitCode(), nil
 	case <-ctx.Done():
-		p.Kill(ctx)
+		p.Kill(ctx) //nolint:errcheck // ctx ended: ctx.Err() is reported
 		<-p.Done()
 		return -1, ctx.Err()
 	}
@@ -91,7 +91,7 @@ func (p *localProc) Kill(context.Context) error { return p.signal(syscall.SIGKIL
 // killGroup kills what is left of the process group once its leader has
 // exited (background children).
 func (p *localProc) killGroup() {
-	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) //nolint:errcheck // the group may have exited already; nothing else to do
 }
 
 func (p *localProc) signal(sig syscall.Signal) error {

@@ -183,7 +183,7 @@ func readEnvFile(path string) map[string]string {
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only file
 	out := map[string]string{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -338,7 +338,7 @@ var (
 // code, so only their secrets are reported as needed.
 func pyEnv(dir string) (names, secrets []string, sources []string) {
 	seen := map[string]bool{}
-	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error { //nolint:errcheck // the callback returns no error: unreadable parts are skipped
 		if err != nil {
 			return nil
 		}
@@ -405,7 +405,7 @@ func pyEnv(dir string) (names, secrets []string, sources []string) {
 // or conftest.py), the only case a pytest runner is worth proposing.
 func hasPythonTests(dir string) bool {
 	found := false
-	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error { //nolint:errcheck // the callback returns no error: unreadable parts are skipped
 		if err != nil || found {
 			return filepath.SkipDir
 		}

@@ -260,7 +260,7 @@ func Diff(frozen, now Manifest) []string {
 	toMap := func(m Manifest) map[string]any {
 		b, _ := json.Marshal(m)
 		var out map[string]any
-		json.Unmarshal(b, &out)
+		json.Unmarshal(b, &out) //nolint:errcheck // decodes what json.Marshal of a Manifest just wrote
 		for _, k := range runFacts {
 			delete(out, k)
 		}

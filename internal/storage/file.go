@@ -62,7 +62,7 @@ func (s *FileStore) Put(ctx context.Context, key string, r io.Reader) (Object, e
 	if err != nil {
 		return Object{}, err
 	}
-	defer os.Remove(f.Name())
+	defer os.Remove(f.Name()) //nolint:errcheck // after the rename nothing is left to remove; a leftover is a hidden temp file
 	h := sha256.New()
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
@@ -80,7 +80,13 @@ func (s *FileStore) Put(ctx context.Context, key string, r io.Reader) (Object, e
 	if err := os.Rename(f.Name(), p); err != nil {
 		return Object{}, fmt.Errorf("put %s: %w", key, err)
 	}
-	os.WriteFile(p+".sha256", []byte(sum), 0o600) // a hint for Stat; Get never trusts it
+	// A hint for Stat; Get never trusts it. One that could not be written
+	// may be cut, or the previous object's: it must not stay.
+	if err := os.WriteFile(p+".sha256", []byte(sum), 0o600); err != nil {
+		if rerr := os.Remove(p + ".sha256"); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return Object{}, fmt.Errorf("put %s: its sha256 hint is stale: %w", key, errors.Join(err, rerr))
+		}
+	}
 	return Object{Key: key, Size: n, SHA256: sum}, nil
 }
 
@@ -94,16 +100,18 @@ func (s *FileStore) PutIfAbsent(ctx context.Context, key string, data []byte) er
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
+	defer os.Remove(f.Name()) //nolint:errcheck // after the link the temp name is removed; a leftover is a hidden temp file
 	if _, err := f.Write(data); err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the write error is the one to report
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
+		f.Close() //nolint:errcheck // the sync error is the one to report
 		return err
 	}
-	f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
 	if err := os.Link(f.Name(), p); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create %s: %w", key, ErrExists)
@@ -179,7 +187,7 @@ func (s *FileStore) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	os.Remove(p + ".sha256")
+	os.Remove(p + ".sha256") //nolint:errcheck // a hint left behind is only read beside its object, and the next Put rewrites it
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}

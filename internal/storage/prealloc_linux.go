@@ -12,6 +12,6 @@ import (
 func preallocate(f *os.File, size int64) {
 	const keepSize = 0x1
 	if rc, err := f.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { _ = syscall.Fallocate(int(fd), keepSize, 0, size) })
+		rc.Control(func(fd uintptr) { _ = syscall.Fallocate(int(fd), keepSize, 0, size) }) //nolint:errcheck // an optimisation: a file system that cannot is left to allocate as it writes
 	}
 }

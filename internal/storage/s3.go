@@ -160,13 +160,11 @@ func (s *S3Store) Put(ctx context.Context, key string, r io.Reader) (Object, err
 	}
 	size, sum, parts, err := s.uploadStream(ctx, obj, uploadID, first, r)
 	if err != nil {
-		s.core.AbortMultipartUpload(context.WithoutCancel(ctx), s.bucket, obj, uploadID)
-		return Object{}, fmt.Errorf("put %s: %w", key, err)
+		return Object{}, s.abort(ctx, obj, uploadID, fmt.Errorf("put %s: %w", key, err))
 	}
 	info, err := s.core.CompleteMultipartUpload(ctx, s.bucket, obj, uploadID, parts, minio.PutObjectOptions{DisableContentSha256: true})
 	if err != nil {
-		s.core.AbortMultipartUpload(context.WithoutCancel(ctx), s.bucket, obj, uploadID)
-		return Object{}, fmt.Errorf("put %s: complete multipart: %w", key, err)
+		return Object{}, s.abort(ctx, obj, uploadID, fmt.Errorf("put %s: complete multipart: %w", key, err))
 	}
 	if err := s.stampDigest(ctx, obj, info.ETag, size, sum); err != nil {
 		return Object{}, fmt.Errorf("put %s: store the digest: %w", key, err)
@@ -195,7 +193,7 @@ func (s *S3Store) stampDigest(ctx context.Context, obj, etag string, size int64,
 	src := minio.CopySrcOptions{Bucket: s.bucket, Object: obj, MatchETag: etag}
 	var err error
 	if size <= maxSinglePartSz {
-		_, err = s.core.Client.CopyObject(ctx, dst, src)
+		_, err = s.core.Client.CopyObject(ctx, dst, src) // Core has a CopyObject of its own
 	} else {
 		_, err = s.core.Client.ComposeObject(ctx, dst, src)
 	}
@@ -296,7 +294,7 @@ func (s *S3Store) uploadStream(ctx context.Context, obj, uploadID string, first 
 		} else if data != nil && num > 1 {
 			free <- data
 		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			break
 		}
 		if err != nil {
@@ -362,8 +360,13 @@ func (s *S3Store) putFile(ctx context.Context, key string, f *os.File, fi os.Fil
 			return Object{}, err
 		}
 		if err := unchanged(f, fi); err != nil {
-			s.core.RemoveObject(context.WithoutCancel(ctx), s.bucket, obj, minio.RemoveObjectOptions{})
-			return Object{}, fmt.Errorf("put %s: %s: %w", key, f.Name(), err)
+			// The object holds a file that changed while it was read: one
+			// left behind would be restored as if it were whole.
+			err = fmt.Errorf("put %s: %s: %w", key, f.Name(), err)
+			if rerr := s.core.RemoveObject(context.WithoutCancel(ctx), s.bucket, obj, minio.RemoveObjectOptions{}); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("remove %s: %w", key, rerr))
+			}
+			return Object{}, err
 		}
 		return o, nil
 	}
@@ -373,8 +376,7 @@ func (s *S3Store) putFile(ctx context.Context, key string, f *os.File, fi os.Fil
 		return Object{}, fmt.Errorf("put %s: start multipart: %w", key, err)
 	}
 	abort := func(err error) (Object, error) {
-		s.core.AbortMultipartUpload(context.WithoutCancel(ctx), s.bucket, obj, uploadID)
-		return Object{}, fmt.Errorf("put %s: %w", key, err)
+		return Object{}, s.abort(ctx, obj, uploadID, fmt.Errorf("put %s: %w", key, err))
 	}
 	nparts := int((size + part - 1) / part)
 	parts := make([]minio.CompletePart, nparts)
@@ -409,11 +411,14 @@ func (s *S3Store) getRange(ctx context.Context, key string, off, end int64) (io.
 	var opts minio.GetObjectOptions
 	switch {
 	case end >= 0 && end > off:
-		opts.SetRange(off, end-1)
+		err = opts.SetRange(off, end-1)
 	case end < 0 && off > 0:
-		opts.SetRange(off, 0)
+		err = opts.SetRange(off, 0)
 	case end >= 0:
 		return nil, "", fmt.Errorf("get %s: empty range at %d", key, off)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("get %s: %w", key, err)
 	}
 	rc, info, _, err := s.core.GetObject(ctx, s.bucket, obj, opts)
 	if err != nil {
@@ -530,7 +535,16 @@ func (s *S3Store) EnsureBucket(ctx context.Context) error {
 		return nil
 	}
 	if err := s.core.MakeBucket(ctx, s.bucket, minio.MakeBucketOptions{}); err != nil {
-		return fmt.Errorf("create bucket %s: %w: %v", s.bucket, ErrNoBucket, err)
+		return fmt.Errorf("create bucket %s: %w: %w", s.bucket, ErrNoBucket, err)
 	}
 	return nil
+}
+
+// abort drops an unfinished multipart upload after err. A failed abort is
+// reported with err: the parts it leaves stay stored, and billed.
+func (s *S3Store) abort(ctx context.Context, obj, uploadID string, err error) error {
+	if aerr := s.core.AbortMultipartUpload(context.WithoutCancel(ctx), s.bucket, obj, uploadID); aerr != nil {
+		return errors.Join(err, fmt.Errorf("abort multipart upload %s: %w", uploadID, aerr))
+	}
+	return err
 }

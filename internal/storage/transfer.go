@@ -121,7 +121,7 @@ func PutFile(ctx context.Context, s Store, key, path string) (Object, error) {
 	if err != nil {
 		return Object{}, fmt.Errorf("put %s: %w", key, err)
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only file
 	fi, err := f.Stat()
 	if err != nil {
 		return Object{}, fmt.Errorf("put %s: %w", key, err)
@@ -192,12 +192,17 @@ func GetFile(ctx context.Context, s Store, key, path string, size int64) (Object
 	return getFile(ctx, s, FileTransfer{Key: key, Path: path, Size: size})
 }
 
-func getFile(ctx context.Context, s Store, ft FileTransfer) (Object, error) {
+func getFile(ctx context.Context, s Store, ft FileTransfer) (o Object, err error) {
 	f, err := os.OpenFile(ft.Path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return Object{}, fmt.Errorf("get %s: %w", ft.Key, err)
 	}
-	defer f.Close()
+	defer func() {
+		// A write error may surface only at Close.
+		if cerr := f.Close(); cerr != nil && err == nil {
+			o, err = Object{}, fmt.Errorf("get %s: %w", ft.Key, cerr)
+		}
+	}()
 	t, ok := s.(transferer)
 	if !ok {
 		t = plainGetter{s}
@@ -352,7 +357,7 @@ func download(ctx context.Context, t transferer, key string, f *os.File, size in
 		if err != nil {
 			return err
 		}
-		defer rc.Close()
+		defer rc.Close() //nolint:errcheck // a body read to its end or given up on: its Close error says nothing the read did not
 		if err := sameObject(e); err != nil {
 			return err
 		}

@@ -83,7 +83,7 @@ func TakeOver(ctx context.Context, b teamstate.Backend, h teamstate.Holder, runI
 		return nil, err
 	}
 	if _, err := c.log.Append(ctx, "intent", "reap", map[string]any{"instance_id": id}); err != nil {
-		c.Close(ctx, false)
+		c.Close(ctx, false) //nolint:errcheck // the append error is the one to report
 		return nil, err
 	}
 	return c, nil

@@ -242,7 +242,7 @@ func (c *Controller) Resume(ctx context.Context, runID, stateRoot string, wait t
 	dir := filepath.Join(stateRoot, "runs", runID)
 	recs, err := Materialize(ctx, c.o.Backend, runID, dir)
 	if err != nil {
-		c.Close(ctx, false)
+		c.Close(ctx, false) //nolint:errcheck // the materialize error is the one to report
 		return "", err
 	}
 	c.mu.Lock()

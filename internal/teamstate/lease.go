@@ -222,12 +222,11 @@ func (l *Lease) TookOver() *LeaseRecord { return l.tookOver }
 // Done is closed once the lease is lost or fenced.
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
-func (l *Lease) failLocked(err error) error {
+func (l *Lease) failLocked(err error) {
 	if l.err == nil {
 		l.err = err
 		close(l.done)
 	}
-	return l.err
 }
 
 // Check is the fence before a side effect: nil while the lease is held

@@ -63,7 +63,7 @@ func (l *Local) read(p string) (Object, error) {
 	if err != nil {
 		return Object{}, err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only file
 	fi, err := f.Stat()
 	if err != nil {
 		return Object{}, err
@@ -98,7 +98,7 @@ func (l *Local) locked(f func() error) error {
 	if err != nil {
 		return err
 	}
-	defer lf.Close()
+	defer lf.Close() //nolint:errcheck // closing releases the lock; the lock file is never written
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (l *Local) write(p string, data []byte) (string, error) {
 		werr = os.Rename(tmp.Name(), p)
 	}
 	if werr != nil {
-		os.Remove(tmp.Name())
+		os.Remove(tmp.Name()) //nolint:errcheck // the write error is the one to report
 		return "", werr
 	}
 	o, err := l.read(p)

@@ -49,7 +49,7 @@ func (m *Memory) fault(op, key string) error {
 		return nil
 	}
 	if err := f(op, key); err != nil {
-		return fmt.Errorf("%s %s: %w: %v", op, key, ErrUnavailable, err)
+		return fmt.Errorf("%s %s: %w: %v", op, key, ErrUnavailable, err) //nolint:errorlint // the class is ErrUnavailable; the cause is context only
 	}
 	return nil
 }

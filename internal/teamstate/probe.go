@@ -190,7 +190,7 @@ func (c ProbeCache) Verify(ctx context.Context, b Backend, id string) (v Verdict
 			data, _ := json.MarshalIndent(v, "", "  ")
 			tmp := c.path(id) + ".tmp"
 			if os.WriteFile(tmp, data, 0o600) == nil {
-				os.Rename(tmp, c.path(id))
+				os.Rename(tmp, c.path(id)) //nolint:errcheck // a cache: a verdict not saved is probed again
 			}
 		}
 	}

@@ -117,7 +117,7 @@ func classify(err error) error {
 	case r.StatusCode == http.StatusNotFound || r.Code == "NoSuchKey":
 		return fmt.Errorf("%w (%s)", ErrNotExist, r.Code)
 	case r.StatusCode == 0 || r.StatusCode >= 500:
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", ErrUnavailable, err) //nolint:errorlint // the class is ErrUnavailable; the cause is context only
 	}
 	return err
 }
@@ -131,10 +131,10 @@ func (s *S3) Get(ctx context.Context, key string) (Object, time.Time, error) {
 	if err != nil {
 		return Object{}, s.dates.now(), fmt.Errorf("get %s: %w", key, classify(err))
 	}
-	defer rc.Close()
+	defer rc.Close() //nolint:errcheck // read-only; the read's error is checked
 	data, err := io.ReadAll(io.LimitReader(rc, 16<<20))
 	if err != nil {
-		return Object{}, s.dates.now(), fmt.Errorf("get %s: %w: %v", key, ErrUnavailable, err)
+		return Object{}, s.dates.now(), fmt.Errorf("get %s: %w: %v", key, ErrUnavailable, err) //nolint:errorlint // the class is ErrUnavailable; the cause is context only
 	}
 	return Object{Key: key, Data: data, ETag: strings.Trim(info.ETag, `"`), LastModified: info.LastModified}, s.dates.now(), nil
 }

@@ -197,7 +197,7 @@ func gitFiles(ctx context.Context, base string) ([]string, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%w: git ls-files in %s: %v: %s", ErrNotGit, base, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("%w: git ls-files in %s: %v: %s", ErrNotGit, base, err, strings.TrimSpace(stderr.String())) //nolint:errorlint // the class is ErrNotGit; the cause is context only
 	}
 	var paths []string
 	for _, p := range strings.Split(string(out), "\x00") {
@@ -240,7 +240,7 @@ func stat(base, rel, source string, hash bool) (File, bool, error) {
 	if err != nil {
 		return File{}, false, fmt.Errorf("workdir %s: %w", rel, err)
 	}
-	defer fh.Close()
+	defer fh.Close() //nolint:errcheck // read-only file
 	h := sha256.New()
 	n, err := io.Copy(h, fh)
 	if err != nil {
@@ -286,7 +286,7 @@ func Pack(root string, m *Manifest, w io.Writer) error {
 			return fmt.Errorf("pack %s: %w", f.Path, err)
 		}
 		n, err := io.Copy(tw, io.LimitReader(fh, f.Size+1))
-		fh.Close()
+		fh.Close() //nolint:errcheck // read-only; the copy's error is checked
 		if err != nil {
 			return fmt.Errorf("pack %s: %w", f.Path, err)
 		}

@@ -153,7 +153,6 @@ type market struct {
 	live            map[provider.InstanceID]string // id -> label
 	rented          int
 	violations      []string
-	current         int // controller making the call
 }
 
 func (m *market) judge(op string, caller teamstate.Holder) {

@@ -53,7 +53,7 @@ func agentBinary(t *testing.T) string {
 		agentBin = filepath.Join(dir, "vastrun")
 		out, err := exec.Command("go", "build", "-o", agentBin, "github.com/vastrun/vastrun/cmd/vastrun").CombinedOutput()
 		if err != nil {
-			agentErr = fmt.Errorf("%v: %s", err, out)
+			agentErr = fmt.Errorf("%w: %s", err, out)
 		}
 	})
 	if agentErr != nil {

@@ -53,7 +53,11 @@ func rentBid(t *testing.T, h Harness, label string, bid func(float64) float64) (
 	res, err := h.Market.CreateInstance(ctx, provider.CreateRequest{OfferID: o.ID, Image: h.Image, DiskGB: 10, Label: label,
 		BidPrice: bid(o.MinBid), NumGPUs: o.NumGPUs})
 	if res.InstanceID != 0 {
-		t.Cleanup(func() { h.Market.DestroyInstance(ctxFor(t), res.InstanceID) })
+		t.Cleanup(func() {
+			if err := h.Market.DestroyInstance(ctxFor(t), res.InstanceID); err != nil {
+				t.Errorf("cleanup: destroy instance %d: %v", res.InstanceID, err)
+			}
+		})
 	}
 	return o, res, err
 }
@@ -111,7 +115,11 @@ func testNoPriceIsOnDemand(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.Market.DestroyInstance(ctxFor(t), res.InstanceID) })
+	t.Cleanup(func() {
+		if err := h.Market.DestroyInstance(ctxFor(t), res.InstanceID); err != nil {
+			t.Errorf("cleanup: destroy instance %d: %v", res.InstanceID, err)
+		}
+	})
 	inst := waitRunning(t, h, res.InstanceID)
 	if inst.IsBid || inst.BidDPH != 0 || math.Abs(inst.DPHTotal-(inst.DPHBase+inst.StorageTotal)) > 1e-4 {
 		t.Errorf("a create without price after a bid search: is_bid %v, dph_total %v (base %v + storage %v), want on demand",

@@ -267,7 +267,11 @@ func testCreateStopped(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatalf("create stopped: %v", err)
 	}
-	t.Cleanup(func() { h.Market.DestroyInstance(context.WithoutCancel(ctx), res.InstanceID) })
+	t.Cleanup(func() {
+		if err := h.Market.DestroyInstance(context.WithoutCancel(ctx), res.InstanceID); err != nil {
+			t.Errorf("cleanup: destroy instance %d: %v", res.InstanceID, err)
+		}
+	})
 	if err := h.Sleep(ctx, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +336,11 @@ func testTemplates(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatalf("create from template %s: %v", tmpl.HashID, err)
 	}
-	t.Cleanup(func() { h.Market.DestroyInstance(context.WithoutCancel(ctx), res.InstanceID) })
+	t.Cleanup(func() {
+		if err := h.Market.DestroyInstance(context.WithoutCancel(ctx), res.InstanceID); err != nil {
+			t.Errorf("cleanup: destroy instance %d: %v", res.InstanceID, err)
+		}
+	})
 	inst := waitFor(t, h, res.InstanceID, "visible", func(i provider.Instance, err error) bool { return err == nil })
 	if inst.ImageUUID != tmpl.Image {
 		t.Errorf("instance from template %q runs %q, want its image %q", tmpl.Name, inst.ImageUUID, tmpl.Image)

@@ -202,7 +202,7 @@ func call[T any](ctx context.Context, p *Policy, op string, k kind, f func(conte
 		return out, nil
 	case ctx.Err() != nil:
 		if last != nil && !errors.Is(last, ctx.Err()) {
-			return zero, fmt.Errorf("%s: %w (last: %v)", op, ctx.Err(), last)
+			return zero, fmt.Errorf("%s: %w (last: %v)", op, ctx.Err(), last) //nolint:errorlint // the class is the cancellation; the last attempt's error is context only
 		}
 		return zero, fmt.Errorf("%s: %w", op, ctx.Err())
 	case errors.As(err, &ex):

@@ -30,7 +30,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(b)
+	w.Write(b) //nolint:errcheck // the client went away; a handler has no one else to tell
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
@@ -40,7 +40,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 func writeRaw(w http.ResponseWriter, status int, contentType, body string) {
 	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(status)
-	io.WriteString(w, body)
+	io.WriteString(w, body) //nolint:errcheck // the client went away; a handler has no one else to tell
 }
 
 // ServeHTTP routes the wire API and the /_sim/ control plane.
@@ -277,7 +277,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request, _ int64) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	res.writeTo(w)
+	res.writeTo(w) //nolint:errcheck // the client went away; a handler has no one else to tell
 }
 
 type createBody struct {
@@ -440,7 +440,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 		// The rental committed; the answer never arrives.
 		if hj, ok := w.(http.Hijacker); ok {
 			if conn, _, err := hj.Hijack(); err == nil {
-				conn.Close()
+				conn.Close() //nolint:errcheck // the fault is the dropped connection; its Close error changes nothing
 				return
 			}
 		}

@@ -35,15 +35,6 @@ var gpuModels = []gpuModel{
 	{"Tesla V100", "Tesla V100-SXM2-16GB", 16384, 16160, 0.18, 700, 15.7, 11.3, "nvidia", 300},
 }
 
-func modelByName(name string) (gpuModel, bool) {
-	for _, m := range gpuModels {
-		if m.name == name {
-			return m, true
-		}
-	}
-	return gpuModel{}, false
-}
-
 var geolocations = []string{
 	"Oregon, US", "Texas, US", "Virginia, US", "California, US", "Quebec, CA", "Ontario, CA",
 	"Finland, FI", "Germany, DE", "Netherlands, NL", "Sweden, SE", "Poland, PL", "Czechia, CZ",

@@ -242,7 +242,7 @@ func (b *imageBox) killAll() {
 	}
 	for inner, host := range nsProcs(init) {
 		if inner != 1 {
-			syscall.Kill(host, syscall.SIGKILL)
+			syscall.Kill(host, syscall.SIGKILL) //nolint:errcheck // the process may have exited already; nothing else to do
 		}
 	}
 }
@@ -263,7 +263,7 @@ func (b *imageBox) signal(pidFile string, sig syscall.Signal) {
 		return
 	}
 	if host, ok := nsProcs(init)[inner]; ok {
-		syscall.Kill(-host, sig)
+		syscall.Kill(-host, sig) //nolint:errcheck // the process may have exited already; nothing else to do
 	}
 }
 
@@ -355,7 +355,7 @@ func (s *Server) closeBoxes(insts []*instance) {
 		}
 	}
 	for ref := range refs {
-		s.cfg.Images.RemoveImage(ctx, ref) // best effort: another server may use it
+		s.cfg.Images.RemoveImage(ctx, ref) //nolint:errcheck // best effort: another server may use it
 	}
 }
 

@@ -117,19 +117,20 @@ func searchSnapshot(offers []*offer, q map[string]any) (searchResult, error) {
 // writeTo streams the response body {"offers": [...]} one row at a time,
 // so memory holds one row, not the whole answer.
 func (r searchResult) writeTo(w io.Writer) error {
+	// A bufio.Writer keeps its first write error and Flush returns it.
 	bw := bufio.NewWriterSize(w, 64<<10)
-	bw.WriteString(`{"offers":[`)
+	bw.WriteString(`{"offers":[`) //nolint:errcheck // Flush reports it
 	for i := range r.offers {
 		if i > 0 {
-			bw.WriteByte(',')
+			bw.WriteByte(',') //nolint:errcheck // Flush reports it
 		}
 		row, err := json.Marshal(offerRow(&r.offers[i], r.rc.storage, r.rc.bid))
 		if err != nil {
 			return err
 		}
-		bw.Write(row)
+		bw.Write(row) //nolint:errcheck // Flush reports it
 	}
-	bw.WriteString("]}")
+	bw.WriteString("]}") //nolint:errcheck // Flush reports it
 	return bw.Flush()
 }
 

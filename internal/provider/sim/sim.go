@@ -66,7 +66,6 @@ type Server struct {
 	nextSSHKey  int64
 	faults      faults
 	results     map[string]*logResult
-	spentGone   float64 // accrued $ of destroyed instances
 	startCredit float64
 	// maxLive is, per label, the most live contracts it ever had at once.
 	maxLive map[string]int
@@ -225,11 +224,6 @@ func (s *Server) reported(t time.Time) time.Time {
 		return sc.Wall(t)
 	}
 	return t
-}
-
-// authResult is who is calling.
-type authResult struct {
-	key *apiKey
 }
 
 // authenticate reads the key from the Bearer header or ?api_key=, as the

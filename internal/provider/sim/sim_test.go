@@ -203,8 +203,12 @@ func TestSearchLegacyFormsAndBadQueries(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodPut, e.srv.URL+"/api/v0/search/asks/", strings.NewReader(`{"select_cols":["*"],"q":`+q+`}`))
 	res, err := http.DefaultClient.Do(req)
-	if err != nil || res.StatusCode != 200 {
-		t.Fatalf("PUT search/asks: %v %v", err, res.Status)
+	if err != nil {
+		t.Fatalf("PUT search/asks: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("PUT search/asks: %v", res.Status)
 	}
 	// A field Vast does not know, sent on purpose: only the answer is held
 	// to the document.

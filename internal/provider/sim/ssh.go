@@ -53,11 +53,11 @@ func (s *Server) killSessions(in *instance) {
 		conns = append(conns, c)
 	}
 	for pgid := range st.pgids {
-		syscall.Kill(-pgid, syscall.SIGKILL)
+		syscall.Kill(-pgid, syscall.SIGKILL) //nolint:errcheck // the process may have exited already; nothing else to do
 	}
 	st.mu.Unlock()
 	for _, c := range conns { // Close takes st.mu itself
-		c.Close()
+		c.Close() //nolint:errcheck // dropping the connection is the point; its Close error changes nothing
 	}
 	killSandboxProcesses(in.sandbox)
 	if in.box != nil {
@@ -87,7 +87,7 @@ func killSandboxProcesses(sandbox string) {
 			continue
 		}
 		if cwd == sandbox || strings.HasPrefix(cwd, sandbox+"/") {
-			syscall.Kill(pid, syscall.SIGKILL)
+			syscall.Kill(pid, syscall.SIGKILL) //nolint:errcheck // the process may have exited already; nothing else to do
 		}
 	}
 }
@@ -128,7 +128,7 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if !l.allow() {
-			c.Close()
+			c.Close() //nolint:errcheck // refusing the connection is the point
 			continue
 		}
 		tc := &trackedConn{Conn: c, st: l.st, srv: l.srv, in: l.in}
@@ -188,8 +188,8 @@ func (s *Server) startSSH(in *instance) error {
 				if err != nil {
 					return
 				}
-				if err := srv.Serve(); err == io.EOF {
-					srv.Close()
+				if err := srv.Serve(); errors.Is(err, io.EOF) {
+					srv.Close() //nolint:errcheck // the session ends either way
 				}
 			},
 		},
@@ -199,12 +199,12 @@ func (s *Server) startSSH(in *instance) error {
 	in.sshPort = ln.Addr().(*net.TCPAddr).Port
 	in.ln = ln
 	in.closeFn = func() {
-		srv.Close()
-		ln.Close()
+		srv.Close() //nolint:errcheck // teardown: the instance is going away
+		ln.Close()  //nolint:errcheck // teardown: the instance is going away
 		s.killSessions(in)
 	}
 	in.sshMu.Unlock()
-	go srv.Serve(&gatedListener{Listener: ln, allow: func() bool { return s.sshAllowed(in) }, st: st, srv: s, in: in})
+	go srv.Serve(&gatedListener{Listener: ln, allow: func() bool { return s.sshAllowed(in) }, st: st, srv: s, in: in}) //nolint:errcheck // Serve returns when closeFn closes the listener
 	return nil
 }
 
@@ -267,8 +267,8 @@ func (s *Server) sessionHandler(in *instance) ssh.Handler {
 			var err error
 			cmd, pidFile, envDone, err = b.sessionCmd(in, raw, s.sessionEnv(in, sess.Environ()), req.Term, tty)
 			if err != nil {
-				fmt.Fprintf(sess.Stderr(), "sh: %v\n", err)
-				sess.Exit(255)
+				fmt.Fprintf(sess.Stderr(), "sh: %v\n", err) //nolint:errcheck // the session's stderr is the only place to tell
+				sess.Exit(255)                              //nolint:errcheck // the session ends either way
 				return
 			}
 		} else {
@@ -284,12 +284,12 @@ func (s *Server) sessionHandler(in *instance) ssh.Handler {
 		cmd.WaitDelay = 2 * time.Second // a background child must not hold the session open forever
 		drain, err := startSession(sess, cmd)
 		if pidFile != "" {
-			defer os.Remove(pidFile)
+			defer os.Remove(pidFile) //nolint:errcheck // the pid file is only read while the session lives
 		}
 		defer envDone()
 		if err != nil {
-			fmt.Fprintf(sess.Stderr(), "sh: %v\n", err)
-			sess.Exit(127)
+			fmt.Fprintf(sess.Stderr(), "sh: %v\n", err) //nolint:errcheck // the session's stderr is the only place to tell
+			sess.Exit(127)                              //nolint:errcheck // the session ends either way
 			return
 		}
 		pgid := cmd.Process.Pid
@@ -309,7 +309,7 @@ func (s *Server) sessionHandler(in *instance) ssh.Handler {
 						if in.box != nil {
 							in.box.signal(pidFile, ss)
 						} else {
-							syscall.Kill(-pgid, ss)
+							syscall.Kill(-pgid, ss) //nolint:errcheck // the process may have exited already; nothing else to do
 						}
 					}
 				case <-done:
@@ -339,6 +339,6 @@ func (s *Server) sessionHandler(in *instance) ssh.Handler {
 		case err != nil:
 			code = 255
 		}
-		sess.Exit(code)
+		sess.Exit(code) //nolint:errcheck // the client going away is its own report
 	}
 }

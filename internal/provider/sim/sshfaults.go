@@ -85,7 +85,7 @@ func (s *Server) actOnConns(in *instance, kind string) {
 	for _, c := range conns {
 		switch kind {
 		case FaultSSHDrop:
-			c.Close()
+			c.Close() //nolint:errcheck // dropping the connection is the fault
 		case FaultSSHStall:
 			c.stalled.Store(true)
 		}

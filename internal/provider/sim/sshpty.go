@@ -29,7 +29,7 @@ func startSession(sess ssh.Session, cmd *exec.Cmd) (drain func(), err error) {
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}
-		go func() { io.Copy(stdin, sess); stdin.Close() }()
+		go func() { io.Copy(stdin, sess); stdin.Close() }() //nolint:errcheck // the copy ends when either side closes; the session's exit status is what counts
 		return func() {}, nil
 	}
 	if cmd.Env == nil { // a nil Env means the host's: keep it
@@ -51,15 +51,15 @@ func startSession(sess ssh.Session, cmd *exec.Cmd) (drain func(), err error) {
 		for w := range winCh {
 			ttyMu.Lock()
 			if !ttyClosed {
-				pty.Setsize(tty, &pty.Winsize{Cols: uint16(w.Width), Rows: uint16(w.Height)})
+				pty.Setsize(tty, &pty.Winsize{Cols: uint16(w.Width), Rows: uint16(w.Height)}) //nolint:errcheck // a failed resize leaves the old size
 			}
 			ttyMu.Unlock()
 		}
 	}()
-	go func() { io.Copy(tty, sess) }()
+	go func() { io.Copy(tty, sess) }() //nolint:errcheck // the copy ends when either side closes; the session's exit status is what counts
 	copied := make(chan struct{})
 	go func() {
-		io.Copy(sess, tty) // ends with EIO once the shell and its children exit
+		io.Copy(sess, tty) //nolint:errcheck // ends with EIO once the shell and its children exit
 		close(copied)
 	}()
 	return func() {
@@ -73,7 +73,7 @@ func startSession(sess ssh.Session, cmd *exec.Cmd) (drain func(), err error) {
 		}
 		ttyMu.Lock()
 		ttyClosed = true
-		tty.Close()
+		tty.Close() //nolint:errcheck // teardown: the shell has exited
 		ttyMu.Unlock()
 	}, nil
 }

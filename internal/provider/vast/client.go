@@ -137,7 +137,7 @@ func (c *Client) do(ctx context.Context, cl call) (response, error) {
 	if err != nil {
 		return response{}, &provider.TransportError{Op: cl.op, Err: scrubURLError(err)}
 	}
-	defer res.Body.Close()
+	defer res.Body.Close() //nolint:errcheck // the body was read whole; closing it frees the connection and its error tells nothing
 	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
 	if err != nil {
 		return response{}, &provider.TransportError{Op: cl.op, Err: fmt.Errorf("read response: %w", err)}
@@ -582,9 +582,11 @@ func (c *Client) Charges(ctx context.Context, cq provider.ChargeQuery) ([]provid
 		for _, r := range out.Results {
 			ch := provider.Charge{Description: string(r.Description), Amount: float64(r.Amount), Start: unixTime(r.Start), End: unixTime(r.End)}
 			if s := string(r.Source); strings.HasPrefix(s, "instance-") {
+				// A source that names no instance leaves the charge unattributed.
 				var id int64
-				fmt.Sscanf(strings.TrimPrefix(s, "instance-"), "%d", &id)
-				ch.InstanceID = provider.InstanceID(id)
+				if _, err := fmt.Sscanf(strings.TrimPrefix(s, "instance-"), "%d", &id); err == nil {
+					ch.InstanceID = provider.InstanceID(id)
+				}
 			}
 			if m, ok := r.Metadata.(map[string]any); ok {
 				if l, ok := m["label"].(string); ok {

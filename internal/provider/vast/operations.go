@@ -112,7 +112,7 @@ func (c *Client) fetchResult(ctx context.Context, op, resultURL string) (string,
 			r, err := c.http.Do(req)
 			if err == nil {
 				b, rerr := io.ReadAll(io.LimitReader(r.Body, 32<<20))
-				r.Body.Close()
+				r.Body.Close() //nolint:errcheck // the body was read whole; closing it frees the connection and its error tells nothing
 				if r.StatusCode == http.StatusOK && rerr == nil {
 					text = string(b)
 					return true, nil

@@ -73,7 +73,7 @@ func get(t *testing.T, s storage.Store, key string) []byte {
 	if err != nil {
 		t.Fatalf("get %s: %v", key, err)
 	}
-	defer rc.Close()
+	defer rc.Close() //nolint:errcheck // read-only; the read's error is checked
 	b, err := io.ReadAll(rc)
 	if err != nil {
 		t.Fatalf("read %s: %v", key, err)
@@ -118,8 +118,11 @@ func testLarge(t *testing.T, s storage.Store) {
 }
 
 func testOverwrite(t *testing.T, s storage.Store) {
-	s.Put(ctx, "k", bytes.NewReader([]byte("one")))
-	s.Put(ctx, "k", bytes.NewReader([]byte("two")))
+	for _, v := range []string{"one", "two"} {
+		if _, err := s.Put(ctx, "k", bytes.NewReader([]byte(v))); err != nil {
+			t.Fatalf("put k=%s: %v", v, err)
+		}
+	}
 	if got := get(t, s, "k"); string(got) != "two" {
 		t.Fatalf("got %q", got)
 	}
@@ -154,7 +157,9 @@ func testList(t *testing.T, s storage.Store) {
 }
 
 func testDelete(t *testing.T, s storage.Store) {
-	s.Put(ctx, "d", bytes.NewReader([]byte("x")))
+	if _, err := s.Put(ctx, "d", bytes.NewReader([]byte("x"))); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Delete(ctx, "d"); err != nil {
 		t.Fatal(err)
 	}
