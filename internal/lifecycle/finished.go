@@ -84,17 +84,18 @@ func resumeFinished(ctx context.Context, e *Scope) (*receipt.Receipt, error) {
 }
 
 // terminalRecord journals the run's outcome. One that cannot be written
-// leaves the run unfinished in its journal (a resume would run it again),
-// which people are told; the run's error already holds the journal's
-// first failure (ErrJournal).
+// leaves the run unfinished in its journal (a resume would run it again):
+// people are told so; the receipt still says how this try ended.
 func terminalRecord(e *Scope, d runstate.OutcomeData) {
 	if err := e.Record("event", stepOutcome, d); err != nil {
 		e.Infof("run %s: its outcome could not be journaled, so a resume would not know it finished: %v", e.state.RunID, err)
 	}
 }
 
-// finishedReceipt is the receipt the run's terminal record carries, or,
-// when it carries none, the one its journal alone tells.
+// finishedReceipt is the receipt the run's terminal record carries. When
+// it carries none (an older journal, `down --label`), it is the run's
+// receipt.json where state.json says its evidence is, or else the one
+// the journal alone tells.
 func finishedReceipt(e *Scope) (*receipt.Receipt, error) {
 	st := e.state
 	if len(st.Receipt) > 0 {
@@ -104,12 +105,19 @@ func finishedReceipt(e *Scope) (*receipt.Receipt, error) {
 		}
 		return &r, nil
 	}
+	evidence := stateFileEvidence(e.runDir)
+	if b, err := os.ReadFile(filepath.Join(evidence, "receipt.json")); evidence != "" && err == nil {
+		var r receipt.Receipt
+		if json.Unmarshal(b, &r) == nil && r.RunID == st.RunID && r.Outcome == st.Outcome {
+			return &r, nil
+		}
+	}
 	// Times stay the journal's: a scaled clock of this process is not the
 	// one the run was timed on.
 	un := st.Unconfirmed()
 	r := &receipt.Receipt{Schema: receipt.Schema, Workflow: st.Workflow, RunID: st.RunID, Label: st.Label, Outcome: st.Outcome,
 		ManifestSHA256: st.ManifestHash, Attempts: roundedAttempts(st.Attempts), Timings: map[string]float64{},
-		StartedAt: st.Started, FinishedAt: st.OutcomeAt, EvidenceDir: stateFileEvidence(e.runDir),
+		StartedAt: st.Started, FinishedAt: st.OutcomeAt, EvidenceDir: evidence,
 		Cleanup: receipt.Cleanup{Confirmed: len(un) == 0, Unconfirmed: un}}
 	if m, err := LoadManifest(e.runDir, st.ManifestHash); err == nil {
 		r.Commit, r.Image = m.Commit, m.Image

@@ -102,7 +102,8 @@ func TestResumeFinishedRun(t *testing.T) {
 		{name: "failed: its own class", rent: true, workErr: &TestFailedError{Code: 3}, wantOutcome: OutcomeFailed},
 		{name: "gated: nothing was rented", workErr: &StepError{Step: stepGate, Outcome: OutcomeGated, Err: ErrGated}, wantOutcome: OutcomeGated},
 		{name: "receipt.json lost after the outcome record: written again", rent: true, wantOutcome: OutcomePassed, removeReceipt: true},
-		{name: "an older journal: the receipt is the journal's", rent: true, workErr: &TestFailedError{Code: 1}, wantOutcome: OutcomeFailed, oldJournal: true},
+		{name: "an older journal: its receipt.json read back", rent: true, workErr: &TestFailedError{Code: 1}, wantOutcome: OutcomeFailed, oldJournal: true},
+		{name: "an older journal, receipt.json lost: built from the journal", rent: true, workErr: &TestFailedError{Code: 1}, wantOutcome: OutcomeFailed, oldJournal: true, removeReceipt: true},
 		{name: "cleanup unconfirmed: the teardown is tried again", rent: true, wantOutcome: OutcomePassed, destroyFails: true},
 		{name: "cleanup still unconfirmed: exit 7 material", rent: true, wantOutcome: OutcomePassed, destroyFails: true, stillFails: true},
 	} {
@@ -169,17 +170,20 @@ func TestResumeFinishedRun(t *testing.T) {
 				}
 			}
 			now, err := os.ReadFile(receiptPath)
+			if tc.oldJournal && tc.removeReceipt {
+				// Built from the journal: the run's facts, and nothing
+				// written that would pass for the run's own receipt.
+				if err == nil || got.Label != s.State().Label || len(got.Attempts) != 1 || !got.Attempts[0].Confirmed || !got.Cleanup.Confirmed || got.Test != nil {
+					t.Fatalf("receipt from an older journal: %+v (receipt.json: %v)", got, err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			switch {
 			case tc.destroyFails:
 				assertRetriedTeardown(t, r, tc.stillFails, got, resumeErr, now, s)
-			case tc.oldJournal:
-				// Built from the journal: the run's facts, not the file's.
-				if !bytes.Equal(now, written) || got.Label != s.State().Label || len(got.Attempts) != 1 || !got.Cleanup.Confirmed {
-					t.Fatalf("receipt from an older journal: %+v", got)
-				}
 			default:
 				if !bytes.Equal(now, written) {
 					t.Fatalf("receipt.json is not the run's, byte for byte:\n%s\nwant\n%s", now, written)
