@@ -120,6 +120,7 @@ func hints(err error) []string {
 	var damaged *DamagedJournalError
 	var pathErr *fs.PathError
 	var hinted *hintedError
+	var finished *lifecycle.FinishedError
 	switch {
 	case errors.As(err, &hinted):
 		return []string{hinted.hint}
@@ -137,6 +138,8 @@ func hints(err error) []string {
 		return []string{"this controller no longer holds the run's lease: the controller that takes the run over (resume on another machine, or reap --team) finishes it, teardown included; 'vastrun runs --all' shows the holder"}
 	case errors.As(err, &ce):
 		return []string{fmt.Sprintf("destroy them as soon as the API answers: vastrun down --label %s --yes", ce.Label)}
+	case errors.As(err, &finished):
+		return []string{fmt.Sprintf("a finished run is never run again: start a new one (vastrun %s --yes); read its receipt with: vastrun report %s", finished.Workflow, finished.RunID)}
 	case errors.Is(err, lifecycle.ErrNeedsApproval):
 		return []string{"read the plan above, then re-run with --yes"}
 	case errors.Is(err, lifecycle.ErrNoOffer):

@@ -136,7 +136,9 @@ vastrun re-attaches to it (no second rental); if it is gone or paused, vastrun
 destroys what is left and continues on a replacement from the last committed
 checkpoint. The run's frozen manifest (checked against the journal's hash)
 must match the configuration given: a changed field is refused by name,
-unless --accept-config-change.`,
+unless --accept-config-change. A run that already finished is never run
+again: resume prints its receipt and exits as the run did, renting nothing
+(a teardown the run could not confirm is tried again).`,
 		Example: "  vastrun resume --yes -f train.yaml              # the latest run\n  vastrun resume mx1seio0a3dm --yes -f train.yaml",
 		Args:    usageArgs(cobra.MaximumNArgs(1)),
 		RunE: runCmd(opts, func(cmd *cobra.Command, args []string) error {

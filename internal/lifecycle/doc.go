@@ -25,5 +25,8 @@
 //     and is confirmed by id and by a complete label listing. What cannot
 //     be confirmed is escalated: a distinct exit code, a webhook alert and a
 //     CI annotation naming the instance.
+//   - The outcome is the run's terminal record and carries its receipt,
+//     journaled before receipt.json; a run whose journal holds it is
+//     finished and never run again (finished.go).
 //   - No step sleeps on the wall clock: waits go through clock.Clock.
 package lifecycle

@@ -50,8 +50,8 @@ func (e *Run) observeRecord(typ, step string, data any) {
 		}
 	case step == stepOutcome:
 		ev.Phase, ev.DPH = progress.PhaseDone, 0
-		if m, ok := data.(map[string]any); ok {
-			ev.Outcome, _ = m["outcome"].(string)
+		if d, ok := data.(runstate.OutcomeData); ok {
+			ev.Outcome = string(d.Outcome)
 		}
 	default:
 		return

@@ -12,6 +12,7 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/runstate"
 )
 
 type timings map[string]float64 // phase → seconds
@@ -104,8 +105,13 @@ func chargedAttempts(attempts []*receipt.Attempt, byID map[provider.InstanceID]f
 }
 
 // finish records the outcome and writes receipt.json and summary.md.
+//
+// The outcome record is the run's terminal record (runstate.State.Finished)
+// and carries the receipt; it is journaled before receipt.json is
+// written, and receipt.json is written from the journal's copy, so a
+// crash between the two leaves a run that resume gives the same receipt
+// back for (finished.go).
 func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error) *receipt.Receipt {
-	e.Record("event", stepOutcome, map[string]any{"outcome": outcome})
 	charged := chargesFor(ctx, e)
 	e.cost.EstimateUSD = round6(e.SpentSoFar())
 	e.cost.MaxSpendUSD = e.Frozen().MaxSpendUSD
@@ -156,14 +162,20 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 		r.Cleanup.Unconfirmed = []provider.InstanceID{}
 	}
 	if unapproved(e, outcome) {
+		terminalRecord(e, runstate.OutcomeData{Outcome: outcome})
 		writeStateFile(e.runDir, st, e.EvidenceDir)
 		forgetAsLatest(e)
 		return r
 	}
-	b, _ := json.MarshalIndent(r, "", "  ")
-	b = e.Redactor.JSON(b)
+	doc := receiptDoc(e, r)
+	terminalRecord(e, runstate.OutcomeData{Outcome: outcome, Receipt: validJSON(doc)})
+	if len(st.Receipt) > 0 {
+		doc = st.Receipt // the journal's copy: what a resume would write
+	}
 	os.MkdirAll(e.EvidenceDir, 0o755)
-	writeFileAtomic(filepath.Join(e.EvidenceDir, "receipt.json"), append(b, '\n'), 0o644)
+	if err := writeFileAtomic(filepath.Join(e.EvidenceDir, "receipt.json"), receiptFile(doc), 0o644); err != nil {
+		e.Infof("could not write the receipt: %v", err)
+	}
 	md := e.Redactor.String(receipt.Summary(r))
 	writeFileAtomic(filepath.Join(e.EvidenceDir, "summary.md"), []byte(md), 0o644)
 	if err := e.CI.AppendSummary(md); err != nil {

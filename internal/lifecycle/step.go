@@ -141,7 +141,9 @@ func uploadStep(_ context.Context, e *Scope) error {
 // one), or the run s opened (Open), which continues where its journal
 // ends: its frozen manifest is adopted (a changed configuration is
 // refused unless AcceptConfigChange) and every step that is Done is
-// skipped. Teardown, the workflow's finish, the evidence upload and the
+// skipped; a run whose journal says it finished is not run again: its
+// receipt is given back with a *FinishedError (finished.go). Teardown,
+// the workflow's finish, the evidence upload and the
 // receipt follow on every path, a panic on this goroutine included,
 // unless f keeps a successful rental. It returns a receipt once the run
 // has begun.
@@ -155,6 +157,10 @@ func Execute(ctx context.Context, s *Scope, f Flow) (rec *receipt.Receipt, err e
 	} else {
 		s.opened = false
 		s.Workflow, s.flow = f.Name, &f
+		if s.state.Finished() { // never run again (finished.go)
+			defer s.Close() //nolint:errcheck // the journal was only read, or its records are fsync'd: nothing for Close to lose
+			return resumeFinished(ctx, s)
+		}
 		if err := adoptFrozen(ctx, s); err != nil {
 			s.Close()
 			return nil, err

@@ -25,5 +25,5 @@ func (e *Scope) RecordSwept(ids []provider.InstanceID) error {
 			return err
 		}
 	}
-	return e.Record("event", stepOutcome, map[string]any{"outcome": OutcomeDown})
+	return e.Record("event", stepOutcome, runstate.OutcomeData{Outcome: OutcomeDown})
 }

@@ -6,6 +6,7 @@
 package runstate
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -52,6 +53,12 @@ type State struct {
 	Outcome  receipt.Outcome
 	Approved bool
 	Started  time.Time
+	// Receipt is the receipt the run's terminal outcome record carries
+	// (receipt.json's document, redacted, as the journal holds it); nil
+	// when the record has none (an older journal, `down --label`).
+	Receipt json.RawMessage
+	// OutcomeAt is when the outcome was journaled.
+	OutcomeAt time.Time
 	// Conditions hold each step's last journaled condition, by step name.
 	Conditions map[string]Condition
 }
@@ -84,6 +91,21 @@ func (s *State) Condition(step string) Condition {
 		return c
 	}
 	return Condition{Status: ConditionUnknown}
+}
+
+// Finished reports whether the journal holds the run's terminal outcome:
+// its controller reached the end, tore down and wrote its receipt, so
+// the run is never run again (resume gives the receipt back). A run that
+// ended because nobody approved its plan, with nothing rented (declined,
+// or no --yes), is not finished: resume asks again.
+func (s *State) Finished() bool {
+	switch s.Outcome {
+	case "":
+		return false
+	case receipt.Cancelled, receipt.NotApproved:
+		return len(s.Attempts) > 0
+	}
+	return true
 }
 
 // Instances lists every instance the run knows of, its own and extras.
@@ -163,6 +185,15 @@ type RentIntent struct {
 	Label string           `json:"label"`
 	Offer provider.OfferID `json:"offer_id"`
 	receipt.Attempt
+}
+
+// OutcomeData is the payload of the run's terminal record: how it ended
+// and its receipt (receipt.json's document, redacted). The record is
+// written before receipt.json, so a crash between the two leaves a run
+// whose receipt the journal still holds.
+type OutcomeData struct {
+	Outcome receipt.Outcome `json:"outcome"`
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 // InstanceData is the payload of most per-instance records: the instance,
@@ -282,11 +313,11 @@ func (s *State) Apply(r journal.Record) error {
 		}
 		a.Destroyed, a.Confirmed, a.ConfirmedBy, a.ConfirmedAt = true, true, d.Via, r.Time
 	case r.Step == StepOutcome:
-		var d struct {
-			Outcome string `json:"outcome"`
+		var d OutcomeData
+		if err := r.Decode(&d); err != nil {
+			return fmt.Errorf("journal record %d: %w", r.Seq, err)
 		}
-		r.Decode(&d)
-		s.Outcome = receipt.Outcome(d.Outcome)
+		s.Outcome, s.Receipt, s.OutcomeAt = d.Outcome, d.Receipt, r.Time
 	}
 	return nil
 }
