@@ -95,12 +95,15 @@ func (s *State) Condition(step string) Condition {
 
 // Finished reports whether the journal holds the run's terminal outcome:
 // its controller reached the end, tore down and wrote its receipt, so
-// the run is never run again (resume gives the receipt back). A run that
-// ended because nobody approved its plan, with nothing rented (declined,
-// or no --yes), is not finished: resume asks again.
+// the run is never run again (resume gives the receipt back). Two ends
+// are not a verdict and stay resumable: a run that ended because nobody
+// approved its plan, with nothing rented (declined, or no --yes), where
+// resume asks again; and a run interrupted by a signal (Ctrl-C, a CI
+// cancellation), which resume continues as it continues a run whose
+// controller died (training from its last committed checkpoint).
 func (s *State) Finished() bool {
 	switch s.Outcome {
-	case "":
+	case "", receipt.Interrupted:
 		return false
 	case receipt.Cancelled, receipt.NotApproved:
 		return len(s.Attempts) > 0

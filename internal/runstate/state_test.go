@@ -35,7 +35,7 @@ func TestFinished(t *testing.T) {
 		{"passed", append(append([]journal.Record{start}, rented...), outcome(receipt.Passed)), true},
 		{"failed", append(append([]journal.Record{start}, rented...), outcome(receipt.Failed)), true},
 		{"gated, nothing rented", []journal.Record{start, outcome(receipt.Gated)}, true},
-		{"interrupted and torn down", append(append([]journal.Record{start}, rented...), outcome(receipt.Interrupted)), true},
+		{"interrupted and torn down: resume continues it", append(append([]journal.Record{start}, rented...), outcome(receipt.Interrupted)), false},
 		{"declined at the prompt, nothing rented", []journal.Record{start, outcome(receipt.Cancelled)}, false},
 		{"no --yes, nothing rented", []journal.Record{start, outcome(receipt.NotApproved)}, false},
 		{"a replacement not approved after a rental", append(append([]journal.Record{start}, rented...), outcome(receipt.NotApproved)), true},
