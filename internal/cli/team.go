@@ -171,7 +171,9 @@ func teamRunDir(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config
 	if err != nil {
 		return "", err
 	}
-	ctrl := newTeamController(f, b, cfg, time.Now)
+	// The engine's clock (the simulator's under --sim), read when used:
+	// the engine is built after this.
+	ctrl := newTeamController(f, b, cfg, func() time.Time { return f.clock().Now() })
 	dir, err := ctrl.Resume(ctx, id, cfg.StateDir, o.WaitLease, nil)
 	switch {
 	case errors.Is(err, teamstate.ErrHeld):

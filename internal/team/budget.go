@@ -177,6 +177,7 @@ func UpdateLedger(ctx context.Context, b teamstate.Backend, period string, f fun
 // approved again (a resumed run) reserves on top of its settled spend.
 func Reserve(ctx context.Context, b teamstate.Backend, now time.Time, run, holder string, ask, defaultLimit float64) error {
 	period := Period(now)
+	ask = math.Ceil(ask*1e6-1e-6) / 1e6 // whole micro-dollars, never less than asked
 	_, err := UpdateLedger(ctx, b, period, func(l *Ledger) error {
 		if l.LimitUSD == 0 {
 			l.LimitUSD = defaultLimit
