@@ -33,13 +33,15 @@ func NewCmdBudget(f *Factory, runF func(context.Context, *BudgetOptions) error) 
 		Long: `Show the team ledger kept in the state bucket (state: s3://...). Every run
 reserves its worst case under its plan before it is approved; a run whose
 reservation would take the month past the limit is refused at approval.
-When a run ends its reservation is replaced by the spend settled from the
-marketplace's charges. --set-limit changes the month's limit for everyone.`,
+Once a run ended and every rental of it is confirmed destroyed its
+reservation is released and it settles to the marketplace's charges, or to
+its estimate, marked (estimate), when they cannot be read. --set-limit
+changes the month's limit for everyone.`,
 		Example: "  vastrun budget --state s3://ml-team/vastrun\n  vastrun budget --set-limit 200 --yes\n  vastrun budget --json",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: runCmd(opts, func(cmd *cobra.Command, _ []string) error {
 			if opts.Period == "" {
-				opts.Period = team.Period(time.Now())
+				opts.Period = team.Period(f.clock().Now())
 			} else if _, err := time.Parse("2006-01", opts.Period); err != nil {
 				return &UsageError{Err: fmt.Errorf("--period %q: want YYYY-MM", opts.Period), Hint: "for example --period 2026-12; leave it out for this month (UTC)"}
 			}
@@ -94,14 +96,23 @@ func runBudget(ctx context.Context, opts *BudgetOptions) error {
 	}
 	fmt.Fprintf(f.IO.Out, "period %s  limit %s  reserved $%.4f  settled $%.4f\n", period, limit, reserved, settled)
 	tw := tabwriter.NewWriter(f.IO.Out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tRESERVED\tSETTLED\tHOLDER")
+	fmt.Fprintln(tw, "RUN\tWORST CASE\tRESERVED\tSETTLED\tHOLDER")
 	for _, id := range l.RunIDs() {
-		r := l.Runs[id]
-		s := "-"
-		if r.SettledUSD != nil {
-			s = fmt.Sprintf("$%.4f", *r.SettledUSD)
-		}
-		fmt.Fprintf(tw, "%s\t$%.4f\t%s\t%s\n", id, r.ReservedUSD, s, r.Holder)
+		fmt.Fprintln(tw, ledgerRow(id, l.Runs[id]))
 	}
 	return tw.Flush()
+}
+
+// ledgerRow is one run of the ledger, tab-separated: the worst case it was
+// admitted on, the reservation it still holds, and what it settled to,
+// marked unless it comes from the charges.
+func ledgerRow(id string, r *team.LedgerLine) string {
+	settled := "-"
+	if r.SettledUSD != nil {
+		settled = fmt.Sprintf("$%.4f", *r.SettledUSD)
+		if r.Basis != "" && r.Basis != team.BasisCharges {
+			settled += " (" + r.Basis + ")"
+		}
+	}
+	return fmt.Sprintf("%s\t$%.4f\t$%.4f\t%s\t%s", id, r.WorstCaseUSD, r.ReservedUSD, settled, dashIfEmpty(r.Holder))
 }

@@ -141,11 +141,13 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 			if r != nil && budget > 0 && len(r.Cleanup.Unconfirmed) == 0 {
 				// Settled: the run's spend replaces its reservation, so the
 				// children after it may use what it did not.
-				spent := r.Cost.EstimateUSD
+				spent := team.Settlement{USD: r.Cost.EstimateUSD, Basis: team.BasisEstimate}
 				if r.Cost.ChargedUSD != nil {
-					spent = max(spent, *r.Cost.ChargedUSD)
+					spent = team.Settlement{USD: max(spent.USD, *r.Cost.ChargedUSD), Basis: team.BasisCharges}
 				}
-				team.Settle(context.Background(), ledger, team.Period(mr.StartedAt), r.RunID, spent, time.Now())
+				if _, err := team.Settle(context.Background(), ledger, team.Period(mr.StartedAt), r.RunID, spent, time.Now()); err != nil {
+					f.IO.Infof("%s %s: its spend was not settled in the %s's budget (%v); its reservation stands", kind, specs[i].Name, kind, err)
+				}
 			}
 			if r != nil {
 				c.RunID, c.Outcome, c.EstimateUSD, c.ChargedUSD = r.RunID, r.Outcome, r.Cost.EstimateUSD, r.Cost.ChargedUSD

@@ -47,7 +47,8 @@ func reapTeam(ctx context.Context, f *Factory, o *reapTeamOptions) error {
 	if err != nil {
 		return fmt.Errorf("reap --team: list instances: %w", err)
 	}
-	js := team.Classify(ctx, b, list, o.prefix, o.grace, time.Now())
+	clk := f.clock()
+	js := team.Classify(ctx, b, list, o.prefix, o.grace, clk.Now())
 	var failed []provider.InstanceID
 	for i := range js {
 		j := &js[i]
@@ -59,19 +60,26 @@ func reapTeam(ctx context.Context, f *Factory, o *reapTeamOptions) error {
 			j.Result = "would destroy (dry run)"
 			continue
 		}
-		ctrl, err := team.TakeOver(ctx, b, teamstate.ThisProcess(f.Getenv), j.Run, j.Instance, leaseOptions(cfg))
+		ctrl, err := team.TakeOver(ctx, b, teamstate.ThisProcess(f.Getenv), j.Run, leaseOptions(cfg), clk.Now)
 		if err != nil {
 			// Someone took the run meanwhile, or the bucket failed: not ours to act on now.
 			j.Verdict, j.Result = team.VerdictUnknown, "left alone: could not take the run's lease: "+err.Error()
 			continue
 		}
-		c := lifecycle.Confirmer{Market: ctrl.Fence(m), Clock: f.clock()}
+		// The destroy is journaled in the run's own journal, so its
+		// summary (runs --all) stops listing the instance as live.
+		onIntent, onDone := ctrl.Reaper()
+		c := lifecycle.Confirmer{Market: ctrl.Fence(m), Clock: clk, OnIntent: onIntent, OnDone: onDone}
 		limit := 4 * time.Minute
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
-		_, derr := c.DestroyConfirm(dctx, j.Instance, j.Label, f.clock().Now().Add(limit))
+		via, derr := c.DestroyConfirm(dctx, j.Instance, j.Label, clk.Now().Add(limit))
 		cancel()
-		ctrl.Reaped(ctx, j.Instance, derr == nil)
-		ctrl.Close(ctx, true)
+		if jerr := ctrl.Reaped(j.Instance, via, derr); jerr != nil {
+			f.IO.Infof("reap --team: run %s's journal does not record instance %d's destruction (%v); its listing may still show it", j.Run, j.Instance, jerr)
+		}
+		if cerr := ctrl.Close(ctx, true); cerr != nil {
+			f.IO.Infof("reap --team: run %s's lease was not released (%v); it expires by itself", j.Run, cerr)
+		}
 		if derr != nil {
 			j.Result = "NOT confirmed: " + derr.Error()
 			failed = append(failed, j.Instance)

@@ -122,9 +122,9 @@ func attachTeam(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config
 	ctrl := o.team
 	e.JournalHook = ctrl.Hook
 	e.Market = ctrl.Fence(e.Market)
-	budget := &teamBudget{ctrl: ctrl, limit: cfg.Team.BudgetUSD}
+	budget := &teamBudget{ctrl: ctrl, infof: f.IO.Infof, limit: cfg.Team.BudgetUSD}
 	e.Approve = budget.approve(e.Approve, e.Clock.Now)
-	f.onClose(func() { closeTeamRun(f, ctrl, e); budget.settle(f, e) })
+	f.onClose(func() { closeTeamRun(f, ctrl, e); budget.settle(e) })
 	// A lost or fenced lease ends the command: nothing more may be done on
 	// this run here, and whatever is in flight stops at once.
 	go func() {
@@ -171,7 +171,9 @@ func teamRunDir(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config
 	if err != nil {
 		return "", err
 	}
-	ctrl := newTeamController(f, b, cfg, time.Now)
+	// The engine's clock (the simulator's under --sim), read when used:
+	// the engine is built after this.
+	ctrl := newTeamController(f, b, cfg, func() time.Time { return f.clock().Now() })
 	dir, err := ctrl.Resume(ctx, id, cfg.StateDir, o.WaitLease, nil)
 	switch {
 	case errors.Is(err, teamstate.ErrHeld):
@@ -186,10 +188,10 @@ func teamRunDir(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config
 }
 
 // teamBudget reserves each approval's worst case in the team ledger
-// before the person (or --yes) approves, and settles the run's charges at
-// the end.
+// before the person (or --yes) approves, and settles the run at the end.
 type teamBudget struct {
 	ctrl   *team.Controller
+	infof  func(format string, args ...any)
 	limit  float64
 	period string
 	run    string
@@ -218,19 +220,24 @@ func (t *teamBudget) approve(inner func(lifecycle.Plan) (bool, error), now func(
 		t.period, t.run = team.Period(at), rec.Run
 		ok, err := inner(p)
 		if !ok || err != nil {
-			// Declined: the reservation goes back.
-			team.Settle(ctx, t.ctrl.Backend(), t.period, t.run, 0, at)
+			// Declined: this approval's reservation goes back (the run may
+			// still hold an earlier one, for a rental it had).
+			if uerr := team.Unreserve(ctx, t.ctrl.Backend(), t.period, t.run, ask, now()); uerr != nil {
+				t.infof("team budget: run %s's declined reservation $%.4f stands (%v)", t.run, ask, uerr)
+			}
 		}
 		return ok, err
 	}
 }
 
-// settle records the run's charges in the ledger once every rental of it
-// is destroyed (confirmed) and has its charge; until then (a kept `up`
-// instance bills on) the reservation stands.
-func (t *teamBudget) settle(f *Factory, e *lifecycle.Scope) {
+// settle replaces the run's reservation in the ledger by what it spent,
+// once it ended and every rental of it is confirmed destroyed (see
+// team.SettlementOf); until then (a kept `up` instance bills on) the
+// reservation stands. It stamps the ledger on the engine's clock.
+func (t *teamBudget) settle(e *lifecycle.Scope) {
 	st := e.State()
-	if st == nil || st.Outcome == "" || len(st.Unconfirmed()) > 0 {
+	s, ok := team.SettlementOf(st)
+	if !ok {
 		return
 	}
 	if t.period == "" {
@@ -238,19 +245,14 @@ func (t *teamBudget) settle(f *Factory, e *lifecycle.Scope) {
 		// reservation is in the month it started.
 		t.period, t.run = team.Period(st.Started), st.RunID
 	}
-	total := 0.0
-	for _, a := range st.Attempts {
-		if a.InstanceID == 0 {
-			continue
-		}
-		if a.Charged == nil {
-			return
-		}
-		total += *a.Charged
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := team.Settle(ctx, t.ctrl.Backend(), t.period, t.run, total, time.Now()); err != nil {
-		f.IO.Infof("team budget: run %s's spend $%.4f was not settled in the ledger (%v); its reservation stands", t.run, total, err)
+	settled, err := team.Settle(ctx, t.ctrl.Backend(), t.period, t.run, s, e.Now())
+	if err != nil {
+		t.infof("team budget: run %s's spend $%.4f was not settled in the ledger (%v); its reservation stands", t.run, s.USD, err)
 	}
+	if !settled {
+		return // refused at approval: it holds nothing
+	}
+	t.infof("team budget: run %s settled at $%.4f (%s); its reservation is released", t.run, s.USD, s.Basis)
 }

@@ -50,9 +50,10 @@ func toWallClock(r *receipt.Receipt, sc *clock.Scaled) {
 }
 
 // chargesFor reads what Vast charged for the run's instances. Charges can
-// lag; a failure leaves ChargedUSD nil rather than zero.
-// The charges go on the receipt's copies of the attempts: the state holds
-// only what the journal says.
+// lag; a failure leaves ChargedUSD nil rather than zero. The charges of
+// instances confirmed destroyed are journaled (`event charges`), so the
+// replayed state carries them: the team ledger settles from them. A live
+// instance's (`up`) are not: they would go stale as it bills on.
 func chargesFor(ctx context.Context, e *Scope) map[provider.InstanceID]float64 {
 	ids := e.state.Instances()
 	if len(ids) == 0 {
@@ -78,6 +79,16 @@ func chargesFor(ctx context.Context, e *Scope) map[provider.InstanceID]float64 {
 		}
 	}
 	e.cost.ChargedUSD = &total
+	final := map[provider.InstanceID]float64{}
+	for _, a := range e.state.Attempts {
+		if v, ok := byID[a.InstanceID]; ok && a.InstanceID != 0 && a.Confirmed {
+			final[a.InstanceID] = v
+		}
+	}
+	if len(final) > 0 {
+		// A failed write leaves them in memory (Record); the receipt has them either way.
+		_ = e.Record("event", runstate.StepCharges, runstate.ChargesData{Charges: final})
+	}
 	bidCharges(e, charges)
 	if e.Simulated {
 		e.cost.ChargesNote = "simulated charges"

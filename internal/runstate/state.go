@@ -35,6 +35,7 @@ const (
 	StepFailover = "failover"
 	StepPaths    = "paths"
 	StepConnect  = "connect"
+	StepCharges  = "charges"
 )
 
 // RecCondition is the journal record type of a step's condition.
@@ -207,6 +208,14 @@ type InstanceData struct {
 	Via      []string            `json:"via,omitempty"`
 }
 
+// ChargesData is the payload of `event charges`: what the marketplace
+// charged for each instance confirmed destroyed, read at the run's end, so
+// that whoever replays the run (the team ledger's settlement, `runs`)
+// sees the charges, not only the receipt.
+type ChargesData struct {
+	Charges map[provider.InstanceID]float64 `json:"charges"`
+}
+
 // Replay rebuilds State from journal records: a fold over Apply, so a
 // resumed run and a live one see the same state for the same records.
 func Replay(recs []journal.Record) (*State, error) {
@@ -315,6 +324,16 @@ func (s *State) Apply(r journal.Record) error {
 			a.IntentAt = r.Time
 		}
 		a.Destroyed, a.Confirmed, a.ConfirmedBy, a.ConfirmedAt = true, true, d.Via, r.Time
+	case r.Step == StepCharges && r.Type == "event":
+		var d ChargesData
+		if err := r.Decode(&d); err != nil {
+			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		}
+		for id, usd := range d.Charges {
+			if a := s.AttemptFor(id); a != nil && id != 0 {
+				a.Charged = &usd
+			}
+		}
 	case r.Step == StepOutcome:
 		var d OutcomeData
 		if err := r.Decode(&d); err != nil {

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
@@ -19,8 +21,8 @@ var ErrOverBudget = errors.New("team budget exceeded")
 
 // Ledger is budget/<YYYY-MM>.json: the team's limit for the period, the
 // reservations made before renting (each run's worst case under its
-// plan) and the spend settled from the marketplace's charges. It is
-// updated only by compare-and-swap.
+// plan) and the spend settled once a run ended. It is updated only by
+// compare-and-swap.
 type Ledger struct {
 	Schema   string                 `json:"schema"`
 	V        int                    `json:"v"`
@@ -29,30 +31,52 @@ type Ledger struct {
 	Runs     map[string]*LedgerLine `json:"runs"`
 }
 
+// LedgerVersion is the ledger's version: since 2, a settled line's
+// reservation is released (zero) and committed is reserved plus settled.
+const LedgerVersion = 2
+
 // LedgerLine is one run in the ledger.
 type LedgerLine struct {
-	ReservedUSD float64   `json:"reserved_usd"`
-	SettledUSD  *float64  `json:"settled_usd,omitempty"`
-	Holder      string    `json:"holder"`
-	Updated     time.Time `json:"updated"`
+	// ReservedUSD is the reservation still held: the worst cases of the
+	// run's approvals since it last settled.
+	ReservedUSD float64 `json:"reserved_usd"`
+	// WorstCaseUSD is every worst case the run was admitted on, for people.
+	WorstCaseUSD float64 `json:"worst_case_usd,omitempty"`
+	// SettledUSD is the run's spend once it ended (Basis says from what).
+	SettledUSD *float64  `json:"settled_usd,omitempty"`
+	Basis      string    `json:"basis,omitempty"`
+	Holder     string    `json:"holder"`
+	Updated    time.Time `json:"updated"`
 }
 
-// Committed is what counts against the limit: settled spend where known,
-// else the reservation.
+// Settlement bases: what a settled line's figure comes from.
+const (
+	// BasisCharges: the marketplace's charges, journaled at the run's end.
+	BasisCharges = "charges"
+	// BasisEstimate: the charges could not be read, so the run's estimate
+	// (each rental's $/h over the time from rented to confirmed destroyed,
+	// the receipt's estimate_usd).
+	BasisEstimate = "estimate"
+	// BasisNothingRented: declined, refused or every create failed.
+	BasisNothingRented = "nothing rented"
+)
+
+// Committed is what counts against the limit: the spend settled plus the
+// reservation still held.
 func (l *LedgerLine) Committed() float64 {
+	c := l.ReservedUSD
 	if l.SettledUSD != nil {
-		return *l.SettledUSD
+		c += *l.SettledUSD
 	}
-	return l.ReservedUSD
+	return c
 }
 
 // Totals sums the ledger.
 func (l *Ledger) Totals() (reserved, settled, committed float64) {
 	for _, r := range l.Runs {
+		reserved += r.ReservedUSD
 		if r.SettledUSD != nil {
 			settled += *r.SettledUSD
-		} else {
-			reserved += r.ReservedUSD
 		}
 		committed += r.Committed()
 	}
@@ -93,7 +117,7 @@ func LedgerKey(period string) string { return "budget/" + period + ".json" }
 func ReadLedger(ctx context.Context, b teamstate.Backend, period string) (*Ledger, string, error) {
 	o, _, err := b.Get(ctx, LedgerKey(period))
 	if errors.Is(err, teamstate.ErrNotExist) {
-		return &Ledger{Schema: LedgerSchema, V: 1, Period: period, Runs: map[string]*LedgerLine{}}, "", nil
+		return &Ledger{Schema: LedgerSchema, V: LedgerVersion, Period: period, Runs: map[string]*LedgerLine{}}, "", nil
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("team ledger %s: %w", period, err)
@@ -104,6 +128,16 @@ func ReadLedger(ctx context.Context, b teamstate.Backend, period string) (*Ledge
 	}
 	if l.Runs == nil {
 		l.Runs = map[string]*LedgerLine{}
+	}
+	if l.V < 2 {
+		// Version 1 kept a settled line's reservation beside its
+		// settlement, which replaced it.
+		for _, r := range l.Runs {
+			if r.SettledUSD != nil {
+				r.WorstCaseUSD, r.ReservedUSD = r.ReservedUSD, 0
+			}
+		}
+		l.V = LedgerVersion
 	}
 	return &l, o.ETag, nil
 }
@@ -139,9 +173,11 @@ func UpdateLedger(ctx context.Context, b teamstate.Backend, period string, f fun
 
 // Reserve adds ask to run's reservation, refusing with *OverBudgetError
 // when the committed total would pass the limit. defaultLimit applies
-// while the ledger has none of its own.
+// while the ledger has none of its own. A run that settled and is
+// approved again (a resumed run) reserves on top of its settled spend.
 func Reserve(ctx context.Context, b teamstate.Backend, now time.Time, run, holder string, ask, defaultLimit float64) error {
 	period := Period(now)
+	ask = math.Ceil(ask*1e6-1e-6) / 1e6 // whole micro-dollars, never less than asked
 	_, err := UpdateLedger(ctx, b, period, func(l *Ledger) error {
 		if l.LimitUSD == 0 {
 			l.LimitUSD = defaultLimit
@@ -159,25 +195,91 @@ func Reserve(ctx context.Context, b teamstate.Backend, now time.Time, run, holde
 			return &OverBudgetError{Period: period, LimitUSD: l.LimitUSD, CommittedUSD: committed, AskUSD: ask, Run: run}
 		}
 		line.ReservedUSD += ask
+		line.WorstCaseUSD += ask
 		line.Holder, line.Updated = holder, now.UTC()
 		return nil
 	})
 	return err
 }
 
-// Settle records run's spend from the marketplace's charges; it replaces
-// the reservation.
-func Settle(ctx context.Context, b teamstate.Backend, period, run string, usd float64, now time.Time) error {
+// Unreserve gives back ask, the reservation of an approval that was then
+// declined. A line left with nothing reserved and nothing settled settles
+// to zero: nothing was rented under it.
+func Unreserve(ctx context.Context, b teamstate.Backend, period, run string, ask float64, now time.Time) error {
 	_, err := UpdateLedger(ctx, b, period, func(l *Ledger) error {
 		line := l.Runs[run]
 		if line == nil {
-			line = &LedgerLine{}
-			l.Runs[run] = line
+			return nil
 		}
-		line.SettledUSD, line.Updated = &usd, now.UTC()
+		line.ReservedUSD = max(0, line.ReservedUSD-ask)
+		line.WorstCaseUSD = max(0, line.WorstCaseUSD-ask)
+		if line.ReservedUSD < 1e-9 && line.SettledUSD == nil {
+			zero := 0.0
+			line.ReservedUSD, line.SettledUSD, line.Basis = 0, &zero, BasisNothingRented
+		}
+		line.Updated = now.UTC()
 		return nil
 	})
 	return err
+}
+
+// Settle records run's spend once it ended: it replaces the run's
+// reservation, which is released. A run with no line (refused at
+// approval) and nothing spent gets none, and settled is false.
+func Settle(ctx context.Context, b teamstate.Backend, period, run string, s Settlement, now time.Time) (settled bool, err error) {
+	_, err = UpdateLedger(ctx, b, period, func(l *Ledger) error {
+		line := l.Runs[run]
+		if line == nil {
+			if s.USD == 0 {
+				settled = false
+				return nil
+			}
+			line = &LedgerLine{}
+			l.Runs[run] = line
+		}
+		usd := s.USD
+		line.ReservedUSD, line.SettledUSD, line.Basis, line.Updated = 0, &usd, s.Basis, now.UTC()
+		settled = true
+		return nil
+	})
+	return settled && err == nil, err
+}
+
+// Settlement is what a run that ended settles to, and from what.
+type Settlement struct {
+	USD   float64
+	Basis string // BasisCharges, BasisEstimate or BasisNothingRented
+}
+
+// SettlementOf is what the run st settles to; ok is false while it may
+// still bill: no outcome yet, an instance whose destruction is not
+// confirmed (a kept `up` instance), or a create whose result is unknown.
+// Each rental counts its journaled charge; one without (the charges could
+// not be read) counts its estimate, and the run's basis is then
+// BasisEstimate.
+func SettlementOf(st *runstate.State) (s Settlement, ok bool) {
+	if st == nil || st.Outcome == "" || len(st.Unconfirmed()) > 0 || st.AmbiguousRent() {
+		return Settlement{}, false
+	}
+	s.Basis = BasisNothingRented
+	for _, a := range st.Attempts {
+		if a.InstanceID == 0 {
+			continue // a create that failed: nothing rented
+		}
+		if s.Basis == BasisNothingRented {
+			s.Basis = BasisCharges
+		}
+		if a.Charged != nil {
+			s.USD += *a.Charged
+			continue
+		}
+		s.Basis = BasisEstimate
+		if !a.RentedAt.IsZero() && a.ConfirmedAt.After(a.RentedAt) {
+			s.USD += a.DPHTotal*a.ConfirmedAt.Sub(a.RentedAt).Hours() - a.StoppedDiscount(a.ConfirmedAt)
+		}
+	}
+	s.USD = math.Round(max(0, s.USD)*1e6) / 1e6
+	return s, true
 }
 
 // SetLimit sets the period's limit.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/teamstate"
 )
 
@@ -73,24 +74,56 @@ func Classify(ctx context.Context, b teamstate.Backend, list []provider.Instance
 	return out
 }
 
-// TakeOver acquires an orphan's run lease (generation+1) and journals the
-// reap intent, so that no controller can still act on the run while it is
-// destroyed. The caller destroys through the returned controller's Fence
-// and then calls Close(ctx, true).
-func TakeOver(ctx context.Context, b teamstate.Backend, h teamstate.Holder, runID string, id provider.InstanceID, o teamstate.LeaseOptions) (*Controller, error) {
-	c := New(Options{Backend: b, Holder: h, Lease: o})
+// TakeOver acquires an orphan's run lease (generation+1) and reads the
+// run's journal from the bucket, so that no controller can still act on
+// the run while it is destroyed and what the reaper journals extends the
+// run's own record. The caller destroys through the returned controller's
+// Fence and Reaper hooks, then calls Reaped and Close(ctx, true). now
+// stamps the records (the caller's clock).
+func TakeOver(ctx context.Context, b teamstate.Backend, h teamstate.Holder, runID string, o teamstate.LeaseOptions, now func() time.Time) (*Controller, error) {
+	c := New(Options{Backend: b, Holder: h, Lease: o, Now: now})
 	if err := c.acquire(ctx, runID); err != nil {
 		return nil, err
 	}
-	if _, err := c.log.Append(ctx, "intent", "reap", map[string]any{"instance_id": id}); err != nil {
-		c.Close(ctx, false) //nolint:errcheck // the append error is the one to report
+	entries, err := teamstate.ReadRunLog(ctx, b, runID)
+	if err != nil {
+		c.Close(ctx, false) //nolint:errcheck // the read error is the one to report
 		return nil, err
 	}
+	recs, err := records(runID, entries)
+	if err != nil {
+		c.Close(ctx, false) //nolint:errcheck // the decode error is the one to report
+		return nil, err
+	}
+	c.mu.Lock()
+	c.recs = recs
+	c.mu.Unlock()
 	return c, nil
 }
 
-// Reaped journals the outcome of a reap under the taken-over lease.
-func (c *Controller) Reaped(ctx context.Context, id provider.InstanceID, confirmed bool) error {
-	_, err := c.log.Append(ctx, "done", "reap", map[string]any{"instance_id": id, "confirmed": confirmed})
-	return err
+// reapReason is why the reaper destroys an instance, in its records.
+const reapReason = "reap --team: orphan of an ended or abandoned run"
+
+// Reaper journals each destroy attempt in the run's own journal, as the
+// engine's teardown does (intent before the call, done after), so the
+// run's state and summary see the instance go. Destroying is the safe
+// side effect: a failed write does not hold it back, and the fence on the
+// lease refuses the call anyway once the run is lost.
+func (c *Controller) Reaper() (onIntent, onDone func(provider.InstanceID)) {
+	return func(id provider.InstanceID) {
+			c.record(runstate.StepDestroy, "intent", runstate.InstanceData{Instance: id, Reason: reapReason}) //nolint:errcheck // see above
+		}, func(id provider.InstanceID) {
+			c.record(runstate.StepDestroy, "done", runstate.InstanceData{Instance: id, Reason: reapReason}) //nolint:errcheck // see above
+		}
+}
+
+// Reaped journals the outcome of a reap under the taken-over lease: the
+// confirmation (via: how absence was shown), or the failure. The run's
+// summary follows, so `runs --all` no longer lists a confirmed instance
+// as live.
+func (c *Controller) Reaped(id provider.InstanceID, via []string, derr error) error {
+	if derr != nil {
+		return c.record(runstate.StepDestroy, "failed", runstate.InstanceData{Instance: id, Reason: "reap --team: " + derr.Error()})
+	}
+	return c.record(runstate.StepConfirm, "done", runstate.InstanceData{Instance: id, Via: via})
 }

@@ -14,6 +14,10 @@
 //     create, destroy or key attachment fails with teamstate.ErrLeaseLost or
 //     teamstate.ErrFenced, and the controller says so on stderr.
 //   - The lease is released (tombstone) only when the run reached an outcome.
+//   - A reaper that takes a run over journals its destroys in the run's own
+//     journal, so the run's summary agrees with the marketplace.
+//   - A run settles in the team ledger only once it may bill no more
+//     (SettlementOf); until then its reservation stands.
 package team
 
 import (
@@ -258,20 +262,12 @@ func Materialize(ctx context.Context, b teamstate.Backend, runID, dir string) ([
 	if err != nil {
 		return nil, err
 	}
-	var recs []journal.Record
+	recs, err := records(runID, entries)
+	if err != nil {
+		return nil, err
+	}
 	var lines []byte
-	for _, e := range entries {
-		if e.Type != EntryRecord {
-			continue
-		}
-		var r journal.Record
-		if err := json.Unmarshal(e.Data, &r); err != nil {
-			return nil, fmt.Errorf("run %s: journal entry %d: %w", runID, e.Seq, err)
-		}
-		// Renumbered: a record whose local write failed after the bucket
-		// took it may share its number with the next one.
-		r.Seq = len(recs) + 1
-		recs = append(recs, r)
+	for _, r := range recs {
 		line, _ := json.Marshal(r)
 		lines = append(append(lines, line...), '\n')
 	}
@@ -292,6 +288,39 @@ func Materialize(ctx context.Context, b teamstate.Backend, runID, dir string) ([
 		return nil, err
 	}
 	return recs, nil
+}
+
+// records are the run's journal records among its bucket entries.
+func records(runID string, entries []teamstate.Entry) ([]journal.Record, error) {
+	var recs []journal.Record
+	for _, e := range entries {
+		if e.Type != EntryRecord {
+			continue
+		}
+		var r journal.Record
+		if err := json.Unmarshal(e.Data, &r); err != nil {
+			return nil, fmt.Errorf("run %s: journal entry %d: %w", runID, e.Seq, err)
+		}
+		// Renumbered: a record whose local write failed after the bucket
+		// took it may share its number with the next one.
+		r.Seq = len(recs) + 1
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
+
+// record journals a record of this controller's own (not the engine's:
+// the reaper's) in the run's journal, through the mirror, so the bucket's
+// journal and the run's summary carry it.
+func (c *Controller) record(step, typ string, data any) error {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("journal %s %s: %w", typ, step, err)
+	}
+	c.mu.Lock()
+	seq := len(c.recs) + 1
+	c.mu.Unlock()
+	return c.mirror(journal.Record{V: journal.Version, Seq: seq, Time: c.o.Now().UTC(), Type: typ, Step: step, Data: b})
 }
 
 // ErrNoRun: the bucket has no such run.

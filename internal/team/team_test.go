@@ -46,7 +46,7 @@ func TestReserveRacing(t *testing.T) {
 	}
 	// Settling replaces a reservation: the room comes back.
 	id := l.RunIDs()[0]
-	if err := team.Settle(context.Background(), b, team.Period(now), id, 0.25, now); err != nil {
+	if _, err := team.Settle(context.Background(), b, team.Period(now), id, team.Settlement{USD: 0.25, Basis: team.BasisCharges}, now); err != nil {
 		t.Fatal(err)
 	}
 	if err := team.Reserve(context.Background(), b, now, "other", "h", 0.75, 5); err != nil {
