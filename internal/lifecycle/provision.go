@@ -217,7 +217,11 @@ func chooseKeeper(ids []provider.InstanceID, hint provider.InstanceID) provider.
 // dedupe enforces one live contract per label after a rental: any other
 // instance carrying the label is recorded as an extra and destroyed.
 func dedupe(ctx context.Context, e *Scope, keep provider.InstanceID) error {
-	list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+	// The rental is billing while this looks: a rate-limited listing does
+	// not hold it up for long.
+	lctx, cancel := boundOnClock(ctx, e.Clock, e.Now().Add(dedupeListWait))
+	list, err := e.Market.ListInstances(lctx, provider.ListOptions{Labels: []string{e.state.Label}})
+	cancel()
 	if err != nil {
 		return nil // teardown lists again, completely, before it confirms
 	}
@@ -233,6 +237,9 @@ func dedupe(ctx context.Context, e *Scope, keep provider.InstanceID) error {
 	}
 	return jerr
 }
+
+// dedupeListWait bounds the listing (and its retries) dedupe makes.
+const dedupeListWait = 15 * time.Second
 
 var imageErrorRE = regexp.MustCompile(`(?i)error response from daemon|manifest (for|unknown)|not found: manifest|pull access denied|unauthorized|oci runtime|no such image|error pulling|failed to pull|permission denied`)
 

@@ -471,11 +471,11 @@ func assertStoppedAtAttach(t *testing.T, r *stepRig, err error, id provider.Inst
 }
 
 // TestStepTeardown pins which instances teardown destroys and in which
-// order it asks the market. The order is data: cases marked ORDER
-// expect the label listing before the known ids are destroyed, as
-// teardown does today; the teardown change (known ids destroyed before
-// any listing, a failing listing only warns) changes their wantCalls
-// (and, for the listing that never completes, wantUnconfirmed).
+// order it asks the market: every id the journal knows is destroyed and
+// confirmed by id before the label is listed at all, and the one label
+// sweep afterwards only looks for what the journal did not know. A
+// listing that never completes, with every known id confirmed, is a
+// warning, not an unconfirmed cleanup (teardown_order_test.go has more).
 func TestStepTeardown(t *testing.T) {
 	unavailable := &provider.APIError{Op: "destroy instance 101", Status: 503}
 	incomplete := fmt.Errorf("list instances: %w", provider.ErrIncompleteListing)
@@ -492,45 +492,53 @@ func TestStepTeardown(t *testing.T) {
 		// wantCalls is the market's calls, in order, of methods.
 		wantCalls       []string
 		wantUnconfirmed []provider.InstanceID // nil: cleanup confirmed
+		// wantWarning: confirmed, but the label sweep never completed (the
+		// known ids are confirmed by show alone).
+		wantWarning bool
 	}{
 		{
 			name: "nothing rented: one listing", methods: []string{"destroy", "list"},
 			wantCalls: []string{"list"},
 		},
 		{
-			// ORDER: the first "list" moves after the known ids' destroys.
+			// ORDER (flipped): the known ids' destroys and confirms come
+			// before the one listing, which then confirms them all.
 			name: "every known instance destroyed and confirmed", known: []provider.InstanceID{101, 102}, methods: []string{"destroy", "show", "list"},
-			wantCalls: []string{"list", "destroy 101", "show 101", "list", "destroy 102", "show 102", "list"},
+			wantCalls: []string{"destroy 101", "show 101", "destroy 102", "show 102", "list"},
 		},
 		{
-			// ORDER: the first "list" moves after destroy 101's confirm.
+			// ORDER (flipped): the listing follows destroy 101's confirm.
 			name: "a destroy answered 503 is sent again", known: []provider.InstanceID{101}, fail: map[string][]error{"destroy": {unavailable}},
-			methods: []string{"destroy", "show", "list"}, wantCalls: []string{"list", "destroy 101", "destroy 101", "show 101", "list"},
+			methods: []string{"destroy", "show", "list"}, wantCalls: []string{"destroy 101", "destroy 101", "show 101", "list"},
 		},
 		{
-			// Known ids first, then what the listing found: the same
-			// order before and after the teardown change.
+			// Known ids first, then what the listing found.
 			name: "an id only the label listing shows is adopted and destroyed", known: []provider.InstanceID{101}, extra: []provider.InstanceID{150},
-			methods: []string{"destroy"}, wantCalls: []string{"destroy 101", "destroy 150"},
+			methods: []string{"destroy", "list"}, wantCalls: []string{"destroy 101", "list", "destroy 150", "list"},
 		},
 		{
-			// ORDER: destroy 101 comes first; the failing listing is then
-			// the confirm's or the sweep's.
+			// ORDER (flipped): destroy 101 comes first; the failing listing
+			// is the sweep's, retried.
 			name: "a label listing that fails once is retried", known: []provider.InstanceID{101}, fail: map[string][]error{"list": {incomplete}},
-			methods: []string{"destroy", "list"}, wantCalls: []string{"list", "list", "destroy 101", "list"},
+			methods: []string{"destroy", "list"}, wantCalls: []string{"destroy 101", "list", "list"},
 		},
 		{
 			name: "a create with unknown outcome: the label is swept until clean", ambiguous: true, lagged: []provider.InstanceID{160},
 			methods: []string{"destroy"}, wantCalls: []string{"destroy 160"},
 		},
 		{
-			// ORDER: today the listing is retried to the deadline, so 101's
-			// destroy is sent once, too late to confirm; with a failing
-			// listing only warning, 101 is destroyed first and both
-			// wantCalls and wantUnconfirmed change.
-			name: "a label listing that never completes: cleanup not confirmed", known: []provider.InstanceID{101},
+			// ORDER (flipped): 101 is destroyed and confirmed by id first;
+			// the listing that never completes is only a warning.
+			name: "a label listing that never completes: confirmed by id, warned", known: []provider.InstanceID{101},
 			fail:    map[string][]error{"list": slices.Repeat([]error{incomplete}, 1000)},
-			methods: []string{"destroy"}, wantCalls: []string{"destroy 101"}, wantUnconfirmed: []provider.InstanceID{101},
+			methods: []string{"destroy", "show"}, wantCalls: []string{"destroy 101", "show 101"}, wantWarning: true,
+		},
+		{
+			// With a create whose outcome is unknown, an unlisted label is
+			// no mere warning: something may be live that nobody saw.
+			name: "a label listing that never completes after an ambiguous create: not confirmed", known: []provider.InstanceID{101}, ambiguous: true,
+			fail:    map[string][]error{"list": slices.Repeat([]error{incomplete}, 1000)},
+			methods: []string{"destroy"}, wantCalls: []string{"destroy 101"}, wantUnconfirmed: []provider.InstanceID{},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -563,6 +571,9 @@ func TestStepTeardown(t *testing.T) {
 				t.Errorf("calls %v, want %v (all: %v)", got, tc.wantCalls, m.calls())
 			}
 			st := r.s.State()
+			if got := r.s.cleanupWarnings; (len(got) == 1) != tc.wantWarning || len(got) > 1 {
+				t.Fatalf("warnings %q, want one: %v", got, tc.wantWarning)
+			}
 			if tc.wantUnconfirmed == nil {
 				if err != nil || len(st.Unconfirmed()) != 0 || len(m.live()) != 0 {
 					t.Fatalf("teardown: %v, unconfirmed %v, live %v", err, st.Unconfirmed(), m.live())
@@ -581,8 +592,12 @@ func TestStepTeardown(t *testing.T) {
 					t.Fatalf("extra %d not adopted: %v", id, st.Extras)
 				}
 			}
+			wantVia := []string{"show", "label_listing"}
+			if tc.wantWarning {
+				wantVia = []string{"show"} // no listing completed
+			}
 			for _, id := range slices.Concat(tc.known, tc.extra, tc.lagged) {
-				if a := st.AttemptFor(id); tc.wantUnconfirmed == nil && (a == nil || !a.Confirmed || !slices.Equal(a.ConfirmedBy, []string{"show", "label_listing"})) {
+				if a := st.AttemptFor(id); tc.wantUnconfirmed == nil && (a == nil || !a.Confirmed || !slices.Equal(a.ConfirmedBy, wantVia)) {
 					t.Fatalf("instance %d: %+v", id, a)
 				}
 			}
