@@ -164,6 +164,9 @@ type Scope struct {
 	*Run
 	Inst provider.Instance
 	Conn *remote.Client
+	// uploadTo, when set, stands in for Conn in the upload step (the step
+	// tables' fake; see uploader).
+	uploadTo uploader
 }
 
 func (e *Run) Mark(phase string) {

@@ -640,3 +640,144 @@ func TestStepExecuteLocalFlow(t *testing.T) {
 		})
 	}
 }
+
+// fakeUploader is the upload step's connection without SSH: it records
+// each copy ("local -> remote", local relative to the repository) and
+// each script, and fails the copy to a remote path named in fail.
+type fakeUploader struct {
+	repo      string
+	copies    []string
+	scripts   []string
+	fail      map[string]error
+	outputErr error
+	progress  int // progress callbacks made
+}
+
+func (f *fakeUploader) copyOf(local, remote string) error {
+	if err := f.fail[remote]; err != nil {
+		return err
+	}
+	if _, err := os.Stat(local); err != nil {
+		return err // a real copy reads the file
+	}
+	rel, err := filepath.Rel(f.repo, local)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		rel = "(outside the repository)/" + filepath.Base(local)
+	}
+	f.copies = append(f.copies, rel+" -> "+remote)
+	return nil
+}
+
+func (f *fakeUploader) Upload(local, remote string) error { return f.copyOf(local, remote) }
+
+func (f *fakeUploader) UploadProgress(local, remote string, progress func(int64)) error {
+	if err := f.copyOf(local, remote); err != nil {
+		return err
+	}
+	if progress != nil {
+		f.progress++
+		progress(treeSize(local))
+	}
+	return nil
+}
+
+func (f *fakeUploader) Output(_ context.Context, script string) (string, error) {
+	f.scripts = append(f.scripts, script)
+	return "", f.outputErr
+}
+
+func TestStepUpload(t *testing.T) {
+	broken := errors.New("ssh: connection lost")
+	for _, tc := range []struct {
+		name    string
+		config  string           // added to stepConfig
+		files   []string         // created in the repository (committed, with git)
+		git     bool             // the repository is a git repository
+		fail    map[string]error // copies to these remote paths fail
+		outErr  error            // the script on the instance fails
+		noConn  bool             // no connection at all
+		want    []string         // the copies, in order
+		wantErr string           // what the error names; "" for none
+		wantRun []string         // substrings of the scripts run, in order
+		check   func(*testing.T, *stepRig)
+	}{
+		{name: "nothing to upload: no copy", want: nil},
+		{name: "the upload list, each path to the same relative path", config: "upload: [gpu-test.sh, ./data/]\n",
+			files: []string{"gpu-test.sh", "data/a.bin", "data/b.bin"}, want: []string{"gpu-test.sh -> gpu-test.sh", "data -> data"}},
+		{name: "a path that is not there: nothing is copied, the path is named", config: "upload: [gpu-test.sh, missing.py]\n",
+			files: []string{"gpu-test.sh"}, wantErr: "missing.py"},
+		{name: "the connection fails on the second path", config: "upload: [a.sh, b.sh]\n", files: []string{"a.sh", "b.sh"},
+			fail: map[string]error{"b.sh": broken}, want: []string{"a.sh -> a.sh"}, wantErr: "connection lost"},
+		{name: "workdir: one archive and its checksums, unpacked and checked there, manifest kept", config: "workdir: .\nupload: [extra.txt]\n",
+			git: true, files: []string{"extra.txt"},
+			want:    []string{"(outside the repository)/workdir.tar.gz -> " + remoteWorkdirArchive, "(outside the repository)/workdir.sha256 -> " + remoteWorkdirSums},
+			wantRun: []string{"tar -xzf " + remoteWorkdirArchive, "sha256sum -c --quiet " + remoteWorkdirSums},
+			check: func(t *testing.T, r *stepRig) {
+				b, err := os.ReadFile(filepath.Join(r.s.EvidenceDir, "workdir.json"))
+				if err != nil || !strings.Contains(string(b), "extra.txt") || !strings.Contains(string(b), "gpu/kernel.cu") {
+					t.Fatalf("workdir.json: %s %v", b, err)
+				}
+			}},
+		{name: "workdir: the checksums do not match on the instance", config: "workdir: .\n", git: true, outErr: errors.New("sha256sum: WARNING: 1 computed checksum did NOT match"),
+			want:    []string{"(outside the repository)/workdir.tar.gz -> " + remoteWorkdirArchive, "(outside the repository)/workdir.sha256 -> " + remoteWorkdirSums},
+			wantRun: []string{"sha256sum -c --quiet " + remoteWorkdirSums}, wantErr: "unpack workdir on the instance"},
+		{name: "no connection: the step says so", config: "upload: [a.sh]\n", files: []string{"a.sh"}, noConn: true, wantErr: "no connection"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newStepRig(t, stepConfig+tc.config, newFakeMarket())
+			repo := r.s.RepoDir
+			if tc.git {
+				gitChange(t, repo, "gpu/kernel.cu")
+			}
+			for _, f := range tc.files {
+				p := filepath.Join(repo, f)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(f+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := Freeze.Do(context.Background(), r.s); err != nil {
+				t.Fatal(err)
+			}
+			up := &fakeUploader{repo: repo, fail: tc.fail, outputErr: tc.outErr}
+			if !tc.noConn {
+				r.s.uploadTo = up
+			}
+			r.s.Inst = provider.Instance{ID: 101}
+			err := Upload.Do(context.Background(), r.s)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("upload: %v", err)
+				}
+			} else {
+				var se *StepError
+				if !errors.As(err, &se) || se.Step != "upload" || se.Instance != 101 || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("upload: %v, want the upload step's error on 101 naming %q", err, tc.wantErr)
+				}
+			}
+			if !slices.Equal(up.copies, tc.want) {
+				t.Fatalf("copies %q, want %q", up.copies, tc.want)
+			}
+			for i, want := range tc.wantRun {
+				if len(up.scripts) != 1 || !strings.Contains(up.scripts[0], want) || (i > 0 && strings.Index(up.scripts[0], want) < strings.Index(up.scripts[0], tc.wantRun[i-1])) {
+					t.Fatalf("scripts %q, want %q in order", up.scripts, tc.wantRun)
+				}
+			}
+			if len(tc.wantRun) == 0 && len(up.scripts) != 0 {
+				t.Fatalf("ran %q on the instance", up.scripts)
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+			// Repeated by every controller: a connection is this process's.
+			if Upload.Done(r.s) {
+				t.Fatal("upload is Done")
+			}
+			if c := r.m.calls(); len(c) != 0 {
+				t.Fatalf("the upload called the market: %v", c)
+			}
+		})
+	}
+}
