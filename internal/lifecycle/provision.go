@@ -186,7 +186,10 @@ func reconcile(ctx context.Context, e *Scope, hint provider.InstanceID) (provide
 	case ctx.Err() != nil:
 		return 0, ctx.Err()
 	case errors.As(err, &de) && de.Last == nil:
-		if rerr := e.Record("failed", stepRent, runstate.InstanceData{Reason: "ambiguous create: nothing carries the label after the grace period"}); rerr != nil {
+		// Judged not rented, yet Vast can still process the create late:
+		// the label stays possibly live, and the teardown watches it
+		// (sweepLate).
+		if rerr := e.Record("failed", stepRent, runstate.InstanceData{Reason: "ambiguous create: nothing carries the label after the grace period", Ambiguous: true}); rerr != nil {
 			return 0, rerr
 		}
 		return 0, errNotRented

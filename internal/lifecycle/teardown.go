@@ -198,6 +198,11 @@ func listedClean(e *Scope) {
 	}
 }
 
+// LateCreateWindow is how long after a create judged not rented its
+// instance may still appear: Vast has processed a create 200 s after it
+// was sent (docs/journal.md), and the window covers that with room.
+const LateCreateWindow = 5 * time.Minute
+
 // Teardown destroys every instance of the run on a context detached from
 // ctx, within the configured deadline, in this order:
 //
@@ -210,6 +215,8 @@ func listedClean(e *Scope) {
 //     deadline. When every known id is confirmed gone and nothing makes
 //     an unknown one likely, a listing that never completes is a warning
 //     (the receipt's cleanup.warnings), not a failure;
+//  3. after a create judged not rented, a watch of the label until
+//     LateCreateWindow after that create was sent (sweepLate).
 //
 // An unconfirmed cleanup is escalated and returned as *CleanupError.
 func (e *Scope) Teardown(ctx context.Context) error {
@@ -239,8 +246,14 @@ func (e *Scope) Teardown(ctx context.Context) error {
 	switch err := sweepLabel(tctx, e, deadline, settle); {
 	case err == nil:
 	case errors.As(err, &incomplete) && settle == 0 && len(errs) == 0 && len(e.state.Unconfirmed()) == 0:
+		if !e.state.PossiblyLiveSince.IsZero() {
+			break // sweepLate lists the label again, and fails if it never can
+		}
 		e.warn(fmt.Sprintf("%v; every instance this run knew of is confirmed destroyed by id, but one it did not know of would have been missed: check with `vastrun down --label %s`", err, e.state.Label))
 	default:
+		errs = append(errs, err)
+	}
+	if err := sweepLate(ctx, e, t0); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
@@ -304,7 +317,10 @@ func sweepLabel(ctx context.Context, e *Scope, deadline time.Time, settle time.D
 			return now.Sub(cleanSince) >= settle, nil
 		}
 		cleanSince = time.Time{}
-		const reason = "found by label at teardown"
+		reason := "found by label at teardown"
+		if !e.state.PossiblyLiveSince.IsZero() {
+			reason = runstate.ReasonLateCreate // the create judged not rented did rent
+		}
 		for _, in := range list {
 			if stop = destroyFound(ctx, e, in.ID, deadline, reason); stop != nil {
 				return true, nil
@@ -347,6 +363,73 @@ func destroyFound(ctx context.Context, e *Scope, id provider.InstanceID, deadlin
 		e.Infof("instance %d carries label %s (%s): destroying it", id, e.state.Label, reason)
 	}
 	return destroyConfirm(ctx, e, id, deadline)
+}
+
+// sweepLate watches the run's label after a create judged not rented
+// (State.PossiblyLiveSince): Vast can process a create minutes after it
+// was sent, so until LateCreateWindow after that create it lists the
+// label, destroying whatever appears (adopted first as a late create),
+// and it ends with a complete, clean listing made after the window (on a
+// run torn down after the window, the sweep's own clean listing is that).
+// It ends by the teardown limit after the window or after the teardown
+// began (start), whichever is later.
+func sweepLate(ctx context.Context, e *Scope, start time.Time) error {
+	since := e.state.PossiblyLiveSince
+	if since.IsZero() {
+		return nil
+	}
+	until := since.Add(LateCreateWindow)
+	if !e.labelCleanAt.Before(until) {
+		return nil // the sweep just listed it clean, after the window
+	}
+	now := e.Now()
+	// Room after the window for a last listing and a destroy.
+	deadline := maxTime(until, start).Add(e.TeardownLimit())
+	e.observeWatch(deadline)
+	if now.Before(until) {
+		e.Infof("a create of this run was judged not rented after an ambiguous answer; Vast can process a create minutes late, so label %s is watched for %s more", e.state.Label, until.Sub(now).Round(time.Second))
+	}
+	// The wait is kept on the injected clock; the context timeout is a
+	// wall-clock safety net for it.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(deadline.Sub(now), 0)+30*time.Second)
+	defer cancel()
+	bctx, cancelB := boundOnClock(wctx, e.Clock, deadline.Add(listSlack))
+	defer cancelB()
+	var stop, last error
+	err := poll.Until(bctx, e.Clock, poll.Policy{Initial: 5 * time.Second, Max: 15 * time.Second, Jitter: e.jitter(), Deadline: deadline}, func(ctx context.Context) (bool, error) {
+		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+		if err != nil {
+			last = err
+			return false, err
+		}
+		last = nil
+		for _, in := range list {
+			if stop = destroyFound(ctx, e, in.ID, deadline, runstate.ReasonLateCreate); stop != nil {
+				return true, nil
+			}
+		}
+		if len(list) > 0 {
+			return false, nil // list again: a clean listing ends the watch
+		}
+		listedClean(e)
+		return !e.Now().Before(until), nil
+	})
+	switch {
+	case stop != nil:
+		return stop
+	case err == nil:
+		return nil
+	case last != nil:
+		return fmt.Errorf("label %s, possibly live since an ambiguous create, could not be listed clean after the late-create window: %w", e.state.Label, last)
+	}
+	return fmt.Errorf("label %s, possibly live since an ambiguous create, was not listed clean after the late-create window: %w", e.state.Label, err)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // boundOnClock bounds ctx by deadline read on clk, so that a call that
