@@ -214,6 +214,15 @@ func (f *Factory) Close() {
 		f.simHTTP.Shutdown(ctx)
 	}
 	if f.simSrv != nil {
+		// The embedded simulator dies with this command: say what it still
+		// held, since nothing can look at it afterwards.
+		if live := f.simSrv.Snapshot().Live; len(live) > 0 {
+			ids := make([]int64, len(live))
+			for i, in := range live {
+				ids[i] = in.ID
+			}
+			f.IO.Infof("embedded simulator: %d instance(s) still live as it stops: %v (on Vast they would still be billing)", len(live), ids)
+		}
 		f.simSrv.Close()
 	}
 }

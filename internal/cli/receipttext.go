@@ -48,6 +48,9 @@ func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 	} else {
 		row("cleanup", bad.Render(fmt.Sprintf("NOT CONFIRMED: %v", r.Cleanup.Unconfirmed)))
 	}
+	for _, cr := range receipt.CleanupRows(r.Cleanup) {
+		row(cr[0], cr[1])
+	}
 	if r.Test != nil {
 		row("test", fmt.Sprintf("exit %d", r.Test.ExitCode))
 	}

@@ -74,9 +74,9 @@ func (e *Scope) Attach(ctx context.Context, exclude []int64) (*remote.Client, pr
 	return attach(ctx, e, exclude)
 }
 
-// DestroyConfirm destroys instance id and confirms it (by id and by a
-// label listing), journaling intent first; deadline 0 is the frozen
-// teardown limit.
+// DestroyConfirm destroys instance id and confirms it by id, journaling
+// intent first (the teardown's label listing adds its evidence later);
+// deadline 0 is the frozen teardown limit.
 func (e *Scope) DestroyConfirm(ctx context.Context, id provider.InstanceID, deadline time.Time) error {
 	return destroyConfirm(ctx, e, id, deadline)
 }

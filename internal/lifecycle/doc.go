@@ -21,10 +21,17 @@
 //   - One label, at most one live contract: an ambiguous create is never
 //     retried blindly but reconciled by a complete label listing.
 //   - Teardown runs on every path (success, failure, cancellation, panic)
-//     on a context detached from the cancelled one, with its own deadline,
-//     and is confirmed by id and by a complete label listing. What cannot
-//     be confirmed is escalated: a distinct exit code, a webhook alert and a
-//     CI annotation naming the instance.
+//     on a context detached from the cancelled one, with its own deadline.
+//     It destroys every instance the journal knows, confirmed by id, before
+//     it lists the label at all; one label sweep then looks for what the
+//     journal did not know, and a complete listing adds its evidence. A
+//     label left possibly live by a create judged not rented is watched
+//     until Vast's slowest create could have landed. What cannot be
+//     confirmed is escalated: a distinct exit code, a webhook alert and a
+//     CI annotation naming the instance; what could not be checked while
+//     everything known is gone is a warning in the receipt.
+//   - An instance that stops between "running" and its first SSH answer is
+//     seen between dials (the API is asked) and replaced at once.
 //   - The outcome is the run's terminal record and carries its receipt,
 //     journaled before receipt.json; a run whose journal holds it is
 //     finished and never run again (finished.go).

@@ -145,6 +145,10 @@ type Run struct {
 	journalErr  error
 	unjournaled []journal.Record
 	evidenceUp  *receipt.EvidenceUpload // the copy at evidence.uri (evidence.go)
+	// cleanupWarnings are what the teardown could not check although
+	// nothing it knew of is left (teardown.go); the receipt lists them.
+	cleanupWarnings []string
+	labelCleanAt    time.Time // the last complete, clean listing of the label
 	// flow is the run's workflow: its steps and what it adds to the
 	// shared ones.
 	flow *Flow
@@ -160,6 +164,9 @@ type Scope struct {
 	*Run
 	Inst provider.Instance
 	Conn *remote.Client
+	// uploadTo, when set, stands in for Conn in the upload step (the step
+	// tables' fake; see uploader).
+	uploadTo uploader
 }
 
 func (e *Run) Mark(phase string) {

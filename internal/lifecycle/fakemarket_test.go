@@ -41,6 +41,14 @@ type fakeMarket struct {
 	// createLag hides each new instance from this many label listings.
 	createLag int
 	log       []string
+	// now is the run's clock (newStepRig sets it): each call's time goes
+	// to logAt, and an instance added with addAt appears only at its time.
+	now   func() time.Time
+	logAt []time.Time
+	// sshHost and sshPort are where a running instance publishes SSH
+	// (default 192.0.2.1:2222, where nothing listens).
+	sshHost string
+	sshPort int
 }
 
 var _ provider.Market = (*fakeMarket)(nil)
@@ -52,6 +60,17 @@ type fakeInstance struct {
 	// listLag hides the instance from this many label listings (a
 	// read-after-create lag).
 	listLag int
+	// appearAt: a create processed late; before this time no show,
+	// listing or destroy sees it.
+	appearAt time.Time
+	// ghost keeps a destroyed instance in this many more label listings
+	// (a listing that lags a destroy).
+	ghost int
+}
+
+// hidden reports a late instance that has not appeared yet.
+func (m *fakeMarket) hidden(in *fakeInstance) bool {
+	return !in.appearAt.IsZero() && m.now != nil && m.now().Before(in.appearAt)
 }
 
 // rentedAnyway is a scripted create error whose create rented all the
@@ -82,6 +101,22 @@ func (m *fakeMarket) add(id provider.InstanceID, machine int64, label string, li
 	m.order = append(m.order, id)
 }
 
+// addAt puts an instance carrying label on the market that appears only
+// at (a create Vast processed late).
+func (m *fakeMarket) addAt(id provider.InstanceID, label string, at time.Time) {
+	m.add(id, int64(id), label, 0)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.instances[id].appearAt = at
+}
+
+// callsAt is when each call of calls was made, on the run's clock.
+func (m *fakeMarket) callsAt() []time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.logAt)
+}
+
 // calls is the log of every call so far: "search", "create <offer>",
 // "show <id>", "list", "destroy <id>", "attach <id>", "charges".
 func (m *fakeMarket) calls() []string {
@@ -110,6 +145,9 @@ func (m *fakeMarket) call(method string, arg any) error {
 		entry = fmt.Sprintf("%s %v", method, arg)
 	}
 	m.log = append(m.log, entry)
+	if m.now != nil {
+		m.logAt = append(m.logAt, m.now())
+	}
 	if q := m.errs[method]; len(q) > 0 {
 		m.errs[method] = q[1:]
 		return q[0]
@@ -165,7 +203,7 @@ func (m *fakeMarket) ShowInstance(_ context.Context, id provider.InstanceID) (pr
 		return provider.Instance{}, err
 	}
 	in, ok := m.instances[id]
-	if !ok || in.destroyed {
+	if !ok || in.destroyed || m.hidden(in) {
 		return provider.Instance{}, &provider.APIError{Op: fmt.Sprintf("show instance %d", id), Status: 404, Code: "no_such_instance"}
 	}
 	if len(in.statuses) > 0 {
@@ -175,10 +213,18 @@ func (m *fakeMarket) ShowInstance(_ context.Context, id provider.InstanceID) (pr
 		}
 	}
 	inst := in.inst
-	if inst.ActualStatus == "running" {
-		// Published SSH: Running() is true. Nothing listens there; a
-		// test that gets this far stops the step before it dials.
-		inst.PublicIP, inst.Ports = "192.0.2.1", map[string][]provider.PortBinding{"22/tcp": {{HostPort: 2222}}}
+	switch inst.ActualStatus {
+	case "running":
+		// Published SSH: Running() is true. Nothing listens at the default
+		// address; a test that gets this far stops the step before it
+		// dials, or sets sshHost/sshPort.
+		host, port := "192.0.2.1", 2222
+		if m.sshHost != "" {
+			host, port = m.sshHost, m.sshPort
+		}
+		inst.PublicIP, inst.Ports = host, map[string][]provider.PortBinding{"22/tcp": {{HostPort: port}}}
+	case "paused": // stopped by the host: an outbid bid, a preemption
+		inst.ActualStatus, inst.IntendedStatus, inst.CurState, inst.NextState = "stopped", "stopped", "stopped", "stopped"
 	}
 	return inst, nil
 }
@@ -192,7 +238,14 @@ func (m *fakeMarket) ListInstances(_ context.Context, opts provider.ListOptions)
 	var out []provider.Instance
 	for _, id := range m.order {
 		in := m.instances[id]
-		if in.destroyed || (len(opts.Labels) > 0 && !slices.Contains(opts.Labels, in.inst.Label)) {
+		if len(opts.Labels) > 0 && !slices.Contains(opts.Labels, in.inst.Label) || m.hidden(in) {
+			continue
+		}
+		if in.destroyed {
+			if in.ghost > 0 {
+				in.ghost--
+				out = append(out, in.inst)
+			}
 			continue
 		}
 		if in.listLag > 0 {
@@ -210,10 +263,10 @@ func (m *fakeMarket) DestroyInstance(_ context.Context, id provider.InstanceID) 
 	if err := m.call("destroy", id); err != nil {
 		return err
 	}
-	if in, ok := m.instances[id]; ok {
+	if in, ok := m.instances[id]; ok && !m.hidden(in) {
 		in.destroyed = true
 	}
-	return nil // idempotent: an instance already gone is success
+	return nil // idempotent: an instance already gone (or not there yet) is success
 }
 
 func (m *fakeMarket) AttachSSHKey(_ context.Context, id provider.InstanceID, _ string) error {
@@ -288,6 +341,7 @@ func newStepRig(t *testing.T, cfgYAML string, m *fakeMarket) *stepRig {
 	}
 	clk := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	r := &stepRig{t: t, m: m, clk: clk, env: map[string]string{}, approve: true}
+	m.now = clk.Now
 	r.s = New(&Deps{
 		Market: m, Clock: stepClock{clk}, Log: slog.New(slog.DiscardHandler),
 		Getenv:   func(k string) string { return r.env[k] },

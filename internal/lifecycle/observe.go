@@ -65,6 +65,18 @@ func (e *Run) observeRecord(typ, step string, data any) {
 	e.Observer.Observe(ev)
 }
 
+// observeWatch tells the Observer that the teardown watches the run's
+// label until deadline with nothing of the run known live (nothing bills).
+func (e *Run) observeWatch(deadline time.Time) {
+	if e.Observer == nil {
+		return
+	}
+	ev := e.progressEvent()
+	ev.Phase, ev.Deadline, ev.DPH, ev.Instance = progress.PhaseTeardown, deadline, 0, 0
+	e.lastEvent = ev
+	e.Observer.Observe(ev)
+}
+
 // ObserveWorkload passes the workload's own step and total (from its
 // metrics) to the Observer.
 func (e *Run) ObserveSteps(step, total int64) {

@@ -186,7 +186,10 @@ func reconcile(ctx context.Context, e *Scope, hint provider.InstanceID) (provide
 	case ctx.Err() != nil:
 		return 0, ctx.Err()
 	case errors.As(err, &de) && de.Last == nil:
-		if rerr := e.Record("failed", stepRent, runstate.InstanceData{Reason: "ambiguous create: nothing carries the label after the grace period"}); rerr != nil {
+		// Judged not rented, yet Vast can still process the create late:
+		// the label stays possibly live, and the teardown watches it
+		// (sweepLate).
+		if rerr := e.Record("failed", stepRent, runstate.InstanceData{Reason: "ambiguous create: nothing carries the label after the grace period", Ambiguous: true}); rerr != nil {
 			return 0, rerr
 		}
 		return 0, errNotRented
@@ -217,7 +220,11 @@ func chooseKeeper(ids []provider.InstanceID, hint provider.InstanceID) provider.
 // dedupe enforces one live contract per label after a rental: any other
 // instance carrying the label is recorded as an extra and destroyed.
 func dedupe(ctx context.Context, e *Scope, keep provider.InstanceID) error {
-	list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+	// The rental is billing while this looks: a rate-limited listing does
+	// not hold it up for long.
+	lctx, cancel := boundOnClock(ctx, e.Clock, e.Now().Add(dedupeListWait))
+	list, err := e.Market.ListInstances(lctx, provider.ListOptions{Labels: []string{e.state.Label}})
+	cancel()
 	if err != nil {
 		return nil // teardown lists again, completely, before it confirms
 	}
@@ -233,6 +240,9 @@ func dedupe(ctx context.Context, e *Scope, keep provider.InstanceID) error {
 	}
 	return jerr
 }
+
+// dedupeListWait bounds the listing (and its retries) dedupe makes.
+const dedupeListWait = 15 * time.Second
 
 var imageErrorRE = regexp.MustCompile(`(?i)error response from daemon|manifest (for|unknown)|not found: manifest|pull access denied|unauthorized|oci runtime|no such image|error pulling|failed to pull|permission denied`)
 
@@ -404,7 +414,32 @@ func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, 
 	}
 }
 
-// connect attaches the run's key and dials SSH until it answers.
+// connectStatusEvery is how often, at most, the dial loop asks the API
+// whether the instance still runs (on the run's clock).
+const connectStatusEvery = 5 * time.Second
+
+// ErrStoppedBeforeSSH means the instance stopped, exited, went offline or
+// vanished after it was seen running and before SSH answered: an
+// interruption, replaced like a rental that never became ready.
+var ErrStoppedBeforeSSH = errors.New("stopped before SSH answered")
+
+// stoppedReason says why an instance that was running can no longer answer
+// SSH, or "" while it may still.
+func stoppedReason(in provider.Instance) string {
+	if r := terminalReason(in, 0); r != "" {
+		return r
+	}
+	if in.ActualStatus == "stopped" || in.IntendedStatus == "stopped" {
+		return fmt.Sprintf("actual_status %s, intended_status %s", text.OrDash(in.ActualStatus), text.OrDash(in.IntendedStatus))
+	}
+	return ""
+}
+
+// connect attaches the run's key and dials SSH until it answers. Between
+// dials it asks the API whether the instance still runs (at most every
+// connectStatusEvery): one stopped, exited, offline or gone ends the
+// attempt at once (ErrStoppedBeforeSSH) instead of being redialled until
+// the deadline.
 func connect(ctx context.Context, e *Scope, id provider.InstanceID, inst provider.Instance, deadline time.Time) (*remote.Client, error) {
 	kp, err := remote.EnsureKeyPair(e.runDir, "vastrun-"+e.state.RunID)
 	if err != nil {
@@ -420,14 +455,33 @@ func connect(ctx context.Context, e *Scope, id provider.InstanceID, inst provide
 	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: e.runDir + "/known_hosts", Clock: e.Clock, KeepAlive: e.SSHKeepAlive}
 	eps := endpoints(inst)
 	var c *remote.Client
+	var stopped *StepError
+	var lastStatus time.Time // the caller has just seen it running: the first redial looks
 	tries := 0
 	err = poll.Until(ctx, e.Clock, poll.Policy{Initial: time.Second, Max: 10 * time.Second, Jitter: e.jitter(), Deadline: deadline,
-		Permanent: func(err error) bool { return errors.Is(err, remote.ErrHostKeyChanged) }},
+		Permanent: func(err error) bool {
+			return errors.Is(err, remote.ErrHostKeyChanged) || errors.As(err, new(*StepError))
+		}},
 		func(ctx context.Context) (bool, error) {
-			if tries++; tries > 1 {
-				// Refresh endpoints: ports can be published late.
-				if fresh, err := e.Market.ShowInstance(ctx, id); err == nil && len(endpoints(fresh)) > 0 {
-					eps = endpoints(fresh)
+			if tries++; tries > 1 && (lastStatus.IsZero() || e.Now().Sub(lastStatus) >= connectStatusEvery) {
+				lastStatus = e.Now()
+				fresh, err := e.Market.ShowInstance(ctx, id)
+				reason := ""
+				switch {
+				case errors.Is(err, provider.ErrNotFound):
+					reason = "the API no longer has it"
+				case err == nil:
+					reason = stoppedReason(fresh)
+					// Ports can be published late: dial what is published now.
+					if eps2 := endpoints(fresh); reason == "" && len(eps2) > 0 {
+						eps = eps2
+					}
+				default:
+					e.Log.Debug("instance status unknown between dials", "instance", id, "err", err)
+				}
+				if reason != "" {
+					stopped = &StepError{Step: "ssh", Instance: id, Outcome: OutcomeReadyFailed, Err: fmt.Errorf("%w: %s", ErrStoppedBeforeSSH, reason)}
+					return false, stopped
 				}
 			}
 			var err error
@@ -440,6 +494,8 @@ func connect(ctx context.Context, e *Scope, id provider.InstanceID, inst provide
 	switch {
 	case err == nil:
 		return c, nil
+	case stopped != nil:
+		return nil, stopped // provision (or attach) says so as it replaces it
 	case errors.Is(err, remote.ErrHostKeyChanged):
 		return nil, &StepError{Step: "ssh", Instance: id, Outcome: OutcomeVerifyFailed, Err: err}
 	case ctx.Err() != nil:

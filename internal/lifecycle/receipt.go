@@ -172,6 +172,8 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 	if r.Cleanup.Unconfirmed == nil {
 		r.Cleanup.Unconfirmed = []provider.InstanceID{}
 	}
+	r.Cleanup.Warnings = e.cleanupWarnings
+	r.Cleanup.LateInstanceIDs = st.Late
 	if unapproved(e, outcome) {
 		terminalRecord(e, runstate.OutcomeData{Outcome: outcome})
 		writeStateFile(e.runDir, st, e.EvidenceDir)

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -131,7 +132,14 @@ func provisionStep(ctx context.Context, e *Scope) error {
 func uploadStep(_ context.Context, e *Scope) error {
 	t0 := e.Now()
 	defer func() { e.timings.add("verify", e.Now().Sub(t0)) }() // the receipt counts the upload with the verify
-	if err := upload(e, e.Conn); err != nil {
+	to := e.uploadTo
+	if to == nil {
+		if e.Conn == nil {
+			return &StepError{Step: "upload", Instance: e.Inst.ID, Err: errors.New("no connection to the instance")}
+		}
+		to = e.Conn
+	}
+	if err := upload(e, to); err != nil {
 		return &StepError{Step: "upload", Instance: e.Inst.ID, Err: err}
 	}
 	return nil

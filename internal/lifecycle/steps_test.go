@@ -471,11 +471,11 @@ func assertStoppedAtAttach(t *testing.T, r *stepRig, err error, id provider.Inst
 }
 
 // TestStepTeardown pins which instances teardown destroys and in which
-// order it asks the market. The order is data: cases marked ORDER
-// expect the label listing before the known ids are destroyed, as
-// teardown does today; the teardown change (known ids destroyed before
-// any listing, a failing listing only warns) changes their wantCalls
-// (and, for the listing that never completes, wantUnconfirmed).
+// order it asks the market: every id the journal knows is destroyed and
+// confirmed by id before the label is listed at all, and the one label
+// sweep afterwards only looks for what the journal did not know. A
+// listing that never completes, with every known id confirmed, is a
+// warning, not an unconfirmed cleanup (teardown_order_test.go has more).
 func TestStepTeardown(t *testing.T) {
 	unavailable := &provider.APIError{Op: "destroy instance 101", Status: 503}
 	incomplete := fmt.Errorf("list instances: %w", provider.ErrIncompleteListing)
@@ -492,45 +492,53 @@ func TestStepTeardown(t *testing.T) {
 		// wantCalls is the market's calls, in order, of methods.
 		wantCalls       []string
 		wantUnconfirmed []provider.InstanceID // nil: cleanup confirmed
+		// wantWarning: confirmed, but the label sweep never completed (the
+		// known ids are confirmed by show alone).
+		wantWarning bool
 	}{
 		{
 			name: "nothing rented: one listing", methods: []string{"destroy", "list"},
 			wantCalls: []string{"list"},
 		},
 		{
-			// ORDER: the first "list" moves after the known ids' destroys.
+			// ORDER (flipped): the known ids' destroys and confirms come
+			// before the one listing, which then confirms them all.
 			name: "every known instance destroyed and confirmed", known: []provider.InstanceID{101, 102}, methods: []string{"destroy", "show", "list"},
-			wantCalls: []string{"list", "destroy 101", "show 101", "list", "destroy 102", "show 102", "list"},
+			wantCalls: []string{"destroy 101", "show 101", "destroy 102", "show 102", "list"},
 		},
 		{
-			// ORDER: the first "list" moves after destroy 101's confirm.
+			// ORDER (flipped): the listing follows destroy 101's confirm.
 			name: "a destroy answered 503 is sent again", known: []provider.InstanceID{101}, fail: map[string][]error{"destroy": {unavailable}},
-			methods: []string{"destroy", "show", "list"}, wantCalls: []string{"list", "destroy 101", "destroy 101", "show 101", "list"},
+			methods: []string{"destroy", "show", "list"}, wantCalls: []string{"destroy 101", "destroy 101", "show 101", "list"},
 		},
 		{
-			// Known ids first, then what the listing found: the same
-			// order before and after the teardown change.
+			// Known ids first, then what the listing found.
 			name: "an id only the label listing shows is adopted and destroyed", known: []provider.InstanceID{101}, extra: []provider.InstanceID{150},
-			methods: []string{"destroy"}, wantCalls: []string{"destroy 101", "destroy 150"},
+			methods: []string{"destroy", "list"}, wantCalls: []string{"destroy 101", "list", "destroy 150", "list"},
 		},
 		{
-			// ORDER: destroy 101 comes first; the failing listing is then
-			// the confirm's or the sweep's.
+			// ORDER (flipped): destroy 101 comes first; the failing listing
+			// is the sweep's, retried.
 			name: "a label listing that fails once is retried", known: []provider.InstanceID{101}, fail: map[string][]error{"list": {incomplete}},
-			methods: []string{"destroy", "list"}, wantCalls: []string{"list", "list", "destroy 101", "list"},
+			methods: []string{"destroy", "list"}, wantCalls: []string{"destroy 101", "list", "list"},
 		},
 		{
 			name: "a create with unknown outcome: the label is swept until clean", ambiguous: true, lagged: []provider.InstanceID{160},
 			methods: []string{"destroy"}, wantCalls: []string{"destroy 160"},
 		},
 		{
-			// ORDER: today the listing is retried to the deadline, so 101's
-			// destroy is sent once, too late to confirm; with a failing
-			// listing only warning, 101 is destroyed first and both
-			// wantCalls and wantUnconfirmed change.
-			name: "a label listing that never completes: cleanup not confirmed", known: []provider.InstanceID{101},
+			// ORDER (flipped): 101 is destroyed and confirmed by id first;
+			// the listing that never completes is only a warning.
+			name: "a label listing that never completes: confirmed by id, warned", known: []provider.InstanceID{101},
 			fail:    map[string][]error{"list": slices.Repeat([]error{incomplete}, 1000)},
-			methods: []string{"destroy"}, wantCalls: []string{"destroy 101"}, wantUnconfirmed: []provider.InstanceID{101},
+			methods: []string{"destroy", "show"}, wantCalls: []string{"destroy 101", "show 101"}, wantWarning: true,
+		},
+		{
+			// With a create whose outcome is unknown, an unlisted label is
+			// no mere warning: something may be live that nobody saw.
+			name: "a label listing that never completes after an ambiguous create: not confirmed", known: []provider.InstanceID{101}, ambiguous: true,
+			fail:    map[string][]error{"list": slices.Repeat([]error{incomplete}, 1000)},
+			methods: []string{"destroy"}, wantCalls: []string{"destroy 101"}, wantUnconfirmed: []provider.InstanceID{},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -563,6 +571,9 @@ func TestStepTeardown(t *testing.T) {
 				t.Errorf("calls %v, want %v (all: %v)", got, tc.wantCalls, m.calls())
 			}
 			st := r.s.State()
+			if got := r.s.cleanupWarnings; (len(got) == 1) != tc.wantWarning || len(got) > 1 {
+				t.Fatalf("warnings %q, want one: %v", got, tc.wantWarning)
+			}
 			if tc.wantUnconfirmed == nil {
 				if err != nil || len(st.Unconfirmed()) != 0 || len(m.live()) != 0 {
 					t.Fatalf("teardown: %v, unconfirmed %v, live %v", err, st.Unconfirmed(), m.live())
@@ -581,8 +592,12 @@ func TestStepTeardown(t *testing.T) {
 					t.Fatalf("extra %d not adopted: %v", id, st.Extras)
 				}
 			}
+			wantVia := []string{"show", "label_listing"}
+			if tc.wantWarning {
+				wantVia = []string{"show"} // no listing completed
+			}
 			for _, id := range slices.Concat(tc.known, tc.extra, tc.lagged) {
-				if a := st.AttemptFor(id); tc.wantUnconfirmed == nil && (a == nil || !a.Confirmed || !slices.Equal(a.ConfirmedBy, []string{"show", "label_listing"})) {
+				if a := st.AttemptFor(id); tc.wantUnconfirmed == nil && (a == nil || !a.Confirmed || !slices.Equal(a.ConfirmedBy, wantVia)) {
 					t.Fatalf("instance %d: %+v", id, a)
 				}
 			}
@@ -621,6 +636,147 @@ func TestStepExecuteLocalFlow(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(r.s.EvidenceDir, "receipt.json")); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// fakeUploader is the upload step's connection without SSH: it records
+// each copy ("local -> remote", local relative to the repository) and
+// each script, and fails the copy to a remote path named in fail.
+type fakeUploader struct {
+	repo      string
+	copies    []string
+	scripts   []string
+	fail      map[string]error
+	outputErr error
+	progress  int // progress callbacks made
+}
+
+func (f *fakeUploader) copyOf(local, remote string) error {
+	if err := f.fail[remote]; err != nil {
+		return err
+	}
+	if _, err := os.Stat(local); err != nil {
+		return err // a real copy reads the file
+	}
+	rel, err := filepath.Rel(f.repo, local)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		rel = "(outside the repository)/" + filepath.Base(local)
+	}
+	f.copies = append(f.copies, rel+" -> "+remote)
+	return nil
+}
+
+func (f *fakeUploader) Upload(local, remote string) error { return f.copyOf(local, remote) }
+
+func (f *fakeUploader) UploadProgress(local, remote string, progress func(int64)) error {
+	if err := f.copyOf(local, remote); err != nil {
+		return err
+	}
+	if progress != nil {
+		f.progress++
+		progress(treeSize(local))
+	}
+	return nil
+}
+
+func (f *fakeUploader) Output(_ context.Context, script string) (string, error) {
+	f.scripts = append(f.scripts, script)
+	return "", f.outputErr
+}
+
+func TestStepUpload(t *testing.T) {
+	broken := errors.New("ssh: connection lost")
+	for _, tc := range []struct {
+		name    string
+		config  string           // added to stepConfig
+		files   []string         // created in the repository (committed, with git)
+		git     bool             // the repository is a git repository
+		fail    map[string]error // copies to these remote paths fail
+		outErr  error            // the script on the instance fails
+		noConn  bool             // no connection at all
+		want    []string         // the copies, in order
+		wantErr string           // what the error names; "" for none
+		wantRun []string         // substrings of the scripts run, in order
+		check   func(*testing.T, *stepRig)
+	}{
+		{name: "nothing to upload: no copy", want: nil},
+		{name: "the upload list, each path to the same relative path", config: "upload: [gpu-test.sh, ./data/]\n",
+			files: []string{"gpu-test.sh", "data/a.bin", "data/b.bin"}, want: []string{"gpu-test.sh -> gpu-test.sh", "data -> data"}},
+		{name: "a path that is not there: nothing is copied, the path is named", config: "upload: [gpu-test.sh, missing.py]\n",
+			files: []string{"gpu-test.sh"}, wantErr: "missing.py"},
+		{name: "the connection fails on the second path", config: "upload: [a.sh, b.sh]\n", files: []string{"a.sh", "b.sh"},
+			fail: map[string]error{"b.sh": broken}, want: []string{"a.sh -> a.sh"}, wantErr: "connection lost"},
+		{name: "workdir: one archive and its checksums, unpacked and checked there, manifest kept", config: "workdir: .\nupload: [extra.txt]\n",
+			git: true, files: []string{"extra.txt"},
+			want:    []string{"(outside the repository)/workdir.tar.gz -> " + remoteWorkdirArchive, "(outside the repository)/workdir.sha256 -> " + remoteWorkdirSums},
+			wantRun: []string{"tar -xzf " + remoteWorkdirArchive, "sha256sum -c --quiet " + remoteWorkdirSums},
+			check: func(t *testing.T, r *stepRig) {
+				b, err := os.ReadFile(filepath.Join(r.s.EvidenceDir, "workdir.json"))
+				if err != nil || !strings.Contains(string(b), "extra.txt") || !strings.Contains(string(b), "gpu/kernel.cu") {
+					t.Fatalf("workdir.json: %s %v", b, err)
+				}
+			}},
+		{name: "workdir: the checksums do not match on the instance", config: "workdir: .\n", git: true, outErr: errors.New("sha256sum: WARNING: 1 computed checksum did NOT match"),
+			want:    []string{"(outside the repository)/workdir.tar.gz -> " + remoteWorkdirArchive, "(outside the repository)/workdir.sha256 -> " + remoteWorkdirSums},
+			wantRun: []string{"sha256sum -c --quiet " + remoteWorkdirSums}, wantErr: "unpack workdir on the instance"},
+		{name: "no connection: the step says so", config: "upload: [a.sh]\n", files: []string{"a.sh"}, noConn: true, wantErr: "no connection"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newStepRig(t, stepConfig+tc.config, newFakeMarket())
+			repo := r.s.RepoDir
+			if tc.git {
+				gitChange(t, repo, "gpu/kernel.cu")
+			}
+			for _, f := range tc.files {
+				p := filepath.Join(repo, f)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(f+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := Freeze.Do(context.Background(), r.s); err != nil {
+				t.Fatal(err)
+			}
+			up := &fakeUploader{repo: repo, fail: tc.fail, outputErr: tc.outErr}
+			if !tc.noConn {
+				r.s.uploadTo = up
+			}
+			r.s.Inst = provider.Instance{ID: 101}
+			err := Upload.Do(context.Background(), r.s)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("upload: %v", err)
+				}
+			} else {
+				var se *StepError
+				if !errors.As(err, &se) || se.Step != "upload" || se.Instance != 101 || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("upload: %v, want the upload step's error on 101 naming %q", err, tc.wantErr)
+				}
+			}
+			if !slices.Equal(up.copies, tc.want) {
+				t.Fatalf("copies %q, want %q", up.copies, tc.want)
+			}
+			for i, want := range tc.wantRun {
+				if len(up.scripts) != 1 || !strings.Contains(up.scripts[0], want) || (i > 0 && strings.Index(up.scripts[0], want) < strings.Index(up.scripts[0], tc.wantRun[i-1])) {
+					t.Fatalf("scripts %q, want %q in order", up.scripts, tc.wantRun)
+				}
+			}
+			if len(tc.wantRun) == 0 && len(up.scripts) != 0 {
+				t.Fatalf("ran %q on the instance", up.scripts)
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+			// Repeated by every controller: a connection is this process's.
+			if Upload.Done(r.s) {
+				t.Fatal("upload is Done")
+			}
+			if c := r.m.calls(); len(c) != 0 {
+				t.Fatalf("the upload called the market: %v", c)
 			}
 		})
 	}

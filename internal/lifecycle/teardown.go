@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
@@ -21,9 +22,12 @@ type Destroyer interface {
 	provider.InstanceDestroyer
 }
 
-// Confirmer destroys instances and proves they are gone: absent by id AND
-// absent from a complete listing of their label. It is used by the engine
-// and by `vastrun down --instance/--label` without a run.
+// Confirmer destroys instances and proves they are gone: absent by id
+// (the API answers 404 for it), and, when a complete listing of their
+// label can be had, absent from it too. The listing is evidence, never a
+// condition: a label listing that fails or is rate-limited never keeps a
+// destroyed id from being confirmed. It is used by the engine and by
+// `vastrun down --instance/--label` without a run.
 type Confirmer struct {
 	Market Destroyer
 	Clock  clock.Clock
@@ -36,7 +40,8 @@ type Confirmer struct {
 var ErrStillPresent = errors.New("instance still present after destroy")
 
 // DestroyConfirm destroys id and returns the evidence of its absence
-// ("show", "label_listing"), retrying with backoff until deadline (on
+// ("show", and "label_listing" when label is set and one listing of it
+// completed without the id), retrying with backoff until deadline (on
 // c.Clock) passes or ctx ends.
 func (c Confirmer) DestroyConfirm(ctx context.Context, id provider.InstanceID, label string, deadline time.Time) ([]string, error) {
 	var via []string
@@ -114,6 +119,10 @@ func (c Confirmer) SweepLabel(ctx context.Context, label string, deadline time.T
 	return destroyed, err
 }
 
+// confirm proves id gone: by id (a 404), then, when label is set, by one
+// listing of the label that completes without it. A listing that fails
+// leaves the id confirmed by id alone; one that still has it is not a
+// confirmation.
 func (c Confirmer) confirm(ctx context.Context, id provider.InstanceID, label string) ([]string, error) {
 	_, err := c.Market.ShowInstance(ctx, id)
 	switch {
@@ -122,21 +131,27 @@ func (c Confirmer) confirm(ctx context.Context, id provider.InstanceID, label st
 	case !errors.Is(err, provider.ErrNotFound):
 		return nil, fmt.Errorf("confirm instance %d: %w", id, err)
 	}
-	via := []string{"show"}
-	if label != "" {
-		list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}})
-		if err != nil {
-			return nil, fmt.Errorf("confirm instance %d by label: %w", id, err)
-		}
-		for _, in := range list {
-			if in.ID == id {
-				return nil, fmt.Errorf("instance %d still listed under label %s: %w", id, label, ErrStillPresent)
-			}
-		}
-		via = append(via, "label_listing")
+	via := []string{viaShow}
+	if label == "" {
+		return via, nil
 	}
-	return via, nil
+	list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}})
+	if err != nil {
+		return via, nil // gone by id; the listing would only have added evidence
+	}
+	for _, in := range list {
+		if in.ID == id {
+			return nil, fmt.Errorf("instance %d still listed under label %s: %w", id, label, ErrStillPresent)
+		}
+	}
+	return append(via, viaLabelListing), nil
 }
+
+// The evidence of a confirmed destruction (receipt attempts[].confirmed_by).
+const (
+	viaShow         = "show"
+	viaLabelListing = "label_listing"
+)
 
 func confirmer(e *Scope) Confirmer {
 	return Confirmer{
@@ -148,13 +163,16 @@ func confirmer(e *Scope) Confirmer {
 	}
 }
 
-// destroyConfirm destroys one instance, confirmed, before deadline (on the
-// injected clock); a zero deadline means the teardown limit from now.
+// destroyConfirm destroys one instance, confirmed by id, before deadline
+// (on the injected clock); a zero deadline means the teardown limit from
+// now. It never lists the label: the teardown's sweep does, once, and a
+// clean listing there adds its evidence to every confirmed id
+// (listedClean).
 func destroyConfirm(ctx context.Context, e *Scope, id provider.InstanceID, deadline time.Time) error {
 	if deadline.IsZero() {
 		deadline = e.Now().Add(e.TeardownLimit())
 	}
-	via, err := confirmer(e).DestroyConfirm(ctx, id, e.state.Label, deadline)
+	via, err := confirmer(e).DestroyConfirm(ctx, id, "", deadline)
 	if err != nil {
 		return err
 	}
@@ -165,8 +183,41 @@ func destroyConfirm(ctx context.Context, e *Scope, id provider.InstanceID, deadl
 	return nil
 }
 
-// Teardown destroys every instance of the run, including any found only by
-// its label, on a context detached from ctx with the configured deadline.
+// listedClean notes a complete, clean listing of the run's label, just
+// made: its time (sweepLate needs one after its window), and its evidence
+// for every instance confirmed gone by id before it.
+func listedClean(e *Scope) {
+	e.labelCleanAt = e.Now()
+	for _, a := range e.state.Attempts {
+		if !a.Confirmed || a.InstanceID == 0 || slices.Contains(a.ConfirmedBy, viaLabelListing) {
+			continue
+		}
+		via := append(slices.Clone(a.ConfirmedBy), viaLabelListing)
+		e.Record("event", stepConfirm, runstate.InstanceData{Instance: a.InstanceID, Via: via})
+		e.Infof("instance %d confirmed by %v: label %s listed without it", a.InstanceID, via, e.state.Label)
+	}
+}
+
+// LateCreateWindow is how long after a create judged not rented its
+// instance may still appear: Vast has processed a create 200 s after it
+// was sent (docs/journal.md), and the window covers that with room.
+const LateCreateWindow = 5 * time.Minute
+
+// Teardown destroys every instance of the run on a context detached from
+// ctx, within the configured deadline, in this order:
+//
+//  1. every instance the journal knows, confirmed by id: it needs no
+//     listing, so a listing that fails or is rate-limited never delays it;
+//  2. one sweep of the run's label for instances the journal does not
+//     know (a lost create's rental, a duplicate), adopted before they are
+//     destroyed; after a create whose outcome was never learned, until the
+//     label has stayed clean for SweepSettle. Its retries stop at the
+//     deadline. When every known id is confirmed gone and nothing makes
+//     an unknown one likely, a listing that never completes is a warning
+//     (the receipt's cleanup.warnings), not a failure;
+//  3. after a create judged not rented, a watch of the label until
+//     LateCreateWindow after that create was sent (sweepLate).
+//
 // An unconfirmed cleanup is escalated and returned as *CleanupError.
 func (e *Scope) Teardown(ctx context.Context) error {
 	// The deadline is kept on the injected clock; the context timeout is a
@@ -178,46 +229,32 @@ func (e *Scope) Teardown(ctx context.Context) error {
 	t0 := e.Now()
 	defer func() { e.timings.add("teardown", e.Now().Sub(t0)) }()
 
-	// Sweep the label first: a lost create may have rented something the
-	// journal never saw. A failed listing is not "none": retry it.
-	var sweepErr error
-	var found []provider.InstanceID
-	err := poll.Until(tctx, e.Clock, poll.Policy{Initial: time.Second, Max: 10 * time.Second, Deadline: deadline}, func(ctx context.Context) (bool, error) {
-		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
-		for _, in := range list {
-			found = append(found, in.ID)
-		}
-		return err == nil, err
-	})
-	if err != nil {
-		sweepErr = err
-	}
-	for _, id := range found {
-		if e.state.AttemptFor(id) == nil && !containsID(e.state.Extras, id) {
-			e.Record("event", stepAdopt, runstate.InstanceData{Instance: id, Reason: "found by label at teardown"})
-		}
-	}
 	var errs []error
 	for _, id := range e.state.Unconfirmed() {
 		if err := destroyConfirm(tctx, e, id, deadline); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	// A rent whose outcome the journal never learned (cancelled or crashed
-	// mid-create) may have rented something the listing does not show yet:
-	// sweep until the label has stayed clean for a while.
+	settle := time.Duration(0)
 	if e.state.AmbiguousRent() {
-		c := confirmer(e)
-		ids, err := c.SweepLabel(tctx, e.state.Label, deadline, SweepSettle)
-		for _, id := range ids {
-			e.Record("done", stepConfirm, runstate.InstanceData{Instance: id, Via: []string{"show", "label_listing"}})
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
+		// A rent whose outcome the journal never learned (cancelled or
+		// crashed mid-create) may have rented something the listing does
+		// not show yet.
+		settle = SweepSettle
 	}
-	if sweepErr != nil {
-		errs = append(errs, fmt.Errorf("label %s could not be listed completely: %w", e.state.Label, sweepErr))
+	var incomplete *incompleteSweepError
+	switch err := sweepLabel(tctx, e, deadline, settle); {
+	case err == nil:
+	case errors.As(err, &incomplete) && settle == 0 && len(errs) == 0 && len(e.state.Unconfirmed()) == 0:
+		if !e.state.PossiblyLiveSince.IsZero() {
+			break // sweepLate lists the label again, and fails if it never can
+		}
+		e.warn(fmt.Sprintf("%v; every instance this run knew of is confirmed destroyed by id, but one it did not know of would have been missed: check with `vastrun down --label %s`", err, e.state.Label))
+	default:
+		errs = append(errs, err)
+	}
+	if err := sweepLate(ctx, e, t0); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		return nil
@@ -225,6 +262,189 @@ func (e *Scope) Teardown(ctx context.Context) error {
 	ce := &CleanupError{Label: e.state.Label, Instances: e.state.Unconfirmed(), Err: errors.Join(errs...)}
 	escalate(ctx, e, ce)
 	return ce
+}
+
+// warn notes what the cleanup could not check although nothing it knew of
+// is left: one line on stderr, and the receipt's cleanup.warnings.
+func (e *Run) warn(msg string) {
+	e.cleanupWarnings = append(e.cleanupWarnings, msg)
+	e.Infof("warning: %s", msg)
+}
+
+// incompleteSweepError means the label was never listed clean before the
+// teardown deadline: every listing failed, or the last one still had
+// instances (destroyed since).
+type incompleteSweepError struct {
+	Label string
+	Last  error // the last listing's error; nil when the listings completed
+}
+
+func (e *incompleteSweepError) Error() string {
+	if e.Last == nil {
+		return fmt.Sprintf("label %s was not listed clean before the teardown deadline", e.Label)
+	}
+	return fmt.Sprintf("label %s could not be listed completely before the teardown deadline: %v", e.Label, e.Last)
+}
+
+func (e *incompleteSweepError) Unwrap() error { return e.Last }
+
+// sweepLabel lists the run's label until a complete listing shows it
+// clean (for settle, when settle > 0), destroying and confirming whatever
+// carries it, each adopted first when the journal did not know it. Its
+// listings, and their own retries, stop at deadline.
+func sweepLabel(ctx context.Context, e *Scope, deadline time.Time, settle time.Duration) error {
+	bctx, cancel := boundOnClock(ctx, e.Clock, deadline.Add(listSlack))
+	defer cancel()
+	var cleanSince time.Time
+	var stop, last error
+	maxWait := 10 * time.Second
+	if settle > 0 {
+		maxWait = min(maxWait, settle/2+time.Millisecond) // look again within the settle
+	}
+	err := poll.Until(bctx, e.Clock, poll.Policy{Initial: time.Second, Max: maxWait, Deadline: deadline}, func(ctx context.Context) (bool, error) {
+		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+		if err != nil {
+			cleanSince, last = time.Time{}, err
+			return false, err
+		}
+		last = nil
+		now := e.Now()
+		if len(list) == 0 {
+			if cleanSince.IsZero() {
+				cleanSince = now
+				listedClean(e)
+			}
+			return now.Sub(cleanSince) >= settle, nil
+		}
+		cleanSince = time.Time{}
+		reason := "found by label at teardown"
+		if !e.state.PossiblyLiveSince.IsZero() {
+			reason = runstate.ReasonLateCreate // the create judged not rented did rent
+		}
+		for _, in := range list {
+			if stop = destroyFound(ctx, e, in.ID, deadline, reason); stop != nil {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	var de *poll.DeadlineError
+	switch {
+	case stop != nil:
+		return stop
+	case err == nil:
+		return nil
+	case errors.As(err, &de), bctx.Err() != nil && ctx.Err() == nil:
+		if settle > 0 && last == nil {
+			return fmt.Errorf("sweep label %s: not clean for %s before the deadline", e.state.Label, settle)
+		}
+		return &incompleteSweepError{Label: e.state.Label, Last: last}
+	}
+	return fmt.Errorf("sweep label %s: %w", e.state.Label, err)
+}
+
+// listSlack lets a listing sent at the deadline answer.
+const listSlack = 5 * time.Second
+
+// destroyFound destroys and confirms an instance a label listing showed:
+// adopted first (journaled with reason) when the journal does not know it.
+func destroyFound(ctx context.Context, e *Scope, id provider.InstanceID, deadline time.Time, reason string) error {
+	if a := e.state.AttemptFor(id); a != nil && a.Confirmed {
+		// Gone by id, yet listed: a listing that lags, or a destroy that
+		// did nothing. Destroying again is harmless; the journaled
+		// confirmation (and its time, which the cost counts to) stands.
+		_, err := confirmer(e).DestroyConfirm(ctx, id, "", deadline)
+		return err
+	}
+	if e.state.AttemptFor(id) == nil && !containsID(e.state.Extras, id) {
+		// Destroying is the safe side: it goes ahead even when the journal
+		// cannot say so (the run fails on ErrJournal).
+		e.Record("event", stepAdopt, runstate.InstanceData{Instance: id, Reason: reason})
+		e.Infof("instance %d carries label %s (%s): destroying it", id, e.state.Label, reason)
+	}
+	return destroyConfirm(ctx, e, id, deadline)
+}
+
+// sweepLate watches the run's label after a create judged not rented
+// (State.PossiblyLiveSince): Vast can process a create minutes after it
+// was sent, so until LateCreateWindow after that create it lists the
+// label, destroying whatever appears (adopted first as a late create),
+// and it ends with a complete, clean listing made after the window (on a
+// run torn down after the window, the sweep's own clean listing is that).
+// It ends by the teardown limit after the window or after the teardown
+// began (start), whichever is later.
+func sweepLate(ctx context.Context, e *Scope, start time.Time) error {
+	since := e.state.PossiblyLiveSince
+	if since.IsZero() {
+		return nil
+	}
+	until := since.Add(LateCreateWindow)
+	if !e.labelCleanAt.Before(until) {
+		return nil // the sweep just listed it clean, after the window
+	}
+	now := e.Now()
+	// Room after the window for a last listing and a destroy.
+	deadline := maxTime(until, start).Add(e.TeardownLimit())
+	e.observeWatch(deadline)
+	if now.Before(until) {
+		e.Infof("a create of this run was judged not rented after an ambiguous answer; Vast can process a create minutes late, so label %s is watched for %s more", e.state.Label, until.Sub(now).Round(time.Second))
+	}
+	// The wait is kept on the injected clock; the context timeout is a
+	// wall-clock safety net for it.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(deadline.Sub(now), 0)+30*time.Second)
+	defer cancel()
+	bctx, cancelB := boundOnClock(wctx, e.Clock, deadline.Add(listSlack))
+	defer cancelB()
+	var stop, last error
+	err := poll.Until(bctx, e.Clock, poll.Policy{Initial: 5 * time.Second, Max: 15 * time.Second, Jitter: e.jitter(), Deadline: deadline}, func(ctx context.Context) (bool, error) {
+		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+		if err != nil {
+			last = err
+			return false, err
+		}
+		last = nil
+		for _, in := range list {
+			if stop = destroyFound(ctx, e, in.ID, deadline, runstate.ReasonLateCreate); stop != nil {
+				return true, nil
+			}
+		}
+		if len(list) > 0 {
+			return false, nil // list again: a clean listing ends the watch
+		}
+		listedClean(e)
+		return !e.Now().Before(until), nil
+	})
+	switch {
+	case stop != nil:
+		return stop
+	case err == nil:
+		return nil
+	case last != nil:
+		return fmt.Errorf("label %s, possibly live since an ambiguous create, could not be listed clean after the late-create window: %w", e.state.Label, last)
+	}
+	return fmt.Errorf("label %s, possibly live since an ambiguous create, was not listed clean after the late-create window: %w", e.state.Label, err)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// boundOnClock bounds ctx by deadline read on clk, so that a call that
+// retries on its own (the retry decorator's listing) stops there too.
+// Only clocks whose instants map to the wall clock (the real one, the
+// simulator's scaled one) can bound a context; on a test's manual clock
+// the caller's own polls keep the deadline.
+func boundOnClock(ctx context.Context, clk clock.Clock, deadline time.Time) (context.Context, context.CancelFunc) {
+	switch c := clk.(type) {
+	case clock.Real:
+		return context.WithDeadline(ctx, deadline)
+	case *clock.Scaled:
+		return context.WithDeadline(ctx, c.Wall(deadline))
+	}
+	return context.WithCancel(ctx)
 }
 
 // alert is the webhook payload for an unconfirmed cleanup.

@@ -43,9 +43,23 @@ func testEnv(e *Scope) (map[string]string, error) {
 	return env, nil
 }
 
+// uploader is what the upload step needs of its connection to the
+// instance: *remote.Client over SSH is the real one; the step tables use
+// an in-memory fake.
+type uploader interface {
+	// Upload and UploadProgress copy the local path (a file or a tree) to
+	// remote, relative to the login directory.
+	Upload(local, remote string) error
+	UploadProgress(local, remote string, progress func(copied int64)) error
+	// Output runs script and returns its standard output.
+	Output(ctx context.Context, script string) (string, error)
+}
+
+var _ uploader = (*remote.Client)(nil)
+
 // upload copies the config's upload paths to the same relative paths; with
 // workdir set, the workdir and those paths travel as one archive instead.
-func upload(e *Scope, c *remote.Client) error {
+func upload(e *Scope, c uploader) error {
 	if e.Frozen().Workdir != "" {
 		return syncWorkdir(e, c)
 	}

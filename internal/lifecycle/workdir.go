@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/workdir"
 )
 
@@ -47,7 +46,7 @@ func checkWorkdir(ctx context.Context, e *Scope) error {
 // one compressed archive, unpacks it in the login directory, checks every
 // file's SHA-256 there, and keeps the manifest in the evidence
 // (workdir.json).
-func syncWorkdir(e *Scope, c *remote.Client) error {
+func syncWorkdir(e *Scope, c uploader) error {
 	// upload has no caller context; bound the sync by the ready timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), e.readyDeadline())
 	defer cancel()

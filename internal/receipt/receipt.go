@@ -64,6 +64,14 @@ type Cleanup struct {
 	Confirmed   bool                  `json:"confirmed"`
 	Unconfirmed []provider.InstanceID `json:"unconfirmed_instance_ids"`
 	AlertSent   bool                  `json:"alert_sent"`
+	// Warnings are what the cleanup could not check although every
+	// instance the run knew of is confirmed destroyed (a label listing
+	// that never completed): no failure, but worth a look.
+	Warnings []string `json:"warnings,omitempty"`
+	// LateInstanceIDs are instances that appeared with the run's label
+	// after a create was judged not rented (Vast processed it late); the
+	// teardown destroyed them, confirmed like any other.
+	LateInstanceIDs []provider.InstanceID `json:"late_instance_ids,omitempty"`
 }
 
 // Cost is what the run cost: the estimate, what Vast charged when it

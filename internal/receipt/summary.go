@@ -2,6 +2,7 @@ package receipt
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -40,6 +41,9 @@ func Summary(r *Receipt) string {
 	}
 	fmt.Fprintf(&b, "| cost | estimate $%.4f, charged %s, budget $%.2f |\n", r.Cost.EstimateUSD, charged, r.Cost.MaxSpendUSD)
 	fmt.Fprintf(&b, "| cleanup | %s |\n", map[bool]string{true: "all instances confirmed destroyed", false: fmt.Sprintf("**NOT CONFIRMED: %v**", r.Cleanup.Unconfirmed)}[r.Cleanup.Confirmed])
+	for _, row := range CleanupRows(r.Cleanup) {
+		fmt.Fprintf(&b, "| %s | %s |\n", row[0], row[1])
+	}
 	fmt.Fprintf(&b, "| timings | %s |\n", TimingsLine(r.Timings))
 	for _, p := range r.Parts() {
 		b.WriteString(p.SummaryRows())
@@ -66,4 +70,22 @@ func sortedPairs[V any](m map[string]V, format string) string {
 		parts = append(parts, fmt.Sprintf(format, k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// CleanupRows are the cleanup's rows beyond its verdict, as people read
+// them (summary.md and the terminal): each instance that appeared late
+// and was destroyed, and each warning.
+func CleanupRows(c Cleanup) [][2]string {
+	var rows [][2]string
+	for _, id := range c.LateInstanceIDs {
+		end := "destroyed, confirmed"
+		if slices.Contains(c.Unconfirmed, id) {
+			end = "**destruction NOT confirmed**"
+		}
+		rows = append(rows, [2]string{"late", fmt.Sprintf("instance %d appeared with the run's label after its create was judged not rented (Vast processed the create late): %s", id, end)})
+	}
+	for _, w := range c.Warnings {
+		rows = append(rows, [2]string{"cleanup warning", w})
+	}
+	return rows
 }

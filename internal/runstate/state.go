@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/journal"
@@ -50,10 +51,18 @@ type State struct {
 	Attempts     []*receipt.Attempt
 	// Extras are instances found carrying the label that the run did not
 	// rent itself (lost create responses, duplicates); they are destroyed.
-	Extras   []provider.InstanceID
-	Outcome  receipt.Outcome
-	Approved bool
-	Started  time.Time
+	Extras []provider.InstanceID
+	// Late are the extras that were a create processed late: adopted with
+	// ReasonLateCreate after the run's label was possibly live.
+	Late []provider.InstanceID
+	// PossiblyLiveSince is when the latest create judged not rented after
+	// the reconcile grace was sent (zero: none). Vast can process a create
+	// minutes late, so the label may still get an instance: the teardown
+	// watches it for a while after this.
+	PossiblyLiveSince time.Time
+	Outcome           receipt.Outcome
+	Approved          bool
+	Started           time.Time
 	// Receipt is the receipt the run's terminal outcome record carries
 	// (receipt.json's document, redacted, as the journal holds it); nil
 	// when the record has none (an older journal, `down --label`).
@@ -206,6 +215,10 @@ type InstanceData struct {
 	Instance provider.InstanceID `json:"instance_id"`
 	Reason   string              `json:"reason,omitempty"`
 	Via      []string            `json:"via,omitempty"`
+	// Ambiguous, on a failed rent, says the create's outcome was never
+	// known: it was judged not rented because nothing carried the label
+	// within the grace, so the label stays possibly live.
+	Ambiguous bool `json:"ambiguous,omitempty"`
 }
 
 // ChargesData is the payload of `event charges`: what the marketplace
@@ -215,6 +228,10 @@ type InstanceData struct {
 type ChargesData struct {
 	Charges map[provider.InstanceID]float64 `json:"charges"`
 }
+
+// ReasonLateCreate is the reason of an adopt event for an instance that
+// appeared with the run's label after a create was judged not rented.
+const ReasonLateCreate = "late create"
 
 // Replay rebuilds State from journal records: a fold over Apply, so a
 // resumed run and a live one see the same state for the same records.
@@ -279,12 +296,18 @@ func (s *State) Apply(r journal.Record) error {
 		r.Decode(&d)
 		if a := s.Current(); a != nil && a.InstanceID == 0 {
 			a.Failure = d.Reason
+			if d.Ambiguous && a.IntentAt.After(s.PossiblyLiveSince) {
+				s.PossiblyLiveSince = a.IntentAt // the create went out right after its intent
+			}
 		}
 	case r.Step == StepAdopt && r.Type == "event": // an extra found by label
 		var d InstanceData
 		r.Decode(&d)
-		if s.AttemptFor(d.Instance) == nil {
+		if s.AttemptFor(d.Instance) == nil && !slices.Contains(s.Extras, d.Instance) {
 			s.Extras = append(s.Extras, d.Instance)
+			if d.Reason == ReasonLateCreate {
+				s.Late = append(s.Late, d.Instance)
+			}
 		}
 	case r.Step == StepReady && r.Type == "done":
 		var d InstanceData
@@ -324,6 +347,14 @@ func (s *State) Apply(r journal.Record) error {
 			a.IntentAt = r.Time
 		}
 		a.Destroyed, a.Confirmed, a.ConfirmedBy, a.ConfirmedAt = true, true, d.Via, r.Time
+	case r.Step == StepConfirm && r.Type == "event": // more evidence for a confirmed destruction
+		var d InstanceData
+		if err := r.Decode(&d); err != nil {
+			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		}
+		if a := s.AttemptFor(d.Instance); a != nil && a.Confirmed {
+			a.ConfirmedBy = d.Via
+		}
 	case r.Step == StepCharges && r.Type == "event":
 		var d ChargesData
 		if err := r.Decode(&d); err != nil {

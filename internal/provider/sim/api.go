@@ -418,11 +418,24 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, offerID in
 			"msg": fmt.Sprintf("error 410/3907: no_such_ask Instance type %d is no longer available.", offerID), "ask_id": offerID})
 		return
 	}
+	late := s.faults.createLate > 0
+	before, had := s.maxLive[in2label(b)]
 	in := s.createLocked(o, b, disk, tmpl)
 	fs := &s.faults
 	lost := fs.createLost > 0
 	if lost {
 		fs.createLost--
+	}
+	if late {
+		fs.createLate--
+		lost = true // the answer never arrives; the rental lands later
+		// It is counted live for its label when it lands (hidden).
+		if had {
+			s.maxLive[in.Label] = before
+		} else {
+			delete(s.maxLive, in.Label)
+		}
+		s.delayLocked(in, fs.createLateFor)
 	}
 	errContract := !lost && fs.createErrContract > 0
 	errStatus := fs.createErrStatus
@@ -514,6 +527,10 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 		in.preemptAfter = fs.preemptAfter
 	}
 	in.sshRefuseConns = fs.sshRefuseNewConns
+	if fs.stopAtSSH > 0 {
+		fs.stopAtSSH--
+		in.stopAtSSH = true
+	}
 	in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "loading"
 	in.Template = tmpl
 	stopped := b.TargetState != nil && *b.TargetState == "stopped"
@@ -528,7 +545,7 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 	if in.Label != "" {
 		live := 1
 		for _, other := range s.instances {
-			if !other.Destroyed && other.Label == in.Label {
+			if !other.Destroyed && other.Label == in.Label && !s.hidden(other) {
 				live++
 			}
 		}
@@ -544,6 +561,45 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 		s.startBox(in, b.ImageLogin)
 	}
 	return in
+}
+
+func in2label(b createBody) string {
+	if b.Label == nil {
+		return ""
+	}
+	return *b.Label
+}
+
+// delayLocked makes a just-created instance a late create: it is there
+// for nobody (show, listings, destroy) and bills nothing until d from
+// now, then boots as a new rental does. Called with s.mu held.
+func (s *Server) delayLocked(in *instance, d time.Duration) {
+	at := s.clock.Now().Add(d)
+	in.hiddenUntil, in.Created, in.billedTo, in.marketAt = at, at, at, at
+	in.nextAt = at.Add(s.cfg.ScheduleDelay)
+	in.logf(at, "contract %d: the create was processed late", in.ID)
+}
+
+// hidden reports a late create that has not landed yet; on its first look
+// after landing it is counted live for its label. Called with s.mu held.
+func (s *Server) hidden(in *instance) bool {
+	if in.hiddenUntil.IsZero() || in.landed {
+		return false
+	}
+	if s.clock.Now().Before(in.hiddenUntil) {
+		return true
+	}
+	in.landed = true
+	if in.Label != "" {
+		live := 0
+		for _, other := range s.instances {
+			if !other.Destroyed && other.Label == in.Label && !s.hidden(other) {
+				live++
+			}
+		}
+		s.maxLive[in.Label] = max(s.maxLive[in.Label], live)
+	}
+	return false
 }
 
 // parseEnv accepts the object form {"KEY": "value", "-p 8000:8000": "1"}
@@ -597,7 +653,7 @@ func (s *Server) advance(in *instance) {
 // visible advances an instance and reports whether reads may see it,
 // consuming one read of any read-after-create lag. Called with s.mu held.
 func (s *Server) visible(in *instance) bool {
-	if in == nil || in.Destroyed {
+	if in == nil || in.Destroyed || s.hidden(in) {
 		return false
 	}
 	s.advance(in)
@@ -980,7 +1036,7 @@ func (s *Server) handleDestroy(w http.ResponseWriter, r *http.Request, id int64)
 	}
 	s.mu.Lock()
 	in := s.instances[id]
-	if in == nil || in.Destroyed {
+	if in == nil || in.Destroyed || s.hidden(in) {
 		s.mu.Unlock()
 		writeError(w, http.StatusNotFound, "no_such_instance", fmt.Sprintf("Instance %d not found.", id))
 		return

@@ -89,6 +89,20 @@ const (
 	// on the offer as end_date (vast-api.md §12.4). It stays set until
 	// another host_end; clear does not undo it.
 	FaultHostEnd = "host_end"
+	// FaultStopAtSSH makes the next Count instances created (default 1)
+	// stop the moment their SSH port is first dialled after they run: the
+	// connection is refused and the instance shows stopped (actual,
+	// intended, cur and next state), as one the host stops between
+	// "running" and the client's first SSH connection. Storage keeps
+	// billing.
+	FaultStopAtSSH = "stop_at_ssh"
+	// FaultCreateLate makes the next Count creates (default 1) commit the
+	// rental but drop the connection without an answer, and the instance
+	// appear Seconds of simulated time later (Vast processing a create
+	// late): until then it is absent from show, listings and destroy, and
+	// bills nothing; then it boots as any new rental. Its offer is taken
+	// meanwhile.
+	FaultCreateLate = "create_late"
 	// FaultClear removes every pending fault.
 	FaultClear = "clear"
 )
@@ -147,6 +161,9 @@ type faults struct {
 	imageUUIDCount    int
 	bidIgnored        int
 	outbidAfter       Fault // Count left, Seconds after running, For
+	stopAtSSH         int
+	createLate        int
+	createLateFor     time.Duration
 	ssh               []*sshSchedule
 }
 
@@ -271,6 +288,13 @@ func (s *Server) Inject(f Fault) error {
 		return s.armSSHFault(f, now)
 	case FaultBidIgnored:
 		fs.bidIgnored = max(f.Count, 1)
+	case FaultStopAtSSH:
+		fs.stopAtSSH = max(f.Count, 1)
+	case FaultCreateLate:
+		if f.Seconds <= 0 {
+			return fmt.Errorf("fault %s needs seconds > 0 (how late the create lands)", f.Kind)
+		}
+		fs.createLate, fs.createLateFor = max(f.Count, 1), time.Duration(f.Seconds*float64(time.Second))
 	case FaultOutbid, FaultMarketSpike:
 		return s.injectMarket(f, now)
 	case FaultHostEnd:

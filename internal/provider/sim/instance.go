@@ -66,6 +66,12 @@ type instance struct {
 
 	sshRefuseUntil time.Time
 	sshRefuseConns int
+	// stopAtSSH: the first SSH connection once running stops the instance.
+	stopAtSSH bool
+	// hiddenUntil: a late create, not there for anyone until then (landed
+	// says its arrival has been counted).
+	hiddenUntil time.Time
+	landed      bool
 
 	sandbox  string
 	box      *imageBox // image path (Config.Images): the instance's container; nil: the host sandbox

@@ -101,6 +101,12 @@ func (s *Server) sshAllowed(in *instance) bool {
 	if !in.running() {
 		return false
 	}
+	if in.stopAtSSH {
+		in.stopAtSSH = false
+		in.setState(now, "stopped", "stopped", "stopped", "stopped", "stopped by the host")
+		s.killSessions(in)
+		return false
+	}
 	if now.Before(in.sshRefuseUntil) {
 		return false
 	}
