@@ -46,7 +46,8 @@ type Harness struct {
 	Ops provider.Operations
 	// Cloud is the far side of the account's cloud integrations.
 	Cloud Cloud
-	// Faults moves the market (simulator only).
+	// Faults moves the market (simulator only); when it is also a
+	// PriceFaults, hosts raise prices (contract.go).
 	Faults MarketFaults
 }
 
@@ -73,6 +74,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	cases = append(cases, operationCases...)
 	cases = append(cases, bidCases...)
 	cases = append(cases, answers2026Cases...)
+	cases = append(cases, contractCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newHarness(t)) })
 	}

@@ -833,3 +833,7 @@ type simMarket struct{ s *sim.Server }
 func (m simMarket) Outbid(id provider.InstanceID, d time.Duration) error {
 	return m.s.Inject(sim.Fault{Kind: sim.FaultOutbid, Instance: int64(id), For: d.Seconds()})
 }
+
+func (m simMarket) RaisePrice(id provider.InstanceID, dph float64, term time.Duration) error {
+	return m.s.Inject(sim.Fault{Kind: sim.FaultPriceIncrease, Instance: int64(id), Price: dph, For: term.Seconds()})
+}
