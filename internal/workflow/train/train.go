@@ -379,7 +379,8 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 	poll := max(t.Poll.Duration(), minTrainPoll)
 	alog := e.newAttemptLog()
 	defer e.startHeartbeat(ctx, c)() // heartbeat.go: its own channel, not the polls
-	e.contract, e.contractPollEvery = e.s.WatchContract(inst, deadline), poll // contract.go
+	// The contract's end and its host's price increases, once a pass (contract.go).
+	e.contract, e.contractPollEvery = e.s.WatchContract(inst, deadline), poll
 	seen := map[string]bool{}
 	started := false        // this controller started or found the workload
 	var lastCheck time.Time // the last pass's money check
