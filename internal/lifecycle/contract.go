@@ -19,7 +19,8 @@ import (
 // each increase on the run's contract once, journaled: accepted when the
 // new price stays within the ceiling the plan promised (gpu.max_dph, else
 // the price approved) and the budget still covers the work's worst case,
-// rejected otherwise. Work that would outlive the contract is stopped
+// rejected otherwise (training's budget, open-ended, is checked on every
+// monitoring pass instead). Work that would outlive the contract is stopped
 // before the contract ends: ci and canary with the outcome contract_ended,
 // training by a replacement from its last committed checkpoint.
 //
@@ -165,7 +166,9 @@ func (w *ContractWatch) answer(ctx context.Context, p provider.PriceIncrease) er
 	switch {
 	case newDPH > ceiling+1e-9:
 		d.Decision, d.Reason = receipt.PriceRejected, fmt.Sprintf("$%.4f/h is over the ceiling $%.4f/h", newDPH, ceiling)
-	case !w.Until.IsZero():
+	case !w.Until.IsZero() && e.workflow().jobBound(e.manifest) > 0:
+		// Work approved for its whole bound (ci, canary) must still fit the
+		// budget at the new price; training's budget is checked every pass.
 		left := w.Until.Sub(e.Now()) + min(e.TeardownLimit(), time.Minute)
 		if worst := e.SpentSoFar() + newDPH*left.Hours(); worst > e.Frozen().MaxSpendUSD {
 			d.Decision, d.Reason = receipt.PriceRejected, fmt.Sprintf("at $%.4f/h the work's worst case $%.4f passes budget.max_spend $%.2f", newDPH, worst, e.Frozen().MaxSpendUSD)

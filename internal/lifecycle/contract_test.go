@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -191,5 +192,24 @@ func TestContractWatchStopsWorkBeforeTheEnd(t *testing.T) {
 	w.watchBeside(context.Background(), func(err error) { stopped = err })
 	if _, ok := errContractEnded(stopped); !ok {
 		t.Errorf("beside the work: %v, want the contract's end", stopped)
+	}
+}
+
+// Within gpu.max_dph but past the budget: work approved for its whole
+// bound must still fit budget.max_spend at the new price, or the
+// increase is rejected.
+func TestContractWatchRejectsWhatTheBudgetCannotCover(t *testing.T) {
+	pm := &priceMarket{fakeMarket: newFakeMarket()}
+	r := contractRig(t, pm)
+	end := r.clk.Now().Add(time.Hour)
+	pm.pending = []provider.PriceIncrease{{ID: 5, ContractID: 7, OldGPUCostPerSec: perHour(0.49), NewGPUCostPerSec: perHour(0.95), ContractEnd: end}}
+	// Three hours left at $0.96/h is over the $2 budget.
+	w := r.s.WatchContract(provider.Instance{ID: 7}, r.clk.Now().Add(3*time.Hour))
+	if err := w.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := r.s.state.AttemptFor(7).PriceIncreases
+	if pm.answers[5] != "reject" || len(p) != 1 || p[0].Decision != receipt.PriceRejected || !strings.Contains(p[0].Reason, "budget.max_spend") {
+		t.Fatalf("answers %v, %+v: want it rejected for the budget", pm.answers, p)
 	}
 }

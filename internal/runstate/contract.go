@@ -33,7 +33,9 @@ func applyContract(s *State, r journal.Record) {
 		return
 	}
 	var d PriceIncreaseData
-	r.Decode(&d)
+	if r.Decode(&d) != nil {
+		return // a damaged record marks nothing
+	}
 	a := s.AttemptFor(d.Instance)
 	if a == nil {
 		return
