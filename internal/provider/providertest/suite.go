@@ -24,6 +24,8 @@ type Harness struct {
 	Market provider.Marketplace
 	// BadKey is the same client with an unknown key; NoKey has none.
 	BadKey, NoKey provider.Marketplace
+	// WithKey, when set, is the same client with another key.
+	WithKey func(key string) provider.Marketplace
 	// Sleep waits d of marketplace time: a fake clock's advance for the
 	// simulator, a real wait for the live API.
 	Sleep func(ctx context.Context, d time.Duration) error
