@@ -161,7 +161,7 @@ func (f *Factory) startSim() (url, key string, err error) {
 	if f.Getenv(sim.ImagesEnv) == "podman" && images == nil {
 		f.IO.Infof("simulated instances run in a host sandbox, not inside the pinned image: %s", off)
 	}
-	s, err := sim.New(sim.Config{Clock: f.Clock, Logger: f.Logger(), Images: images, ImagesOff: off})
+	s, err := sim.New(sim.Config{Clock: f.Clock, Logger: f.Logger(), Images: images, ImagesOff: off, SharedClock: f.Clock == simClock})
 	if err != nil {
 		return "", "", err
 	}

@@ -79,7 +79,7 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim rented N            assert N instances were ever rented
 //	sim wait-live N         wait (up to waitLimit) until N instances are live
 //	sim wait-file NAME      wait until a live instance's workspace has NAME
-//	sim fault JSON          inject a fault (see sim.Fault)
+//	sim fault JSON          inject a fault (see sim.Fault); {live} is the newest live instance's id
 //	sim label               set $LABEL to the newest instance's label
 //	sim call METHOD PATH [BODY]  one raw API call; prints "STATUS BODY"
 //	sim private REPO U T    make REPO private to user U with token T
@@ -127,8 +127,13 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 			return false
 		}, "file "+args[1]+" on a live instance")
 	case "fault":
+		// {live} in the JSON is the newest live instance's id.
+		var newest int64
+		for _, in := range scriptSim(ts).Snapshot().Live {
+			newest = max(newest, in.ID)
+		}
 		var f sim.Fault
-		ts.Check(json.Unmarshal([]byte(args[1]), &f))
+		ts.Check(json.Unmarshal([]byte(strings.ReplaceAll(args[1], "{live}", strconv.FormatInt(newest, 10))), &f))
 		ts.Check(scriptSim(ts).Inject(f))
 	case "private":
 		scriptSim(ts).SetPrivateImage(args[1], args[2], args[3])

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,6 +44,8 @@ type SimServeOptions struct {
 	Instances int
 	// Images is VASTRUN_SIM_IMAGES: "podman" runs instances inside their image.
 	Images string
+	// PriceIncrease schedules a host's price increase (--price-increase).
+	PriceIncrease string
 }
 
 // NewCmdSimServe builds `vastrun sim serve`; runF replaces the run in tests.
@@ -65,6 +69,11 @@ live instances.`,
 			if opts.Speed <= 0 {
 				return &UsageError{Err: fmt.Errorf("--speed must be positive, got %v", opts.Speed), Hint: "simulated seconds per real second: 1 is real time, 10 ten times faster"}
 			}
+			if opts.PriceIncrease != "" {
+				if _, err := ParsePriceIncrease(opts.PriceIncrease); err != nil {
+					return &UsageError{Err: fmt.Errorf("--price-increase %q: %w", opts.PriceIncrease, err), Hint: "write PRICE@AFTER[/TERM], e.g. 2.5@90s/10m: the host asks $2.50/h 90 s after the next instance runs; unaccepted, its contract ends 10 m later"}
+				}
+			}
 			if opts.Instances < 0 {
 				return &UsageError{Err: fmt.Errorf("--instances must be 0 or more, got %d", opts.Instances), Hint: "leave it out for an empty account, or seed N running instances with --instances N"}
 			}
@@ -79,6 +88,7 @@ live instances.`,
 	fl.StringVar(&opts.APIKey, "sim-key", "", "the account key to accept (default: random, printed)")
 	fl.StringVar(&opts.ReadyFile, "ready-file", "", "write {url, api_key} as JSON to this file once listening")
 	fl.StringVar(&opts.Dir, "dir", "", "directory for instance sandboxes (default: a temporary one)")
+	fl.StringVar(&opts.PriceIncrease, "price-increase", "", "PRICE@AFTER[/TERM]: the next instance's host asks PRICE $/h AFTER it starts running; unaccepted, the contract ends TERM later (default 1h)")
 	fl.IntVar(&opts.Instances, "instances", 0, "seed the account with N running instances (labelled sim-seed-<i/100>, no SSH; they rent N extra offers)")
 	return cmd
 }
@@ -110,6 +120,15 @@ func runSimServe(ctx context.Context, opts *SimServeOptions) error {
 		return err
 	}
 	defer s.Close()
+	if opts.PriceIncrease != "" {
+		f, err := ParsePriceIncrease(opts.PriceIncrease)
+		if err == nil {
+			err = s.Inject(f)
+		}
+		if err != nil {
+			return &UsageError{Err: fmt.Errorf("--price-increase: %w", err)}
+		}
+	}
 	if opts.Instances > 0 {
 		if _, err := s.SeedInstances(opts.Instances, func(i int) string { return fmt.Sprintf("sim-seed-%d", i/100) }); err != nil {
 			return err
@@ -153,4 +172,34 @@ func runSimServe(ctx context.Context, opts *SimServeOptions) error {
 		}
 		return fmt.Errorf("simulator: %w", err)
 	}
+}
+
+// ParsePriceIncrease reads --price-increase PRICE@AFTER[/TERM] (durations
+// as Go writes them, 90s, 10m) into the simulator's price_increase fault
+// for the next instance to run.
+func ParsePriceIncrease(v string) (sim.Fault, error) {
+	price, rest, ok := strings.Cut(v, "@")
+	if !ok {
+		return sim.Fault{}, errors.New("want PRICE@AFTER[/TERM]")
+	}
+	after, term, _ := strings.Cut(rest, "/")
+	p, err := strconv.ParseFloat(price, 64)
+	if err != nil || p <= 0 {
+		return sim.Fault{}, fmt.Errorf("price %q is not a positive $/h", price)
+	}
+	f := sim.Fault{Kind: sim.FaultPriceIncrease, Price: p, Count: 1}
+	for _, d := range []struct {
+		text string
+		to   *float64
+	}{{after, &f.Seconds}, {term, &f.For}} {
+		if d.text == "" && d.to == &f.For {
+			continue
+		}
+		dur, err := time.ParseDuration(d.text)
+		if err != nil || dur < 0 {
+			return sim.Fault{}, fmt.Errorf("%q is not a duration such as 90s or 10m", d.text)
+		}
+		*d.to = dur.Seconds()
+	}
+	return f, nil
 }

@@ -44,6 +44,14 @@ func toWallClock(r *receipt.Receipt, sc *clock.Scaled) {
 				*t = sc.Wall(*t).UTC()
 			}
 		}
+		c.PriceIncreases = append([]receipt.PriceIncrease(nil), c.PriceIncreases...)
+		for j := range c.PriceIncreases {
+			p := &c.PriceIncreases[j]
+			p.At = sc.Wall(p.At).UTC()
+			if !p.ContractEnd.IsZero() {
+				p.ContractEnd = sc.Wall(p.ContractEnd).UTC()
+			}
+		}
 		attempts[i] = &c
 	}
 	r.Attempts = attempts

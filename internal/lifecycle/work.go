@@ -162,10 +162,36 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 		return &receipt.TestOutcome{Log: "test.log"}, &StepError{Step: stepWork, Err: err} // not run: no intent, no side effect
 	}
 	full := `VASTRUN_RESULT="$PWD/` + ResultPath + `"; export VASTRUN_RESULT; mkdir -p .vastrun; rm -f "$VASTRUN_RESULT"; ` + script
-	err = c.Run(jctx, remote.Command{Script: full, Env: env, Stdout: out, Stderr: out})
+	// The rental's contract is watched beside the command (contract.go),
+	// up to the command's own deadline; it stops the command before the
+	// contract ends.
+	rctx, stopRun := context.WithCancelCause(jctx)
+	defer stopRun(nil)
+	watched := make(chan struct{})
+	if e.Inst.ID != 0 {
+		go func() {
+			defer close(watched)
+			e.WatchContract(e.Inst, e.Now().Add(e.jobTimeout())).watchBeside(rctx, stopRun)
+		}()
+	} else {
+		close(watched)
+	}
+	err = c.Run(rctx, remote.Command{Script: full, Env: env, Stdout: out, Stderr: out})
+	cause := context.Cause(rctx)
+	stopRun(nil)
+	<-watched
 	out.Flush()
 	res := &receipt.TestOutcome{Log: "test.log"}
 	var ee *remote.ExitError
+	if err != nil && cause != nil && jctx.Err() == nil { // stopped by the watch, not done
+		if ended, ok := errContractEnded(cause); ok {
+			jerr := e.Record("failed", stepWork, map[string]any{"contract_ended": ended.End, "reason": ended.Why})
+			return res, errors.Join(&StepError{Step: stepWork, Instance: e.Inst.ID, Outcome: OutcomeContractEnded, Err: ended}, jerr)
+		}
+		if errors.Is(cause, ErrJournal) {
+			return res, &StepError{Step: stepWork, Err: cause}
+		}
+	}
 	switch {
 	case err == nil:
 	case errors.As(err, &ee):

@@ -40,6 +40,11 @@ type Operations interface {
 	// PendingPriceIncreases lists host price increases awaiting the
 	// renter's answer (GET /api/v0/instances/pending-price-increases/).
 	PendingPriceIncreases(ctx context.Context) ([]PriceIncrease, error)
+	// AcceptPriceIncrease and RejectPriceIncrease answer one pending
+	// increase by its id; one already answered, or gone, is not found
+	// (404 no_pending_price_increase).
+	AcceptPriceIncrease(ctx context.Context, id int64) error
+	RejectPriceIncrease(ctx context.Context, id int64) error
 	Deposit(ctx context.Context, id InstanceID) (Deposit, error)
 	// InstanceFilters lists, per filterable column, the distinct values
 	// the account's instances have.
@@ -73,13 +78,32 @@ type Earnings struct {
 	Machines                                 int // machines with earnings in the range
 }
 
-// PriceIncrease is a host's request to raise a contract's prices.
+// PriceIncrease is a host's request to raise a contract's prices. Until
+// the renter accepts, the contract is not extended past ContractEnd at the
+// old price (vast-api.md §12.2): rejected or unanswered, it ends there.
 type PriceIncrease struct {
 	ID                  int64
 	ContractID          InstanceID
 	OldGPUCostPerSec    float64
 	NewGPUCostPerSec    float64
+	OldDiskCostPerSec   float64 // disk_ram_costpersec
+	NewDiskCostPerSec   float64
 	ContractEnd, AskEnd time.Time
+	CreatedAt           time.Time
+}
+
+// NewGPUDPH and OldGPUDPH are the GPU prices in $/h.
+func (p PriceIncrease) NewGPUDPH() float64 { return p.NewGPUCostPerSec * 3600 }
+func (p PriceIncrease) OldGPUDPH() float64 { return p.OldGPUCostPerSec * 3600 }
+
+// PriceIncreases is a Market's optional price-increase routes (the real
+// client and the retry decorator have them): the lifecycle finds them by
+// type assertion, so a decorator of Market must offer them exactly when
+// what it wraps does, or the run cannot answer a host's increase.
+type PriceIncreases interface {
+	PendingPriceIncreases(ctx context.Context) ([]PriceIncrease, error)
+	AcceptPriceIncrease(ctx context.Context, id int64) error
+	RejectPriceIncrease(ctx context.Context, id int64) error
 }
 
 // Deposit is an instance's reserved-pricing deposit.

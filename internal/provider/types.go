@@ -163,6 +163,11 @@ type Instance struct {
 	// is stopped.
 	MinBid    float64
 	StartDate time.Time
+	// EndDate is when the contract ends (end_date): its host's maximum
+	// rental duration, or the end a pending price increase set (vast-api.md
+	// §12.2, §12.4). An instance past it has expired and cannot restart.
+	// Zero when the answer does not say.
+	EndDate time.Time
 }
 
 // SSHEndpoint is a host:port at which the instance's SSH server answers.

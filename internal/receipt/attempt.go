@@ -1,6 +1,7 @@
 package receipt
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -24,12 +25,41 @@ type Attempt struct {
 	Charged     *float64            `json:"charged_usd,omitempty"`
 	Bid         *AttemptBid         `json:"bid,omitempty"` // interruptible rentals (bids in internal/runstate, train/outbid.go)
 	BidCharge   *AttemptCharge      `json:"bid_charged,omitempty"`
+	// PriceIncreases are the host's increases on this contract and the
+	// run's answers (lifecycle/contract.go).
+	PriceIncreases []PriceIncrease `json:"price_increases,omitempty"`
 
 	IntentAt      time.Time `json:"rent_intent_at"`
 	RentedAt      time.Time `json:"rented_at,omitempty"`
 	RunningAt     time.Time `json:"running_at,omitempty"`
 	DestroySentAt time.Time `json:"destroy_sent_at,omitempty"`
 	ConfirmedAt   time.Time `json:"confirmed_at,omitempty"`
+}
+
+// Answers to a host's price increase.
+const (
+	PriceAccepted   = "accepted"   // within the ceiling: billed from then on
+	PriceRejected   = "rejected"   // above it: the contract ends at contract_end at the old price
+	PriceUnanswered = "unanswered" // the answer failed or the market has no route: it ends there too
+)
+
+// PriceIncrease is one host's increase on an attempt's contract: its total
+// $/h (GPU and storage) before and after, the ceiling it was judged
+// against, and the run's answer.
+type PriceIncrease struct {
+	ID          int64     `json:"pending_price_increase_id"`
+	At          time.Time `json:"at"`
+	OldDPH      float64   `json:"old_dph"`
+	NewDPH      float64   `json:"new_dph"`
+	CeilingDPH  float64   `json:"ceiling_dph"`
+	Decision    string    `json:"decision"`
+	Reason      string    `json:"reason,omitempty"`
+	ContractEnd time.Time `json:"contract_end,omitzero"`
+}
+
+// Words says it for people: "$0.41/h → $2.01/h (ceiling $1.00/h): rejected".
+func (p PriceIncrease) Words() string {
+	return fmt.Sprintf("price increase %d: $%.4f/h → $%.4f/h (ceiling $%.4f/h): %s", p.ID, p.OldDPH, p.NewDPH, p.CeilingDPH, p.Decision)
 }
 
 // AttemptBid is what one interruptible rental was: its bid, what the same

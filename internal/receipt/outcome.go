@@ -42,6 +42,10 @@ const (
 	Budget        Outcome = "budget_exceeded"
 	// Cancelled: the person answered no at the prompt; nothing was rented.
 	Cancelled Outcome = "cancelled"
+	// ContractEnded: the rental's contract ended (its host's end date, or
+	// a price increase above the ceiling not accepted) before the work was
+	// done; the work was stopped before it ended.
+	ContractEnded Outcome = "contract_ended"
 
 	// The canary's comparison classes.
 	Match            Outcome = "match"
@@ -79,7 +83,7 @@ var classes = map[Outcome]ExitClass{
 	Budget:      ClassBudget,
 	ReadyFailed: ClassProvision, VerifyFailed: ClassProvision, RemoteDiffers: ClassProvision,
 	Interrupted: ClassInterrupted,
-	Timeout:     ClassError, Error: ClassError,
+	Timeout:     ClassError, Error: ClassError, ContractEnded: ClassError,
 }
 
 // ExitClass is the class of exit o maps to; ClassError for an outcome this

@@ -17,6 +17,9 @@ func Story(r *Receipt) []Section {
 		s := Section{Title: "Attempts"}
 		for i, a := range r.Attempts {
 			v := fmt.Sprintf("%s x%d, instance %d, $%.4f/h, cost %s", a.GPUName, a.NumGPUs, a.InstanceID, a.DPHTotal, attemptCost(r, a))
+			for _, p := range a.PriceIncreases {
+				v += "; " + p.Words()
+			}
 			if w := InWords(a.Failure); w != "" {
 				v += "; ended: " + w
 			}

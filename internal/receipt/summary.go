@@ -27,6 +27,9 @@ func Summary(r *Receipt) string {
 	fmt.Fprintf(&b, "| | |\n|---|---|\n| run | `%s` |\n| label | `%s` |\n| commit | `%s` |\n| image | `%s` |\n", r.RunID, r.Label, r.Commit, r.Image)
 	for i, a := range r.Attempts {
 		fmt.Fprintf(&b, "| attempt %d | offer %d → instance %d on machine %d: %s x%d at $%.4f/h, cost %s", i+1, a.OfferID, a.InstanceID, a.MachineID, a.GPUName, a.NumGPUs, a.DPHTotal, attemptCost(r, a))
+		for _, p := range a.PriceIncreases {
+			fmt.Fprintf(&b, "; %s", p.Words())
+		}
 		if a.Failure != "" {
 			fmt.Fprintf(&b, " — ended: %s (%s)", InWords(a.Failure), a.Failure)
 		}

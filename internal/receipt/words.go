@@ -9,6 +9,8 @@ func InWords(reason string) string {
 	switch {
 	case reason == "":
 		return ""
+	case strings.HasPrefix(r, "contract end"):
+		return "its contract was ending (the host's end date, or a price increase above the ceiling not accepted)"
 	case strings.Contains(r, "paused") || strings.Contains(r, "outbid") || strings.Contains(r, "stopped"):
 		return "the host stopped the instance (outbid or preempted)"
 	case strings.Contains(r, "vanished"):

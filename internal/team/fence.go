@@ -17,14 +17,53 @@ type FencedMarket struct {
 }
 
 // Fence wraps m; calls made before the lease exists are refused too. The
-// result offers ChangeBid (fenced like every mutating call) exactly when m
-// does, so re-bidding works under team state as it does without it.
+// result offers ChangeBid and the price-increase routes (their answers
+// fenced like every mutating call) exactly when m does, so re-bidding and
+// answering a host's increase work under team state as without it.
 func (c *Controller) Fence(m provider.Market) provider.Market {
 	f := &FencedMarket{Market: m, Lease: c.Lease}
-	if bc, ok := m.(provider.BidChanger); ok {
+	bc, bids := m.(provider.BidChanger)
+	pi, prices := m.(provider.PriceIncreases)
+	switch {
+	case bids && prices:
+		return &struct {
+			*fencedBidMarket
+			fencedPrices
+		}{&fencedBidMarket{FencedMarket: f, bids: bc}, fencedPrices{f, pi}}
+	case bids:
 		return &fencedBidMarket{FencedMarket: f, bids: bc}
+	case prices:
+		return &struct {
+			*FencedMarket
+			fencedPrices
+		}{f, fencedPrices{f, pi}}
 	}
 	return f
+}
+
+// fencedPrices are the price-increase routes of a fenced market: the list
+// is a read and passes; an answer changes a contract and is fenced.
+type fencedPrices struct {
+	f *FencedMarket
+	p provider.PriceIncreases
+}
+
+func (f fencedPrices) PendingPriceIncreases(ctx context.Context) ([]provider.PriceIncrease, error) {
+	return f.p.PendingPriceIncreases(ctx)
+}
+
+func (f fencedPrices) AcceptPriceIncrease(ctx context.Context, id int64) error {
+	if err := f.f.check(fmt.Sprintf("accept price increase %d", id)); err != nil {
+		return err
+	}
+	return f.p.AcceptPriceIncrease(ctx, id)
+}
+
+func (f fencedPrices) RejectPriceIncrease(ctx context.Context, id int64) error {
+	if err := f.f.check(fmt.Sprintf("reject price increase %d", id)); err != nil {
+		return err
+	}
+	return f.p.RejectPriceIncrease(ctx, id)
 }
 
 // fencedBidMarket is a FencedMarket over a market with a change-bid route.

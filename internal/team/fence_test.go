@@ -42,3 +42,48 @@ func TestFenceKeepsTheChangeBidRoute(t *testing.T) {
 		t.Fatalf("the marketplace saw %d bid changes from an unfenced controller", inner.bids)
 	}
 }
+
+type priceMarket struct{ *market }
+
+func (m priceMarket) PendingPriceIncreases(context.Context) ([]provider.PriceIncrease, error) {
+	return nil, nil
+}
+func (m priceMarket) AcceptPriceIncrease(context.Context, int64) error { m.bids++; return nil }
+func (m priceMarket) RejectPriceIncrease(context.Context, int64) error { m.bids++; return nil }
+
+type bidPriceMarket struct{ priceMarket }
+
+func (m bidPriceMarket) ChangeBid(context.Context, provider.InstanceID, float64) error {
+	m.bids++
+	return nil
+}
+
+// The fence offers the price-increase routes exactly when the market it
+// wraps does, beside ChangeBid or alone, and fences the answers.
+func TestFenceKeepsThePriceIncreaseRoutes(t *testing.T) {
+	c := &team.Controller{} // holds no lease
+	if _, ok := c.Fence(&market{}).(provider.PriceIncreases); ok {
+		t.Fatal("a fenced market without price-increase routes offers them")
+	}
+	inner := &market{}
+	for _, m := range []provider.Market{priceMarket{inner}, bidPriceMarket{priceMarket{inner}}} {
+		fenced, ok := c.Fence(m).(provider.PriceIncreases)
+		if !ok {
+			t.Fatalf("the fence hides the price-increase routes of %T: the run could not answer a host's increase", m)
+		}
+		if _, isBid := m.(provider.BidChanger); isBid {
+			if _, ok := c.Fence(m).(provider.BidChanger); !ok {
+				t.Fatalf("the fence drops ChangeBid beside the price routes")
+			}
+		}
+		if _, err := fenced.PendingPriceIncreases(context.Background()); err != nil {
+			t.Fatalf("the list is a read and passes: %v", err)
+		}
+		if fenced.AcceptPriceIncrease(context.Background(), 1) == nil || fenced.RejectPriceIncrease(context.Background(), 1) == nil {
+			t.Fatal("an answer without the run's lease was let through")
+		}
+	}
+	if inner.bids != 0 {
+		t.Fatalf("the marketplace saw %d answers from an unfenced controller", inner.bids)
+	}
+}

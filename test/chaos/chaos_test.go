@@ -298,6 +298,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 	srv := httptest.NewServer(s)
 	defer func() { srv.Close(); s.Close() }()
 	faults := schedule(rng, s)
+	faults = append(faults, priceFault(seed, s)...) // price_test.go
 	clientRaw, _ := vast.New(vast.Options{BaseURL: srv.URL, APIKey: s.APIKey(), Clock: autoClock{clk}})
 	client := retry.Wrap(clientRaw, retry.Policy{Clock: autoClock{clk}}) // as vastrun wraps it
 	crashAt := int64(0)

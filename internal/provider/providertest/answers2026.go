@@ -25,6 +25,7 @@ var answers2026Cases = []struct {
 	{"BulkCallsOnGoneIdsAreNotFound", testBulkGone},
 	{"DocumentedTemplateExampleResolves", testTemplateExample},
 	{"SpendRateEarningsPriceIncreases", testAccount2026},
+	{"DeletedKeyIsAnAuthError", testDeletedKey},
 }
 
 func newAuthorizedKey(t *testing.T, comment string) string {
@@ -184,5 +185,30 @@ func testAccount2026(t *testing.T, h Harness) {
 	}
 	if !busy.HasActiveResources || busy.GPU <= 0 || busy.ContainerStorage <= 0 || busy.GPU+busy.ContainerStorage < inst.DPHTotal-1e-4 {
 		t.Errorf("spend rate with one running instance at $%v/h: %+v", inst.DPHTotal, busy)
+	}
+}
+
+// testDeletedKey: a key that was deleted is told 401 "Invalid user key"
+// (vast-api.md §12.3), an authentication failure to the client like an
+// unknown key's 404. An instance's own key (CONTAINER_API_KEY) is deleted
+// with its instance.
+func testDeletedKey(t *testing.T, h Harness) {
+	if h.Live || h.WithKey == nil {
+		t.Skip("needs a client with another key, and a key to delete")
+	}
+	ctx := ctxFor(t)
+	_, res := rentCheapest(t, h, uniqueLabel("vastrun-conformance-deletedkey"))
+	waitRunning(t, h, res.InstanceID)
+	own := h.WithKey(res.InstanceAPIKey)
+	if _, err := own.ShowInstance(ctx, res.InstanceID); err != nil && !errors.Is(err, provider.ErrAuth) {
+		t.Fatalf("the instance's own key before its instance is destroyed: %v", err)
+	}
+	if err := h.Market.DestroyInstance(ctx, res.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := own.ShowInstance(ctx, res.InstanceID)
+	var ae *provider.APIError
+	if !errors.Is(err, provider.ErrAuth) || !errors.As(err, &ae) || ae.Status != 401 {
+		t.Errorf("a deleted key: %v, want 401, an authentication failure", err)
 	}
 }

@@ -101,6 +101,11 @@ func testRebootExecute(t *testing.T, h Harness) {
 	if _, err := ops.Execute(ctx, id, "cat /etc/passwd"); err == nil {
 		t.Errorf("execute accepted a command outside ls, rm, du")
 	}
+	// A path outside /workspace and /root is the command's business, not
+	// an API error: Vast documents no such refusal (vast-api.md §2.4).
+	if _, err := ops.Execute(ctx, id, "ls /etc"); err != nil {
+		t.Errorf("execute ls /etc: %v, want the command's own output", err)
+	}
 	if err := ops.RebootInstance(ctx, id); err != nil {
 		t.Fatalf("reboot: %v", err)
 	}

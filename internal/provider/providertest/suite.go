@@ -24,6 +24,8 @@ type Harness struct {
 	Market provider.Marketplace
 	// BadKey is the same client with an unknown key; NoKey has none.
 	BadKey, NoKey provider.Marketplace
+	// WithKey, when set, is the same client with another key.
+	WithKey func(key string) provider.Marketplace
 	// Sleep waits d of marketplace time: a fake clock's advance for the
 	// simulator, a real wait for the live API.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -46,7 +48,8 @@ type Harness struct {
 	Ops provider.Operations
 	// Cloud is the far side of the account's cloud integrations.
 	Cloud Cloud
-	// Faults moves the market (simulator only).
+	// Faults moves the market (simulator only); when it is also a
+	// PriceFaults, hosts raise prices (contract.go).
 	Faults MarketFaults
 }
 
@@ -73,6 +76,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	cases = append(cases, operationCases...)
 	cases = append(cases, bidCases...)
 	cases = append(cases, answers2026Cases...)
+	cases = append(cases, contractCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newHarness(t)) })
 	}

@@ -256,3 +256,18 @@ func (c *Client) MachineEarnings(ctx context.Context, from, to time.Time) (provi
 func (c *Client) PendingPriceIncreases(ctx context.Context) ([]provider.PriceIncrease, error) {
 	return call(ctx, &c.policy, "list pending price increases", safe, c.inner.PendingPriceIncreases)
 }
+
+// AcceptPriceIncrease and RejectPriceIncrease are safe: a repeat of an
+// answer that took finds the increase gone (not found, never retried),
+// which the caller reads as answered.
+func (c *Client) AcceptPriceIncrease(ctx context.Context, id int64) error {
+	return do(ctx, &c.policy, fmt.Sprintf("accept price increase %d", id), safe, func(ctx context.Context) error {
+		return c.inner.AcceptPriceIncrease(ctx, id)
+	})
+}
+
+func (c *Client) RejectPriceIncrease(ctx context.Context, id int64) error {
+	return do(ctx, &c.policy, fmt.Sprintf("reject price increase %d", id), safe, func(ctx context.Context) error {
+		return c.inner.RejectPriceIncrease(ctx, id)
+	})
+}

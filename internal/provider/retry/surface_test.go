@@ -150,6 +150,19 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
+// raisePrice has instance a's host ask more and returns the pending
+// increase's id (0 when none is listed: the answer then fails).
+func (w *world) raisePrice(ctx context.Context) int64 {
+	if err := w.sim.Inject(sim.Fault{Kind: sim.FaultPriceIncrease, Instance: int64(w.a), Price: 9}); err != nil {
+		return 0
+	}
+	list, err := w.c.PendingPriceIncreases(ctx)
+	if err != nil || len(list) == 0 {
+		return 0
+	}
+	return list[0].ID
+}
+
 // op is one method of the decorated surface, the route its first request
 // takes, and whether a repeat of it is harmless.
 type op struct {
@@ -284,6 +297,12 @@ var surface = []op{
 		_, err := w.c.PendingPriceIncreases(ctx)
 		return err
 	}},
+	{"AcceptPriceIncrease", at("PUT", "/api/v0/instances/accept-price-increase/"), true, func(ctx context.Context, w *world) error {
+		return w.c.AcceptPriceIncrease(ctx, w.raisePrice(ctx))
+	}},
+	{"RejectPriceIncrease", at("PUT", "/api/v0/instances/reject-price-increase/"), true, func(ctx context.Context, w *world) error {
+		return w.c.RejectPriceIncrease(ctx, w.raisePrice(ctx))
+	}},
 	{"LegacyInvoices", at("GET", "/api/v0/users/me/invoices"), true, func(ctx context.Context, w *world) error {
 		_, err := w.c.LegacyInvoices(ctx, day0, day9)
 		return err
@@ -321,8 +340,8 @@ const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEiL1KZ8R2zRoOqKD1OqS0uW0mY
 // is sent again after a 503, a 429 or a dropped connection; a method whose
 // repeat could act twice only after a 429; none after a 401.
 func TestEveryOperationIsRetriedAsClassified(t *testing.T) {
-	if n := len(surface); n != 36 {
-		t.Fatalf("the table names %d methods; the surface has 36: add the new one", n)
+	if n := len(surface); n != 38 {
+		t.Fatalf("the table names %d methods; the surface has 38: add the new one", n)
 	}
 	for _, o := range surface {
 		t.Run(o.name, func(t *testing.T) {

@@ -139,6 +139,10 @@ func (s *Server) route(method, ver string, p []string) (string, int64, handlerFu
 		return "spend_rate", 0, s.handleSpendRate
 	case ver == "v0" && len(p) == 2 && p[0] == "instances" && p[1] == "pending-price-increases" && method == http.MethodGet:
 		return "price_increases", 0, s.handlePendingPriceIncreases
+	case ver == "v0" && len(p) == 2 && p[0] == "instances" && p[1] == "accept-price-increase" && method == http.MethodPut:
+		return "answer_price_increase", 0, s.handleAnswerIncrease("accepted")
+	case ver == "v0" && len(p) == 2 && p[0] == "instances" && p[1] == "reject-price-increase" && method == http.MethodPut:
+		return "answer_price_increase", 0, s.handleAnswerIncrease("rejected")
 	case ver == "v0" && len(p) == 2 && p[0] == "instances":
 		id, ok := idAt(1)
 		if !ok && method == http.MethodGet {
@@ -270,6 +274,10 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request, _ int64) {
 	s.mu.Lock()
 	s.refreshMinBid()
 	res, err := searchSnapshot(s.offers, q)
+	for i := range res.offers { // the host's dates on the client's clock
+		o := &res.offers[i]
+		o.StartDate, o.EndDate = s.futureUnix(o.StartDate), s.futureUnix(o.EndDate)
+	}
 	s.mu.Unlock()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
@@ -526,6 +534,14 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 		fs.preemptAfterCount--
 		in.preemptAfter = fs.preemptAfter
 	}
+	if pa := &fs.priceAfter; pa.Count > 0 && !in.IsBid {
+		pa.Count--
+		in.priceAfter = *pa
+	}
+	if he := &fs.hostEndAfter; he.Count > 0 {
+		he.Count--
+		in.hostEndAfter = *he
+	}
 	in.sshRefuseConns = fs.sshRefuseNewConns
 	if fs.stopAtSSH > 0 {
 		fs.stopAtSSH--
@@ -717,6 +733,16 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 		tmplID, tmplHash, tmplName = t.ID, t.HashID, t.Name
 	}
 	st := round(in.storageDPH(), 7)
+	// The contract's own price and end: a host's raised ask is not what
+	// a contract that did not accept it pays (priceincrease.go).
+	dphBase := o.DPHBase
+	if !in.IsBid {
+		dphBase = in.gpuDPH()
+	}
+	endDate := o.EndDate
+	if end := in.contractEnd(); !end.IsZero() {
+		endDate = unix(s.reportedFuture(end))
+	}
 	searchPrice := map[string]any{"gpuCostPerHour": in.gpuDPH(), "diskHour": st, "totalHour": round(in.gpuDPH()+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(in.gpuDPH()+st, 7)}
 	nowPrice := map[string]any{"gpuCostPerHour": gpuNow, "diskHour": st, "totalHour": round(gpuNow+st, 7), "discountTotalHour": 0, "discountedTotalPerHour": round(gpuNow+st, 7)}
 	// Vast assigns the proxy endpoint with the contract, so ssh_host and
@@ -735,7 +761,7 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 		"ssh_host": "127.0.0.1", "ssh_idx": "1", "ssh_port": sshPort, "machine_dir_ssh_port": sshPort + 1,
 		"public_ipaddr": "127.0.0.1", "local_ipaddrs": "10.4.0.12 172.17.0.1 \n", "ports": ports,
 		"direct_port_start": 41200, "direct_port_end": 41299, "direct_port_count": o.DirectPorts,
-		"start_date": unix(s.reported(in.Created)), "end_date": o.EndDate, "uptime_mins": uptime,
+		"start_date": unix(s.reported(in.Created)), "end_date": endDate, "uptime_mins": uptime,
 		"duration": round(s.reported(s.clock.Now()).Sub(s.reported(in.Created)).Seconds(), 1),
 		"num_gpus": o.NumGPUs, "gpu_name": o.Model.name, "gpu_arch": o.Model.gpuArch,
 		"gpu_ram": o.Model.vramMB, "gpu_totalram": o.Model.vramMB * float64(o.NumGPUs),
@@ -743,7 +769,7 @@ func (s *Server) instanceRow(in *instance) map[string]any {
 		"cpu_name": o.CPUName, "cpu_cores": o.CPUCores, "cpu_cores_effective": o.CPUEffective, "cpu_ram": o.CPURAM, "cpu_util": 0.0,
 		"disk_space": in.Disk, "disk_util": -1, "disk_usage": -1,
 		"cuda_max_good": o.CUDA, "driver_version": o.Driver, "os_version": "22.04",
-		"dph_base": o.DPHBase, "dph_total": round(in.gpuDPH()+st, 7), "storage_cost": o.StorageCost, "storage_total_cost": st,
+		"dph_base": dphBase, "dph_total": round(in.gpuDPH()+st, 7), "storage_cost": o.StorageCost, "storage_total_cost": st,
 		"inet_up_cost": o.InetCost, "inet_down_cost": o.InetCost, "is_bid": in.IsBid, "min_bid": s.clearingNow(o),
 		"reliability2": o.Reliability, "verification": o.Verification, "geolocation": o.Geolocation,
 		"hosting_type": o.HostingType, "search": searchPrice, "instance": nowPrice, "volume_info": []any{},

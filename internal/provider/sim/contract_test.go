@@ -35,7 +35,8 @@ func TestOpenAPIContract(t *testing.T) {
 			}
 			return providertest.Harness{
 				Market: e.client, BadKey: e.clientWithKey(t, strings.Repeat("0", 64)), NoKey: e.clientWithKey(t, ""),
-				Sleep: func(ctx context.Context, d time.Duration) error { e.clk.Advance(d); return ctx.Err() }, Now: e.clk.Now,
+				WithKey: func(k string) provider.Marketplace { return e.clientWithKey(t, k) },
+				Sleep:   func(ctx context.Context, d time.Duration) error { e.clk.Advance(d); return ctx.Err() }, Now: e.clk.Now,
 				Image: "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", Query: q, ReadyTimeout: 5 * time.Minute,
 				Ops: e.client, Cloud: simCloud{e.sim}, Faults: simMarket{e.sim},
 			}

@@ -17,7 +17,11 @@
 // windows, log lines, SSH key created_at) is the wall-clock moment the
 // event happened, so it never lies ahead of the wall clock at any speed,
 // and a client computing now − start_date or a charges window from its own
-// clock sees sensible values. Amounts, uptime_mins and billed hours stay in
+// clock sees sensible values. Instants still to come (end dates) are shown
+// the same way, as the wall-clock moment the simulator will reach them,
+// unless the client runs on the simulator's own clock (Config.SharedClock,
+// vastrun --sim): then on that clock, so end − now is the time left for
+// either kind of client. Amounts, uptime_mins and billed hours stay in
 // simulated time (a 30× run bills 30 s per wall second). The /_sim/ control
 // plane reports the simulator's own clock.
 //
@@ -44,8 +48,20 @@
 //     names, legacy and searched invoices, copy_direct, rsync, rclone to a
 //     directory-backed cloud integration, a template catalog whose
 //     hashes resolve to an image (400 invalid_args otherwise; the official
-//     CLI's documented example hash is in it), spend-rate,
-//     machine-earnings and pending-price-increases.
+//     CLI's documented example hash is in it), spend-rate and
+//     machine-earnings.
+//   - Contracts end (priceincrease.go, vast-api.md §12.2, §12.4): at their
+//     host's end date (the offer's end_date, moved by the host_end fault),
+//     or at the contract_end_date of a host's price increase (the
+//     price_increase fault) that was rejected or left unanswered; an ended
+//     contract expires (its processes killed, storage billed, no restart).
+//     Pending increases are listed at GET
+//     /api/v0/instances/pending-price-increases/ in the documented shape
+//     and answered by PUT …/accept-price-increase/ or
+//     …/reject-price-increase/ with exactly {"pending_price_increase_id"}
+//     (other keys 400; an increase not pending 404
+//     no_pending_price_increase); accepted, the new price is billed and the
+//     contract goes on.
 //   - The 2026 answers (vast-api.md §12): a second attach of one key is
 //     200 success:false "SSH key already associated with instance."; bulk
 //     destroy of no own id is 404 instances_not_found; bulk start/stop
@@ -83,14 +99,19 @@
 //   - Execute with a path the sandbox lacks (/etc) prints the command's
 //     own error in its output: Vast's containers have those paths, and no
 //     API error is documented for them (§2.4).
-//   - Offers' end_date is on the simulator's own clock, not reported as
-//     wall time as past events are: it lies in the future anyway, and a
-//     client on the same clock (--sim) then sees the host's remaining time
-//     at any speed. A wall-clock client of a scaled `sim serve` sees hosts
-//     stay longer by as much as the simulator runs ahead.
-//   - Host earnings are zero and no host raises a price: the simulated
-//     account hosts nothing and hosts never ask (§12.2); the routes answer
-//     in their documented shapes.
+//   - Host earnings are zero: the simulated account hosts nothing (§12.2).
+//   - A price increase is asked only by a fault, of an on-demand contract
+//     (a bid is the renter's own price), raising the GPU price alone; its
+//     term (asking to contract_end_date) defaults to 1 h, which no vendor
+//     source names. Unanswered or rejected, the contract is billed at the
+//     old price until it ends: whether an unanswered increase changes what
+//     a running contract is billed is UNCERTAIN (§12.2). A stale answer is
+//     404 no_pending_price_increase, never the older backends' 409.
+//   - An expired instance shows actual_status "exited", intended_status
+//     "running", cur_state and next_state "stopped" and a status_msg saying
+//     the contract ended: no vendor source shows an expired instance's
+//     states (§12.4 says only that it cannot restart). A start of one
+//     changes nothing and is not refused with an error.
 //   - A deleted key is 401 auth_error "Invalid user key" (§12.3 gives the
 //     status and message, not the error code).
 package sim

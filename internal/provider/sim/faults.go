@@ -85,8 +85,12 @@ const (
 	// on-demand rental Vast makes of a create without price.
 	FaultBidIgnored = "bid_ignored"
 	// FaultHostEnd moves the end date of Machine's offers (0: of every
-	// offer) to Seconds from now: the host's maximum rental duration, shown
-	// on the offer as end_date (vast-api.md §12.4). It stays set until
+	// offer; with Instance, of that instance's machine) to Seconds from now:
+	// the host's maximum rental duration, shown on the offer as end_date
+	// (vast-api.md §12.4). With Count > 0 (and neither Machine nor
+	// Instance), each of the next Count instances' host leaves Seconds
+	// after it starts running instead. A contract ends at its host's end
+	// date: the instance expires (priceincrease.go). It stays set until
 	// another host_end; clear does not undo it.
 	FaultHostEnd = "host_end"
 	// FaultStopAtSSH makes the next Count instances created (default 1)
@@ -103,6 +107,15 @@ const (
 	// bills nothing; then it boots as any new rental. Its offer is taken
 	// meanwhile.
 	FaultCreateLate = "create_late"
+	// FaultPriceIncrease makes a host ask Price $/h (GPU, per machine;
+	// default the contract's price + 50%) of an on-demand contract: on
+	// Instance Seconds from now, or on each of the next Count instances
+	// (default 1) Seconds after it starts running (or after its workspace
+	// holds File). The increase is pending
+	// (GET /api/v0/instances/pending-price-increases/) and, unless
+	// accepted, the contract ends For seconds after it is asked (default
+	// 1 h) (vast-api.md §12.2).
+	FaultPriceIncrease = "price_increase"
 	// FaultClear removes every pending fault.
 	FaultClear = "clear"
 )
@@ -124,13 +137,17 @@ type Fault struct {
 	Price float64 `json:"price,omitempty"`
 	// Factor is a market spike's multiplier.
 	Factor float64 `json:"factor,omitempty"`
+	// File delays a price increase until the instance's workspace holds
+	// this file (checked whenever the instance is looked at), then Seconds
+	// more: a test can raise a price at a point of its workload.
+	File string `json:"file,omitempty"`
 }
 
 // Endpoint names used by FaultFail and FaultRateLimit.
 var endpointNames = []string{
 	"search", "create", "show", "list", "list_v0", "manage", "destroy", "attach_ssh",
 	"instance_ssh_keys", "logs", "user", "charges", "invoices", "apikeys", "ssh_keys",
-	"bulk_state", "bulk_destroy", "change_bid", "earnings", "spend_rate", "price_increases",
+	"bulk_state", "bulk_destroy", "change_bid", "earnings", "spend_rate", "price_increases", "answer_price_increase",
 }
 
 type failSpec struct {
@@ -164,6 +181,8 @@ type faults struct {
 	stopAtSSH         int
 	createLate        int
 	createLateFor     time.Duration
+	priceAfter        Fault // a price increase: Count left, Seconds after running, Price, For
+	hostEndAfter      Fault // a host's end: Count left, Seconds after running
 	ssh               []*sshSchedule
 }
 
@@ -301,14 +320,33 @@ func (s *Server) Inject(f Fault) error {
 		if f.Seconds <= 0 {
 			return fmt.Errorf("fault %s needs seconds > 0 (how long from now the host stays)", f.Kind)
 		}
+		if f.Instance != 0 {
+			in := s.instances[f.Instance]
+			if in == nil || in.Destroyed {
+				return fmt.Errorf("fault %s: no live instance %d", f.Kind, f.Instance)
+			}
+			f.Machine = in.Offer.MachineID
+		}
+		if f.Count > 0 && f.Machine == 0 {
+			fs.hostEndAfter = f
+			return nil
+		}
+		for _, id := range s.order {
+			if in := s.instances[id]; !in.Destroyed && (f.Machine == 0 || in.Offer.MachineID == f.Machine) {
+				s.advance(in) // up to now on the old end date
+			}
+		}
 		for _, o := range s.offers {
 			if f.Machine == 0 || o.MachineID == f.Machine {
 				o.EndDate = unix(now) + f.Seconds
 			}
 		}
+	case FaultPriceIncrease:
+		return s.injectIncrease(f, now)
 	case FaultClear:
 		*fs = faults{v0ListStatus: http.StatusGone}
 		s.mkt.events = nil
+		s.mkt.dropScheduled()
 	default:
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
 	}

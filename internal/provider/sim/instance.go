@@ -54,6 +54,16 @@ type instance struct {
 	outbidAfter                 Fault     // a scheduled outbid, armed when it first runs
 	Destroyed                   bool
 
+	// The contract (priceincrease.go): its on-demand GPU price once its
+	// host raised the ask (0: the offer's), when it ends short of its
+	// host's end date (a price increase not accepted), a scheduled
+	// increase armed when it first runs, and whether it has expired.
+	gpuPrice     float64
+	endAt        time.Time
+	priceAfter   Fault
+	hostEndAfter Fault // its host leaves Seconds after it first runs
+	expired      bool
+
 	// Billing, accrued lazily up to billedTo.
 	billedTo   time.Time
 	GPUCost    float64
@@ -87,8 +97,11 @@ type instance struct {
 func (in *instance) storageDPH() float64 { return in.Offer.storageDPH(in.Disk) }
 
 func (in *instance) gpuDPH() float64 {
-	if in.IsBid {
+	switch {
+	case in.IsBid:
 		return in.Bid
+	case in.gpuPrice > 0:
+		return in.gpuPrice
 	}
 	return in.Offer.DPHBase
 }
@@ -121,9 +134,16 @@ func (in *instance) accrue(to time.Time) {
 }
 
 // advance runs due transitions, billing each interval at its own rate.
+// A contract that ends by now expires at its end, the time before it
+// billed as it ran.
 func (in *instance) advance(now time.Time) {
 	if in.Destroyed {
 		return
+	}
+	in.askIncreases(now)
+	if end := in.contractEnd(); !in.expired && !end.IsZero() && !now.Before(end) {
+		in.marketTo(end)
+		in.expire(end)
 	}
 	in.marketTo(now)
 }
@@ -186,6 +206,14 @@ func (in *instance) enter(state string, at time.Time) {
 			}
 		}
 		in.RunningSince = at
+		if f := in.priceAfter; f.Kind != "" && in.mkt != nil {
+			in.priceAfter = Fault{}
+			in.mkt.newIncrease(in, f, at)
+		}
+		if f := in.hostEndAfter; f.Kind != "" {
+			in.hostEndAfter = Fault{}
+			in.Offer.EndDate = unix(at) + f.Seconds
+		}
 		if f := in.outbidAfter; f.Seconds > 0 && in.mkt != nil {
 			in.outbidAfter = Fault{}
 			ev := marketEvent{offer: in.Offer.ID, from: at.Add(time.Duration(f.Seconds * float64(time.Second))), price: f.Price}

@@ -36,7 +36,8 @@ func (s *Server) applyStateLocked(in *instance, state string) {
 		in.outbid = false // stopped by its renter: it waits for no market
 		s.killSessions(in)
 	case "running":
-		if in.Actual != "running" {
+		// An expired instance cannot restart (vast-api.md §12.4).
+		if in.Actual != "running" && !in.expired {
 			in.setState(now, "loading", "running", "running", "running", "restarting container")
 			in.nextAt, in.nextState = now.Add(s.cfg.ScheduleDelay), "running"
 		}

@@ -51,6 +51,10 @@ type market struct {
 	delay  time.Duration // stopped → loading → running on a resume
 	offers map[int64]*offerMarket
 	events []marketEvent
+	// increases are the hosts' price increases, asked or scheduled, in
+	// order (priceincrease.go).
+	increases    []*priceIncrease
+	nextIncrease int64
 }
 
 // offerMarket is one offer's walk, drawn lazily step by step.
@@ -81,7 +85,7 @@ func newMarket(cfg MarketConfig, seed uint64, epoch time.Time, delay time.Durati
 	if cfg.SpikeSteps <= 0 {
 		cfg.SpikeSteps = 3
 	}
-	return &market{cfg: cfg, seed: seed, epoch: epoch, delay: delay, offers: map[int64]*offerMarket{}}
+	return &market{cfg: cfg, seed: seed, epoch: epoch, delay: delay, offers: map[int64]*offerMarket{}, nextIncrease: 7_700}
 }
 
 func (m *market) moving() bool { return m.cfg.Volatility > 0 || m.cfg.SpikeChance > 0 }

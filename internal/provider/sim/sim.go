@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"strings"
@@ -45,6 +46,11 @@ type Config struct {
 	// ImagesOff says why Images is nil, for the receipts' note (e.g.
 	// "VASTRUN_SIM_IMAGES is not set").
 	ImagesOff string
+	// SharedClock says the client runs on Clock too (vastrun --sim):
+	// instants still to come (end dates) are then shown on it. Otherwise,
+	// under a scaled clock, they are shown as the wall-clock moment the
+	// simulator will reach them, as past instants are (see "Time").
+	SharedClock bool
 }
 
 // Server is the simulator. Use it as an http.Handler; call Close when done.
@@ -224,6 +230,26 @@ func (s *Server) reported(t time.Time) time.Time {
 		return sc.Wall(t)
 	}
 	return t
+}
+
+// reportedFuture is the instant the API shows for simulated instant t
+// that may still lie ahead (an end date): on the simulator's clock when the
+// client shares it (Config.SharedClock), else as reported shows any
+// instant, so that t − the client's now is the time left on its clock.
+func (s *Server) reportedFuture(t time.Time) time.Time {
+	if s.cfg.SharedClock {
+		return t
+	}
+	return s.reported(t)
+}
+
+// futureUnix is reportedFuture for an instant in Unix seconds (0: none).
+func (s *Server) futureUnix(u float64) float64 {
+	if u <= 0 {
+		return u
+	}
+	sec, frac := math.Modf(u)
+	return unix(s.reportedFuture(time.Unix(int64(sec), int64(frac*1e9))))
 }
 
 // authenticate reads the key from the Bearer header or ?api_key=, as the

@@ -114,7 +114,8 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(func() { e.assertNoLeaks(t) })
 		return providertest.Harness{
 			Market: e.client, BadKey: e.clientWithKey(t, strings.Repeat("0", 64)), NoKey: e.clientWithKey(t, ""),
-			Sleep: func(ctx context.Context, d time.Duration) error { e.clk.Advance(d); return ctx.Err() }, Now: e.clk.Now,
+			WithKey: func(k string) provider.Marketplace { return e.clientWithKey(t, k) },
+			Sleep:   func(ctx context.Context, d time.Duration) error { e.clk.Advance(d); return ctx.Err() }, Now: e.clk.Now,
 			Image: "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-runtime", Query: q, ReadyTimeout: 5 * time.Minute,
 			Ops: e.client, Cloud: simCloud{e.sim}, Faults: simMarket{e.sim},
 		}
@@ -832,4 +833,8 @@ type simMarket struct{ s *sim.Server }
 
 func (m simMarket) Outbid(id provider.InstanceID, d time.Duration) error {
 	return m.s.Inject(sim.Fault{Kind: sim.FaultOutbid, Instance: int64(id), For: d.Seconds()})
+}
+
+func (m simMarket) RaisePrice(id provider.InstanceID, dph float64, term time.Duration) error {
+	return m.s.Inject(sim.Fault{Kind: sim.FaultPriceIncrease, Instance: int64(id), Price: dph, For: term.Seconds()})
 }

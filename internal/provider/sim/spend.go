@@ -6,9 +6,9 @@ import (
 )
 
 // The account routes of vast-api.md §12.2 that official clients call and
-// the simulator had no answer for: host earnings, the burn rate, and the
-// renter's pending price increases. The simulated account rents and hosts
-// nothing, so earnings are zero and no host ever asks for more.
+// the simulator had no answer for: host earnings and the burn rate (the
+// renter's pending price increases are in priceincrease.go). The simulated
+// account hosts nothing, so its earnings are zero.
 
 // handleMachineEarnings is GET /api/v0/users/{user_id}/machine-earnings
 // (both official clients' `show earnings` send "me"): a renter-only
@@ -57,14 +57,4 @@ func (s *Server) handleSpendRate(w http.ResponseWriter, r *http.Request, _ int64
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"success": true, "gpu_cost_per_hour": round(gpu, 7),
 		"container_storage_cost_per_hour": round(disk, 7), "volume_storage_cost_per_hour": 0.0, "has_active_resources": active})
-}
-
-// handlePendingPriceIncreases is GET
-// /api/v0/instances/pending-price-increases/: simulated hosts never raise
-// their prices, so the list is empty.
-func (s *Server) handlePendingPriceIncreases(w http.ResponseWriter, r *http.Request, _ int64) {
-	if _, ok := s.authorize(w, r, "instance_read"); !ok {
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"success": true, "count": 0, "truncated": false, "pending_price_increases": []any{}})
 }

@@ -219,3 +219,75 @@ func TestAnswers2026OnTheWire(t *testing.T) {
 		}
 	}
 }
+
+// A host's price increase on the wire (vast-api.md §12.2): the pending
+// row's documented fields; an answer takes exactly
+// {"pending_price_increase_id"}; an increase not pending is 404
+// no_pending_price_increase.
+func TestPriceIncreaseOnTheWire(t *testing.T) {
+	e := newEnv(t, sim.Config{DisableSSH: true})
+	ctx := context.Background()
+	offers, err := e.client.SearchOffers(ctx, provider.Query{"rentable": map[string]any{"eq": true}, "limit": 1})
+	if err != nil || len(offers) == 0 {
+		t.Fatal(err)
+	}
+	res, err := e.client.CreateInstance(ctx, provider.CreateRequest{OfferID: offers[0].ID, Image: "img", DiskGB: 10, Label: "price"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(time.Minute)
+	if err := e.sim.Inject(sim.Fault{Kind: sim.FaultPriceIncrease, Instance: int64(res.InstanceID), Price: 3, For: 600}); err != nil {
+		t.Fatal(err)
+	}
+	code, body := e.send(t, "GET", "/api/v0/instances/pending-price-increases/", "")
+	rows, _ := body["pending_price_increases"].([]any)
+	if code != 200 || body["count"] != 1.0 || body["truncated"] != false || len(rows) != 1 {
+		t.Fatalf("pending list: %d %v", code, body)
+	}
+	row := rows[0].(map[string]any)
+	for _, f := range []string{"pending_price_increase_id", "contract_id", "host_id", "new_gpu_costpersec", "old_gpu_costpersec",
+		"new_disk_ram_costpersec", "old_disk_ram_costpersec", "new_bwu_cost", "old_bwu_cost", "new_bwd_cost", "old_bwd_cost",
+		"new_platform_fee", "old_platform_fee", "contract_end_date", "ask_end_date", "created_at"} {
+		if _, ok := row[f]; !ok {
+			t.Errorf("the pending row lacks %s: %v", f, row)
+		}
+	}
+	id := itoa(int64(row["pending_price_increase_id"].(float64)))
+	for _, tc := range []struct {
+		name, body string
+		status     int
+		code       string
+	}{
+		{"an extra key", `{"pending_price_increase_id":` + id + `,"contract_id":1}`, 400, "invalid_args"},
+		{"no id", `{}`, 400, "invalid_args"},
+		{"an id as a string", `{"pending_price_increase_id":"` + id + `"}`, 400, "invalid_args"},
+		{"an id not pending", `{"pending_price_increase_id":1}`, 404, "no_pending_price_increase"},
+	} {
+		if code, b := e.send(t, "PUT", "/api/v0/instances/reject-price-increase/", tc.body); code != tc.status || b["error"] != tc.code {
+			t.Errorf("%s: %d %v, want %d %s", tc.name, code, b, tc.status, tc.code)
+		}
+	}
+	if code, b := e.send(t, "PUT", "/api/v0/instances/reject-price-increase/", `{"pending_price_increase_id":`+id+`}`); code != 200 || b["success"] != true || b["contract_id"] != float64(res.InstanceID) {
+		t.Errorf("reject: %d %v", code, b)
+	}
+	if code, b := e.send(t, "PUT", "/api/v0/instances/accept-price-increase/", `{"pending_price_increase_id":`+id+`}`); code != 404 || b["error"] != "no_pending_price_increase" {
+		t.Errorf("accept after reject: %d %v, want 404 no_pending_price_increase", code, b)
+	}
+	// Rejected, the contract ends at contract_end_date and cannot restart.
+	e.clk.Advance(601 * time.Second)
+	inst, err := e.client.ShowInstance(ctx, res.InstanceID)
+	if err != nil || inst.ActualStatus != "exited" || inst.Running() {
+		t.Fatalf("after its end the contract shows %q (%v), want exited", inst.ActualStatus, err)
+	}
+	if err := e.client.StartInstance(ctx, res.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(time.Minute)
+	if inst, _ := e.client.ShowInstance(ctx, res.InstanceID); inst.ActualStatus != "exited" {
+		t.Errorf("an expired instance restarted: %q", inst.ActualStatus)
+	}
+	if err := e.client.DestroyInstance(ctx, res.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	e.assertNoLeaks(t)
+}

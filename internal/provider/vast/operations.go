@@ -442,8 +442,11 @@ func (c *Client) PendingPriceIncreases(ctx context.Context) ([]provider.PriceInc
 			Contract    num `json:"contract_id"`
 			OldGPU      num `json:"old_gpu_costpersec"`
 			NewGPU      num `json:"new_gpu_costpersec"`
+			OldDisk     num `json:"old_disk_ram_costpersec"`
+			NewDisk     num `json:"new_disk_ram_costpersec"`
 			ContractEnd num `json:"contract_end_date"`
 			AskEnd      num `json:"ask_end_date"`
+			Created     num `json:"created_at"`
 		} `json:"pending_price_increases"`
 	}
 	if err := decode(op, res.body, &w); err != nil {
@@ -456,7 +459,34 @@ func (c *Client) PendingPriceIncreases(ctx context.Context) ([]provider.PriceInc
 	for _, r := range w.Rows {
 		out = append(out, provider.PriceIncrease{ID: int64(r.ID), ContractID: provider.InstanceID(r.Contract),
 			OldGPUCostPerSec: float64(r.OldGPU), NewGPUCostPerSec: float64(r.NewGPU),
-			ContractEnd: unixTime(r.ContractEnd), AskEnd: unixTime(r.AskEnd)})
+			OldDiskCostPerSec: float64(r.OldDisk), NewDiskCostPerSec: float64(r.NewDisk),
+			ContractEnd: unixTime(r.ContractEnd), AskEnd: unixTime(r.AskEnd), CreatedAt: unixTime(r.Created)})
 	}
 	return out, nil
+}
+
+// AcceptPriceIncrease is PUT /api/v0/instances/accept-price-increase/ with
+// exactly {"pending_price_increase_id": id} (vast-api.md §12.2: extra keys
+// are refused). An increase already answered or gone is 404
+// no_pending_price_increase (older backends: 409), both not found here.
+func (c *Client) AcceptPriceIncrease(ctx context.Context, id int64) error {
+	return c.answerPriceIncrease(ctx, "accept", id)
+}
+
+// RejectPriceIncrease is PUT /api/v0/instances/reject-price-increase/: the
+// contract then ends at its contract_end_date at the old price.
+func (c *Client) RejectPriceIncrease(ctx context.Context, id int64) error {
+	return c.answerPriceIncrease(ctx, "reject", id)
+}
+
+func (c *Client) answerPriceIncrease(ctx context.Context, verb string, id int64) error {
+	op := fmt.Sprintf("%s price increase %d", verb, id)
+	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/instances/" + verb + "-price-increase/",
+		body: map[string]any{"pending_price_increase_id": id}})
+	var ae *provider.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+		// The older backends' answer to a stale row (§12.2): not found.
+		return fmt.Errorf("%w: %w", provider.ErrNotFound, err)
+	}
+	return err
 }

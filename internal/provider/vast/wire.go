@@ -189,6 +189,7 @@ type wireInstance struct {
 	IsBid            flag            `json:"is_bid"`
 	MinBid           num             `json:"min_bid"`
 	StartDate        num             `json:"start_date"`
+	EndDate          num             `json:"end_date"`
 }
 
 func (w wireInstance) domain() provider.Instance {
@@ -212,6 +213,7 @@ func (w wireInstance) domain() provider.Instance {
 		sec, frac := math.Modf(float64(w.StartDate))
 		inst.StartDate = time.Unix(int64(sec), int64(frac*1e9)).UTC()
 	}
+	inst.EndDate = unixTime(w.EndDate)
 	return inst
 }
 

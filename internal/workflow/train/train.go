@@ -379,6 +379,8 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 	poll := max(t.Poll.Duration(), minTrainPoll)
 	alog := e.newAttemptLog()
 	defer e.startHeartbeat(ctx, c)() // heartbeat.go: its own channel, not the polls
+	// The contract's end and its host's price increases, once a pass (contract.go).
+	e.contract, e.contractPollEvery = e.s.WatchContract(inst, deadline), poll
 	seen := map[string]bool{}
 	started := false        // this controller started or found the workload
 	var lastCheck time.Time // the last pass's money check
@@ -492,6 +494,9 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 			e.s.Infof("the workload is %s on instance %d; monitoring it", st.Workload.State, inst.ID)
 		}
 		cur, apiErr := e.s.Market.ShowInstance(ctx, inst.ID)
+		if end, err, done := e.contractEnding(ctx, c, cur, apiErr, seen, *started); done {
+			return end, err, true
+		}
 		switch {
 		case errors.Is(apiErr, provider.ErrNotFound):
 			return trainEnd{interrupted: "instance vanished"}, nil, true

@@ -34,6 +34,10 @@ var ErrTrainFailed = errors.New("the training workload failed")
 type flow struct {
 	s      *lifecycle.Scope
 	report *receipt.TrainReport
+	// contract watches the current attempt's contract (contract.go), read
+	// once per monitoring pass of contractPollEvery.
+	contract          *lifecycle.ContractWatch
+	contractPollEvery time.Duration
 }
 
 func newFlow(e *lifecycle.Scope) *flow { return &flow{s: e} }
