@@ -100,7 +100,7 @@ func (e *flow) serverSpec(env map[string]string, log, probeLog io.Writer) smoke.
 		Request:   requestOf(cc.Request),
 		Ready:     cc.HealthTimeout.Duration(),
 		Grace:     cc.Timeouts.Stop.Duration(),
-		Clock:     e.s.Clock,
+		Clock:     e.wallClock(),
 		Log:       log,
 		ProbeLog:  probeLog,
 	}
@@ -148,19 +148,28 @@ const defaultLocalStep = 10 * time.Minute
 // errStepTimeout ends a local step that ran past its canary.timeouts bound.
 var errStepTimeout = errors.New("the local step ran past its timeout")
 
-// withClockTimeout is context.WithTimeout on the engine's clock, so that a
-// test's clock decides when a local step is too long. A local step runs in
-// real time even when the simulator's clock is scaled (--sim), so there
-// the bound is stretched by the scale: canary.timeouts mean wall seconds.
-func (e *flow) withClockTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if sc, ok := e.s.Clock.(*clock.Scaled); ok && sc.Factor > 1 {
-		d = time.Duration(float64(d) * sc.Factor)
+// wallClock is the clock of what runs in real time whatever the
+// simulator's speed: the local steps, and the server smoke's own waits
+// (health_timeout, the TERM→KILL grace) on both sides. Under --sim the
+// engine's clock is scaled (a minute of it lasts 2 s), but a server still
+// starts, loads and answers in real time, so those bounds are wall time. A
+// test's fake clock is kept, so that tests drive them without waiting.
+func (e *flow) wallClock() clock.Clock {
+	if _, scaled := e.s.Clock.(*clock.Scaled); scaled {
+		return clock.Real{}
 	}
+	return e.s.Clock
+}
+
+// withClockTimeout is context.WithTimeout on wallClock, so that a test's
+// clock decides when a local step is too long, and canary.timeouts and
+// timeouts.job mean wall time under --sim too.
+func (e *flow) withClockTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
 		case <-ctx.Done():
-		case <-e.s.Clock.After(d):
+		case <-e.wallClock().After(d):
 			cancel(errStepTimeout)
 		}
 	}()
