@@ -48,36 +48,16 @@ type fileEnv struct {
 // routes of any server source.
 func readFileEnv(text string, python bool) fileEnv {
 	var f fileEnv
-	add := func(name string) {
-		switch {
-		case name == "PATH" || name == "HOME":
-		case secretLike(name):
-			f.secrets = append(f.secrets, name)
-		default:
-			f.names = append(f.names, name)
-		}
-	}
 	if python {
-		if loc := settingsClass.FindStringIndex(text); loc != nil {
-			prefix := ""
-			if m := envPrefix.FindStringSubmatch(text); m != nil {
-				prefix = m[1]
-			}
-			body := text[loc[1]:]
-			if end := classEnd.FindStringIndex(body); end != nil {
-				body = body[:end[0]]
-			}
-			for _, m := range settingsField.FindAllStringSubmatch(body, -1) {
-				name := strings.ToUpper(prefix + m[1])
-				// Settings fields have defaults in the code: only
-				// their credentials are reported.
-				if m[1] != "model_config" && (strings.Contains(m[2], "SecretStr") || secretLike(name)) {
-					f.secrets = append(f.secrets, name)
-				}
-			}
-		}
+		f.secrets = settingsSecrets(text)
 		for _, m := range getenvCall.FindAllStringSubmatch(text, -1) {
-			add(m[1])
+			switch name := m[1]; {
+			case name == "PATH" || name == "HOME":
+			case secretLike(name):
+				f.secrets = append(f.secrets, name)
+			default:
+				f.names = append(f.names, name)
+			}
 		}
 	}
 	for _, m := range routeDef.FindAllStringSubmatch(text, -1) {
@@ -86,6 +66,31 @@ func readFileEnv(text string, python bool) fileEnv {
 		}
 	}
 	return f
+}
+
+// settingsSecrets are the credentials a pydantic settings class reads.
+// Its other fields have defaults in the code: they are not reported.
+func settingsSecrets(text string) []string {
+	loc := settingsClass.FindStringIndex(text)
+	if loc == nil {
+		return nil
+	}
+	prefix := ""
+	if m := envPrefix.FindStringSubmatch(text); m != nil {
+		prefix = m[1]
+	}
+	body := text[loc[1]:]
+	if end := classEnd.FindStringIndex(body); end != nil {
+		body = body[:end[0]]
+	}
+	var out []string
+	for _, m := range settingsField.FindAllStringSubmatch(body, -1) {
+		name := strings.ToUpper(prefix + m[1])
+		if m[1] != "model_config" && (strings.Contains(m[2], "SecretStr") || secretLike(name)) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 func healthRank(route string) int {
@@ -129,59 +134,69 @@ func walkSources(dir string, fn func(rel string)) {
 // tools, notebooks' helpers) only proposes optional names. When it is not
 // found, every file counts as the server's.
 func scanCode(dir, smoke string) codeFindings {
-	server := pyServerFiles(dir, smoke)
-	var c codeFindings
-	seen := map[string]bool{}
-	clientNames := map[string]bool{}
-	type route struct{ path, file string }
-	var routes []route
-	visit := func(rel string) {
-		if seen[rel] {
-			return
-		}
-		seen[rel] = true
-		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
-		if err != nil || len(b) > 1<<20 {
-			return
-		}
-		f := readFileEnv(string(b), strings.HasSuffix(rel, ".py"))
-		if server != nil && !server[rel] {
-			for _, n := range append(f.names, f.secrets...) {
-				clientNames[n] = true
-			}
-			return
-		}
-		if server != nil || !looksClient(rel) {
-			for _, r := range f.routes {
-				routes = append(routes, route{r, rel})
-			}
-		}
-		c.names = appendNew(c.names, f.names...)
-		c.secrets = appendNew(c.secrets, f.secrets...)
-		if len(f.names)+len(f.secrets) > 0 {
-			c.sources = append(c.sources, rel)
-		}
+	r := codeReader{dir: dir, server: pyServerFiles(dir, smoke), seen: map[string]bool{}, client: map[string]bool{}}
+	walkSources(dir, r.visit)
+	for _, rel := range sortedKeys(r.server) {
+		r.visit(rel) // the server's files below the walk's depth
 	}
-	walkSources(dir, visit)
-	for _, rel := range sortedKeys(server) {
-		visit(rel)
-	}
-	for n := range clientNames {
+	c := r.found
+	for n := range r.client {
 		if !contains(c.names, n) && !contains(c.secrets, n) {
 			c.clientOnly = append(c.clientOnly, n)
 		}
 	}
 	sort.Strings(c.clientOnly)
-	sort.Slice(routes, func(i, j int) bool {
-		if ri, rj := healthRank(routes[i].path), healthRank(routes[j].path); ri != rj {
-			return ri < rj
+	sort.Slice(r.routes, func(i, j int) bool {
+		a, b := r.routes[i], r.routes[j]
+		if ra, rb := healthRank(a.path), healthRank(b.path); ra != rb {
+			return ra < rb
 		}
-		return routes[i].path < routes[j].path || routes[i].path == routes[j].path && routes[i].file < routes[j].file
+		return a.path < b.path || a.path == b.path && a.file < b.file
 	})
-	if len(routes) > 0 {
-		c.health, c.healthFile = routes[0].path, routes[0].file
+	if len(r.routes) > 0 {
+		c.health, c.healthFile = r.routes[0].path, r.routes[0].file
 	}
 	return c
+}
+
+// codeReader is scanCode's walk: server is nil when every file counts as
+// the server's.
+type codeReader struct {
+	dir          string
+	server, seen map[string]bool
+	client       map[string]bool // names read by code the server does not import
+	routes       []route
+	found        codeFindings
+}
+
+type route struct{ path, file string }
+
+func (r *codeReader) visit(rel string) {
+	if r.seen[rel] {
+		return
+	}
+	r.seen[rel] = true
+	b, err := os.ReadFile(filepath.Join(r.dir, filepath.FromSlash(rel)))
+	if err != nil || len(b) > 1<<20 {
+		return
+	}
+	f := readFileEnv(string(b), strings.HasSuffix(rel, ".py"))
+	if r.server != nil && !r.server[rel] {
+		for _, n := range append(f.names, f.secrets...) {
+			r.client[n] = true
+		}
+		return
+	}
+	if r.server != nil || !looksClient(rel) {
+		for _, p := range f.routes {
+			r.routes = append(r.routes, route{p, rel})
+		}
+	}
+	r.found.names = appendNew(r.found.names, f.names...)
+	r.found.secrets = appendNew(r.found.secrets, f.secrets...)
+	if len(f.names)+len(f.secrets) > 0 {
+		r.found.sources = append(r.found.sources, rel)
+	}
 }
 
 // looksClient reports a path of client or example code, whose routes are

@@ -148,31 +148,7 @@ func (p *Proposal) addSources(list ...string) {
 // only), the image's own defaults, the optional names the server reads
 // with defaults in its code, and the names only client code reads.
 func (p *Proposal) setInputs(all []findings, imageEnv []string, code codeFindings) {
-	inputs := map[string]string{}
-	secrets := map[string]bool{}
-	for _, f := range all {
-		for _, in := range f.inputs {
-			switch {
-			case notInputs[in.name] || !isName(in.name):
-			case secretLike(in.name):
-				secrets[in.name] = true
-			default:
-				v := in.value
-				if u, err := url.Parse(v); err == nil && u.User != nil {
-					v = "" // a URL with credentials in it is a value not to copy
-				}
-				if old, ok := inputs[in.name]; !ok || old == "" {
-					inputs[in.name] = v
-				}
-			}
-		}
-		for _, s := range f.secrets {
-			secrets[s] = true
-		}
-	}
-	for _, s := range code.secrets {
-		secrets[s] = true
-	}
+	inputs, secrets := collectInputs(all, code.secrets)
 	isImageEnv := map[string]bool{}
 	for _, n := range imageEnv {
 		isImageEnv[n] = true
@@ -194,26 +170,55 @@ func (p *Proposal) setInputs(all []findings, imageEnv []string, code codeFinding
 		_, in := inputs[n]
 		return in || isImageEnv[n] || notInputs[n] || secrets[n]
 	}
-	for _, n := range code.names {
-		if !known(n) {
-			p.Optional = append(p.Optional, n)
-		}
-	}
-	sort.Strings(p.Optional)
-	for _, n := range code.clientOnly {
-		if !known(n) && !contains(p.Optional, n) {
-			p.ClientOnly = append(p.ClientOnly, n)
-		}
-	}
-	for s := range secrets {
-		p.Secrets = append(p.Secrets, s)
-	}
-	sort.Strings(p.Secrets)
+	p.Optional = filterNames(code.names, func(n string) bool { return !known(n) })
+	p.ClientOnly = filterNames(code.clientOnly, func(n string) bool { return !known(n) && !contains(p.Optional, n) })
+	p.Secrets = sortedKeys(secrets)
 	for k := range p.Env {
 		p.Canary.EnvNames = append(p.Canary.EnvNames, k)
 	}
 	p.Canary.EnvNames = append(p.Canary.EnvNames, p.Secrets...)
 	sort.Strings(p.Canary.EnvNames)
+}
+
+// collectInputs merges the scanners' inputs (the first documented value
+// wins; a URL with credentials in it is a value not to copy) and secrets
+// (a name that looks like a credential is one, whatever its source).
+func collectInputs(all []findings, codeSecrets []string) (inputs map[string]string, secrets map[string]bool) {
+	inputs, secrets = map[string]string{}, map[string]bool{}
+	for _, s := range codeSecrets {
+		secrets[s] = true
+	}
+	for _, f := range all {
+		for _, s := range f.secrets {
+			secrets[s] = true
+		}
+		for _, in := range f.inputs {
+			switch {
+			case notInputs[in.name] || !isName(in.name):
+			case secretLike(in.name):
+				secrets[in.name] = true
+			case inputs[in.name] == "":
+				v := in.value
+				if u, err := url.Parse(v); err == nil && u.User != nil {
+					v = ""
+				}
+				inputs[in.name] = v
+			}
+		}
+	}
+	return inputs, secrets
+}
+
+// filterNames is the sorted names keep accepts.
+func filterNames(names []string, keep func(string) bool) []string {
+	var out []string
+	for _, n := range names {
+		if keep(n) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (p *Proposal) notes() {
@@ -453,55 +458,63 @@ func unitCommand(dir string, ci ciFindings, haveCI bool, source func(string)) st
 // uploads is what the smoke needs on the instance: what the served stage
 // copies from the build context (a glob such as *.py is expanded against
 // the repository), and the repository paths the smoke names (a file, or a
-// Python module's package).
+// Python module's package). A path under another listed one is left out.
 func uploads(dir string, copies []string, smoke string) []string {
 	set := map[string]bool{}
 	add := func(p string) {
-		p = filepath.ToSlash(filepath.Clean(strings.TrimPrefix(p, "./")))
-		if p == "." || p == "" || strings.HasPrefix(p, "..") || strings.HasPrefix(p, "/") || strings.ContainsAny(p, "*?[$") {
-			return
-		}
-		if exists(dir, p) {
+		if p = repoPath(p); p != "" && exists(dir, p) {
 			set[p] = true
 		}
 	}
 	for _, c := range copies {
-		if !strings.ContainsAny(c, "*?[") || strings.Contains(c, "$") {
-			add(c)
-			continue
-		}
-		c = filepath.ToSlash(filepath.Clean(strings.TrimPrefix(c, "./")))
-		if strings.HasPrefix(c, "..") || strings.HasPrefix(c, "/") {
-			continue
-		}
-		m, _ := filepath.Glob(filepath.Join(dir, filepath.FromSlash(c)))
-		for _, f := range m {
-			add(mustRel(dir, f))
+		for _, p := range expandCopy(dir, c) {
+			add(p)
 		}
 	}
 	for _, f := range strings.Fields(smoke) {
 		f = strings.Trim(f, `'"`)
 		add(f)
-		if mod, _, ok := strings.Cut(f, ":"); ok || strings.Count(f, ".") > 0 {
-			top := strings.Split(mod, ".")[0]
-			if isName(top) {
+		if mod, _, ok := strings.Cut(f, ":"); ok || strings.Contains(f, ".") {
+			if top := strings.Split(mod, ".")[0]; isName(top) {
 				add(top)
 				add("src/" + top)
 			}
 		}
 	}
-	out := make([]string, 0, len(set))
+	var out []string
 	for p := range set {
-		covered := false
-		for q := range set {
-			if strings.HasPrefix(p, q+"/") {
-				covered = true
-			}
-		}
-		if !covered {
+		if !slices.ContainsFunc(sortedKeys(set), func(q string) bool { return strings.HasPrefix(p, q+"/") }) {
 			out = append(out, p)
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// repoPath is p as a path inside the repository, "" when it is not one
+// (absolute, outside, the whole context, or not a literal path).
+func repoPath(p string) string {
+	p = filepath.ToSlash(filepath.Clean(strings.TrimPrefix(p, "./")))
+	if p == "." || p == "" || strings.HasPrefix(p, "..") || strings.HasPrefix(p, "/") || strings.ContainsAny(p, "*?[$") {
+		return ""
+	}
+	return p
+}
+
+// expandCopy is a COPY source as repository paths: itself, or what its
+// glob matches.
+func expandCopy(dir, c string) []string {
+	if !strings.ContainsAny(c, "*?[") || strings.Contains(c, "$") {
+		return []string{c}
+	}
+	c = filepath.ToSlash(filepath.Clean(strings.TrimPrefix(c, "./")))
+	if strings.HasPrefix(c, "..") || strings.HasPrefix(c, "/") {
+		return nil
+	}
+	m, _ := filepath.Glob(filepath.Join(dir, filepath.FromSlash(c)))
+	out := make([]string, 0, len(m))
+	for _, f := range m {
+		out = append(out, mustRel(dir, f))
+	}
 	return out
 }

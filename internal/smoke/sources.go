@@ -112,46 +112,58 @@ func readCI(dir string) (ciFindings, bool) {
 		if yaml.Unmarshal(b, &wf) != nil {
 			continue
 		}
-		jobs := make([]string, 0, len(wf.Jobs))
-		for j := range wf.Jobs {
-			jobs = append(jobs, j)
-		}
-		sort.Strings(jobs)
-		for _, j := range jobs {
-			job := wf.Jobs[j]
-			for _, st := range job.Steps {
-				if strings.Contains(st.Run, "docker") {
-					continue
+		if f, ok := ciTestStep(wf); ok {
+			f.file = filepath.ToSlash(mustRel(dir, p))
+			for _, sm := range secretRef.FindAllStringSubmatch(string(b), -1) {
+				if sm[1] != "GITHUB_TOKEN" && !contains(f.secrets, sm[1]) {
+					f.secrets = append(f.secrets, sm[1])
 				}
-				m := testRun.FindStringSubmatch(st.Run)
-				if m == nil {
-					continue
-				}
-				f := ciFindings{file: filepath.ToSlash(mustRel(dir, p)), unit: strings.TrimSpace(m[1]), env: map[string]string{}}
-				for _, src := range []map[string]any{wf.Env, job.Env, st.Env} {
-					for k, v := range src {
-						s := fmt.Sprint(v)
-						if sm := secretRef.FindStringSubmatch(s); sm != nil {
-							f.secrets = append(f.secrets, k)
-							continue
-						}
-						if strings.Contains(s, "${{") || !isName(k) || ciOnly[k] {
-							continue
-						}
-						f.env[k] = s
-					}
-				}
-				for _, sm := range secretRef.FindAllStringSubmatch(string(b), -1) {
-					if sm[1] != "GITHUB_TOKEN" && !contains(f.secrets, sm[1]) {
-						f.secrets = append(f.secrets, sm[1])
-					}
-				}
-				sort.Strings(f.secrets)
-				return f, true
 			}
+			sort.Strings(f.secrets)
+			return f, true
 		}
 	}
 	return ciFindings{}, false
+}
+
+// ciTestStep is the first step (jobs by name) that runs the tests, with
+// the env the workflow, its job and the step pass.
+func ciTestStep(wf ciWorkflow) (ciFindings, bool) {
+	jobs := make([]string, 0, len(wf.Jobs))
+	for j := range wf.Jobs {
+		jobs = append(jobs, j)
+	}
+	sort.Strings(jobs)
+	for _, j := range jobs {
+		job := wf.Jobs[j]
+		for _, st := range job.Steps {
+			m := testRun.FindStringSubmatch(st.Run)
+			if m == nil || strings.Contains(st.Run, "docker") {
+				continue
+			}
+			f := ciFindings{unit: strings.TrimSpace(m[1]), env: map[string]string{}}
+			for _, src := range []map[string]any{wf.Env, job.Env, st.Env} {
+				f.addEnv(src)
+			}
+			return f, true
+		}
+	}
+	return ciFindings{}, false
+}
+
+// addEnv reads one env: block: a secret reference names a secret, a
+// literal is an input, an expression or CI plumbing is neither.
+func (f *ciFindings) addEnv(src map[string]any) {
+	for k, v := range src {
+		s := fmt.Sprint(v)
+		switch {
+		case secretRef.MatchString(s):
+			f.secrets = append(f.secrets, k)
+		case strings.Contains(s, "${{") || !isName(k) || ciOnly[k]:
+		default:
+			f.env[k] = s
+		}
+	}
 }
 
 // ciOnly names CI plumbing that is no input of the program under test.
