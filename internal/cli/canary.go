@@ -129,16 +129,23 @@ func NewCmdCanaryInit(f *Factory, runF func(context.Context, *CanaryInitOptions)
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Propose a canary: section from the repository's Dockerfile, compose file and test targets",
-		Long: `Read the repository and propose a contract: the compose file (GPU variants such
-as compose.cuda.yaml first: image, build target, ports, environment, env_file,
-healthcheck), the served stage of the Dockerfile (Dockerfile.gpu first:
-ENTRYPOINT, CMD, EXPOSE, HEALTHCHECK, COPY), .env/sample.env files, the CI
-workflow step that runs the tests (and its env and secrets), Python settings
-read from the environment, and the repository's test runner (Taskfile,
-Makefile, nox, poetry, uv, npm, go). Image ENV names are defaults, not inputs;
-names that look like credentials become secrets: (names only, never values).
-Prints the proposal, or with --write adds it to vastrun.yaml (which must not
-have a canary: section yet; keys it already has are added as comments).`,
+		Long: `Read the repository and propose a contract: the one compose service that
+serves (it builds the repository's Dockerfile, reserves a GPU or publishes
+the port the Dockerfile exposes; dev tools, observability and database
+services are never picked or merged in; variant files such as
+compose.cuda.yaml that name the same service extend it: image, build target,
+command, ports, environment, env_file, healthcheck), the served stage of the
+Dockerfile (Dockerfile.gpu first: ENTRYPOINT, CMD, EXPOSE, HEALTHCHECK, COPY,
+globs expanded), .env/sample.env files, the CI workflow step that runs the
+tests (and its env and secrets), the health route the server's code defines,
+the names the server's code reads from the environment, and the repository's
+test runner (Taskfile, Makefile, nox, poetry, uv, npm, go). Image ENV names
+are defaults, not inputs; names that look like credentials become secrets:
+(names only, never values); names only client scripts read (code the server
+does not import) are optional. Prints the proposal, or with --write adds it
+to vastrun.yaml (which must not have a canary: section yet; keys it already
+has are added as comments). A proposal with no smoke command is never
+written.`,
 		Example: "  vastrun canary init\n  vastrun canary init --write",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE:    runCmd(opts, nil, runF, runCanaryInit),
@@ -162,6 +169,11 @@ func runCanaryInit(_ context.Context, opts *CanaryInitOptions) error {
 		}
 		fmt.Fprint(f.IO.Out, block)
 		return nil
+	}
+	// A proposal with no smoke is a contract validate rejects: it is
+	// shown, never written.
+	if err := p.Check(); err != nil {
+		return &UsageError{Err: fmt.Errorf("canary init: %w; nothing was written to %s", err, file), Hint: "run `vastrun canary init` without --write to see what was found, and write canary.smoke by hand"}
 	}
 	existing, err := os.ReadFile(file)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -11,6 +11,9 @@
 //     reports that failure with the engine's own message (*RunError).
 //   - Engine settings such as podman's runtime and cgroup manager come from
 //     the engine's own configuration (CONTAINERS_CONF), not from vastrun.
+//   - Serve starts a named container in the background (docker or podman);
+//     it is signalled, exec'd into and removed by that name, and its Done
+//     closes when the engine's client ends.
 package container
 
 import (
@@ -20,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"sort"
 	"strings"
 )
 
@@ -141,8 +145,50 @@ type RunSpec struct {
 	Command []string          // argv inside the container
 	Env     map[string]string // names and values; values never reach argv (see Run)
 	Mounts  map[string]string // host dir → container dir
-	Network string            // "" = the engine's default; "none" = isolated
+	Network string            // "" = the engine's default; "none" = isolated; "host" = this host's
 	Ports   []int             // published on 127.0.0.1 with the same number
+	Name    string            // the container's name ("" = the engine picks one)
+	// Init runs a minimal init as pid 1 (--init), so that a stop signal
+	// reaches the command even when it installs no handler of its own.
+	Init bool
+}
+
+// runArgs is `run` with spec's flags, and the environment that carries
+// spec.Env's values (by name in argv, values only in the engine's env).
+func (e *Engine) runArgs(spec RunSpec) (args, env []string) {
+	// The image is always local (built or loaded here): never pull.
+	args = []string{"run", "--rm", "--pull=never"}
+	if spec.Name != "" {
+		args = append(args, "--name", spec.Name)
+	}
+	if spec.Init {
+		args = append(args, "--init")
+	}
+	if spec.Network != "" {
+		args = append(args, "--network", spec.Network)
+	}
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, "-e", k)
+		env = append(env, k+"="+spec.Env[k])
+	}
+	hosts := make([]string, 0, len(spec.Mounts))
+	for h := range spec.Mounts {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	for _, h := range hosts {
+		args = append(args, "-v", h+":"+spec.Mounts[h])
+	}
+	for _, p := range spec.Ports {
+		args = append(args, "-p", fmt.Sprintf("127.0.0.1:%d:%d", p, p))
+	}
+	args = append(args, spec.Image)
+	return append(args, spec.Command...), env
 }
 
 // Run runs spec and returns the command's exit code. A container that
@@ -151,24 +197,7 @@ type RunSpec struct {
 // Environment values are passed through the engine's environment
 // (`-e NAME` without a value), so they never appear in its argv.
 func (e *Engine) Run(ctx context.Context, spec RunSpec, w io.Writer) (int, error) {
-	// The image is always local (built or loaded here): never pull.
-	args := []string{"run", "--rm", "--pull=never"}
-	if spec.Network != "" {
-		args = append(args, "--network", spec.Network)
-	}
-	var env []string
-	for k, v := range spec.Env {
-		args = append(args, "-e", k)
-		env = append(env, k+"="+v)
-	}
-	for host, ctr := range spec.Mounts {
-		args = append(args, "-v", host+":"+ctr)
-	}
-	for _, p := range spec.Ports {
-		args = append(args, "-p", fmt.Sprintf("127.0.0.1:%d:%d", p, p))
-	}
-	args = append(args, spec.Image)
-	args = append(args, spec.Command...)
+	args, env := e.runArgs(spec)
 	cmd := exec.CommandContext(ctx, e.Path, args...)
 	cmd.Env = append(cmd.Environ(), env...)
 	var tail bytes.Buffer

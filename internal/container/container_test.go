@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/container"
@@ -114,4 +115,75 @@ func TestPodman(t *testing.T) {
 	if _, err := eng.Run(ctx, container.RunSpec{Image: "localhost/vastrun-test:absent", Command: []string{"true"}, Network: "none"}, nil); err == nil {
 		t.Fatal("running a missing image succeeded")
 	}
+}
+
+// A served container runs in the background with its name, an init and the
+// host's network; values stay out of argv; it is signalled, exec'd into
+// and removed by name, and Done closes when the engine's client ends.
+func TestServeSignalsExecsAndRemovesByName(t *testing.T) {
+	dir, argv := fakeEngine(t, "podman", `case "$1" in
+run) echo started; while [ ! -f "$(dirname "$0")/stopped" ]; do sleep 0.05; done; exit 143;;
+kill) echo "$3" > "$(dirname "$0")/stopped";;
+exec) echo "exec in $4"; exit 4;;
+esac`)
+	eng := &container.Engine{Name: "podman", Path: filepath.Join(dir, "podman")}
+	if _, err := eng.Serve(container.RunSpec{Image: "localhost/x:1"}, nil); err == nil {
+		t.Fatal("a container with no name was started")
+	}
+	var out syncBuffer
+	s, err := eng.Serve(container.RunSpec{Name: "vastrun-canary-r1", Init: true, Network: "host", Image: "localhost/x:1", Command: []string{"sh", "-c", "serve"},
+		Env: map[string]string{"SECRET_TOKEN": "tok-9f8e7d6c"}}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatal("done before it was stopped")
+	default:
+	}
+	code, err := s.Exec(context.Background(), []string{"sh", "-c", "probe"}, map[string]string{"A": "1"}, nil)
+	if err != nil || code != 4 {
+		t.Fatalf("exec: %d %v", code, err)
+	}
+	if err := s.Signal(context.Background(), "TERM"); err != nil {
+		t.Fatal(err)
+	}
+	<-s.Done()
+	if s.ExitCode() != 143 || !strings.Contains(out.String(), "started") {
+		t.Fatalf("exit %d, output %q", s.ExitCode(), out.String())
+	}
+	if err := s.Remove(context.Background()); err != nil {
+		t.Fatalf("remove after exit: %v", err)
+	}
+	b, _ := os.ReadFile(argv)
+	got := strings.Join(strings.Split(strings.TrimSpace(string(b)), "\n"), " ")
+	for _, want := range []string{
+		"run --rm --pull=never --name vastrun-canary-r1 --init --network host -e SECRET_TOKEN localhost/x:1 sh -c serve env:tok-9f8e7d6c",
+		"exec -e A vastrun-canary-r1 sh -c probe",
+		"kill --signal TERM vastrun-canary-r1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("argv %q lacks %q", got, want)
+		}
+	}
+	if strings.Contains(strings.ReplaceAll(got, "env:tok-9f8e7d6c", ""), "tok-9f8e7d6c") {
+		t.Fatalf("a value reached argv: %s", got)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,14 +15,18 @@ import (
 
 const fixtures = "../../testdata/canary-repos"
 
-// What a maintainer of each fixture shape would accept from init.
+// What a maintainer of each fixture shape would accept from init. Every
+// fixture repository is here: init's output for each must be a contract
+// validate accepts.
 func TestInitFixtures(t *testing.T) {
-	for _, tc := range []struct {
+	type fixture struct {
 		repo, image, unit, smoke, health string
 		ports                            []int
 		env                              map[string]string
 		secrets, upload, notInputs       []string
-	}{
+		clientOnly, notSources           []string
+	}
+	cases := []fixture{
 		{
 			repo: "poetry-gpu", image: "ghcr.io/example/asr-demo:latest-gpu", unit: "poetry run pytest", smoke: "asr-demo",
 			ports: []int{9000}, env: map[string]string{"ASR_MODEL": "base", "ASR_ENGINE": "faster_whisper"},
@@ -47,7 +52,31 @@ func TestInitFixtures(t *testing.T) {
 			repo: "server-only", smoke: "python3 serve.py --host 0.0.0.0 --port 8080", ports: []int{8080},
 			env: map[string]string{}, upload: []string{"serve.py"},
 		},
-	} {
+		{
+			// Two compose files (one an observability stack) and two
+			// services (dev tools first by name, then serving): the
+			// service that builds the Dockerfile and reserves the GPU
+			// serves; Grafana's port and settings stay out; COPY *.py is
+			// expanded; the health route comes from server.py; the client
+			// script's key is optional, not a secret.
+			repo: "compose-dev-serving", image: "ghcr.io/example/tinyserve:latest", unit: "make test", smoke: "python3 server.py",
+			health: "http://localhost:8000/health", ports: []int{8000},
+			env: map[string]string{"LOG_LEVEL": "info", "MODEL_NAME": "tiny"}, upload: []string{"model.py", "prompts", "server.py"},
+			notInputs:  []string{"GF_AUTH_ANONYMOUS_ENABLED", "JUPYTER_TOKEN", "OPENAI_API_KEY", "MODEL_MAX_TOKENS", "SERVER_URL"},
+			clientOnly: []string{"OPENAI_API_KEY", "SERVER_URL"},
+			notSources: []string{"compose.observability.yaml", "Dockerfile.dev", "scripts/client.py"},
+		},
+	}
+	ents, err := os.ReadDir(fixtures)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() && !slices.ContainsFunc(cases, func(c fixture) bool { return c.repo == e.Name() }) {
+			t.Errorf("fixture %s has no expectations here", e.Name())
+		}
+	}
+	for _, tc := range cases {
 		t.Run(tc.repo, func(t *testing.T) {
 			p, err := Init(filepath.Join(fixtures, tc.repo))
 			if err != nil {
@@ -63,6 +92,14 @@ func TestInitFixtures(t *testing.T) {
 			for _, n := range tc.notInputs {
 				if contains(c.EnvNames, n) {
 					t.Errorf("%s is proposed as an input: %v", n, c.EnvNames)
+				}
+			}
+			if strings.Join(p.ClientOnly, ",") != strings.Join(tc.clientOnly, ",") {
+				t.Errorf("client-only names %v, want %v", p.ClientOnly, tc.clientOnly)
+			}
+			for _, f := range tc.notSources {
+				if contains(p.Sources, f) {
+					t.Errorf("%s was read into the proposal: %v", f, p.Sources)
 				}
 			}
 			// The whole proposal, with a pinned image, is a contract

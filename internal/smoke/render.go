@@ -12,7 +12,7 @@ import (
 // canaryBlock is the canary: section as proposed: only what was found.
 type canaryBlock struct {
 	Unit       string   `yaml:"unit,omitempty"`
-	Smoke      string   `yaml:"smoke"`
+	Smoke      string   `yaml:"smoke,omitempty"`
 	ExpectExit int      `yaml:"expect_exit"`
 	Ports      []int    `yaml:"ports,omitempty"`
 	HealthURL  string   `yaml:"health_url,omitempty"`
@@ -63,6 +63,9 @@ func (p Proposal) Render(have map[string]bool) string {
 		Ports: p.Canary.Ports, HealthURL: p.Canary.HealthURL, EnvNames: p.Canary.EnvNames,
 	}})
 	b.Write(out)
+	if p.Check() != nil {
+		b.WriteString("  # smoke: not found in the repository: the command that starts the server or runs the smoke\n")
+	}
 	if p.Canary.IsServer() {
 		b.WriteString("  # The smoke is a server; probe it once it is ready, e.g.:\n  # request:\n  #   method: POST\n  #   url: http://localhost:PORT/...\n  #   body: '{...}'\n  #   expect_status: 200\n")
 	}
@@ -71,6 +74,9 @@ func (p Proposal) Render(have map[string]bool) string {
 	}
 	if len(p.Optional) > 0 {
 		fmt.Fprintf(&b, "# Read from the environment, with defaults in the code: %s\n", strings.Join(p.Optional, ", "))
+	}
+	if len(p.ClientOnly) > 0 {
+		fmt.Fprintf(&b, "# Read only by code the server does not import (clients, tools), so optional, not inputs: %s\n", strings.Join(p.ClientOnly, ", "))
 	}
 	notes := append([]string{}, p.Notes...)
 	sort.Strings(notes)

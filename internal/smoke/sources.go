@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -23,158 +22,6 @@ func gpuVariant(name string) bool {
 		}
 	}
 	return false
-}
-
-// composeFiles lists the compose files in dir, GPU variants first, then
-// the plain ones, then other variants (compose.cpu.yaml last).
-func composeFiles(dir string) []string {
-	var gpu, plain, other []string
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		n := e.Name()
-		l := strings.ToLower(n)
-		if e.IsDir() || !(strings.HasPrefix(l, "compose") || strings.HasPrefix(l, "docker-compose")) || !(strings.HasSuffix(l, ".yaml") || strings.HasSuffix(l, ".yml")) {
-			continue
-		}
-		switch {
-		case gpuVariant(n):
-			gpu = append(gpu, n)
-		case l == "compose.yaml" || l == "compose.yml" || l == "docker-compose.yaml" || l == "docker-compose.yml":
-			plain = append(plain, n)
-		default:
-			other = append(other, n)
-		}
-	}
-	return append(append(gpu, plain...), other...)
-}
-
-// composeService is the part of a compose service init reads.
-type composeService struct {
-	name        string
-	Image       string `yaml:"image"`
-	Build       any    `yaml:"build"` // "dir" or {context, dockerfile, target}
-	Ports       []any  `yaml:"ports"`
-	Environment any    `yaml:"environment"`
-	EnvFile     any    `yaml:"env_file"` // "file", ["a", "b"] or [{path: a}]
-	Healthcheck struct {
-		Test any `yaml:"test"`
-	} `yaml:"healthcheck"`
-}
-
-func (s composeService) build() (context, dockerfile, target string) {
-	switch b := s.Build.(type) {
-	case string:
-		return b, "", ""
-	case map[string]any:
-		str := func(k string) string { v, _ := b[k].(string); return v }
-		return str("context"), str("dockerfile"), str("target")
-	}
-	return "", "", ""
-}
-
-func (s composeService) envFiles() []string {
-	var out []string
-	switch v := s.EnvFile.(type) {
-	case string:
-		out = append(out, v)
-	case []any:
-		for _, x := range v {
-			switch y := x.(type) {
-			case string:
-				out = append(out, y)
-			case map[string]any:
-				if p, ok := y["path"].(string); ok {
-					out = append(out, p)
-				}
-			}
-		}
-	}
-	return out
-}
-
-// readCompose parses one compose file's services, sorted by name.
-func readCompose(path string) ([]composeService, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var doc struct {
-		Services map[string]composeService `yaml:"services"`
-	}
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
-	}
-	var out []composeService
-	for name, s := range doc.Services {
-		s.name = name
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out, nil
-}
-
-// servedService picks the service that serves: the first with ports,
-// else the first with a healthcheck, else the first given an environment
-// (env_file or environment:), else the first built here, else the first.
-func servedService(svcs []composeService) (composeService, bool) {
-	if len(svcs) == 0 {
-		return composeService{}, false
-	}
-	for _, pick := range []func(composeService) bool{
-		func(s composeService) bool { return len(s.Ports) > 0 },
-		func(s composeService) bool { return s.Healthcheck.Test != nil },
-		func(s composeService) bool { return s.EnvFile != nil || s.Environment != nil },
-		func(s composeService) bool { return s.Build != nil },
-	} {
-		for _, s := range svcs {
-			if pick(s) {
-				return s, true
-			}
-		}
-	}
-	return svcs[0], true
-}
-
-// containerPort reads the container side of a compose port mapping.
-func containerPort(p any) (int, bool) {
-	if m, ok := p.(map[string]any); ok {
-		p = m["target"]
-	}
-	s := fmt.Sprint(p)
-	parts := strings.Split(strings.Split(s, "/")[0], ":")
-	n, err := strconv.Atoi(parts[len(parts)-1])
-	return n, err == nil && n > 0 && n < 65536
-}
-
-// composeEnv reads environment: as name → literal value ("" when none
-// or when it interpolates the caller's shell).
-func composeEnv(v any) map[string]string {
-	out := map[string]string{}
-	put := func(k, val string, has bool) {
-		if !isName(k) {
-			return
-		}
-		if !has || strings.Contains(val, "${") || strings.HasPrefix(val, "$") {
-			val = ""
-		}
-		out[k] = val
-	}
-	switch env := v.(type) {
-	case []any:
-		for _, e := range env {
-			k, val, has := strings.Cut(fmt.Sprint(e), "=")
-			put(k, val, has)
-		}
-	case map[string]any:
-		for k, val := range env {
-			if val == nil {
-				put(k, "", false)
-			} else {
-				put(k, fmt.Sprint(val), true)
-			}
-		}
-	}
-	return out
 }
 
 // readEnvFile reads NAME=value lines of a .env-style file.
@@ -206,17 +53,19 @@ func readEnvFile(path string) map[string]string {
 	return out
 }
 
-// secretLike reports whether a name looks like it holds a credential.
+// secretLike reports whether a name looks like it holds a credential: a
+// word of it (split at _ and -) is or ends in TOKEN, SECRET, PASSWORD,
+// PASSWD, APIKEY or CREDENTIAL(S), or is KEY. MAX_TOKENS and TOKENIZER are
+// settings, not credentials.
 func secretLike(name string) bool {
-	n := strings.ToUpper(name)
-	for _, w := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIAL"} {
-		if strings.Contains(n, w) {
-			return true
-		}
-	}
-	for _, part := range strings.Split(n, "_") {
+	for _, part := range strings.FieldsFunc(strings.ToUpper(name), func(r rune) bool { return r == '_' || r == '-' }) {
 		if part == "KEY" {
 			return true
+		}
+		for _, w := range []string{"TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIAL", "CREDENTIALS"} {
+			if strings.HasSuffix(part, w) {
+				return true
+			}
 		}
 	}
 	return false
@@ -263,46 +112,58 @@ func readCI(dir string) (ciFindings, bool) {
 		if yaml.Unmarshal(b, &wf) != nil {
 			continue
 		}
-		jobs := make([]string, 0, len(wf.Jobs))
-		for j := range wf.Jobs {
-			jobs = append(jobs, j)
-		}
-		sort.Strings(jobs)
-		for _, j := range jobs {
-			job := wf.Jobs[j]
-			for _, st := range job.Steps {
-				if strings.Contains(st.Run, "docker") {
-					continue
+		if f, ok := ciTestStep(wf); ok {
+			f.file = filepath.ToSlash(mustRel(dir, p))
+			for _, sm := range secretRef.FindAllStringSubmatch(string(b), -1) {
+				if sm[1] != "GITHUB_TOKEN" && !contains(f.secrets, sm[1]) {
+					f.secrets = append(f.secrets, sm[1])
 				}
-				m := testRun.FindStringSubmatch(st.Run)
-				if m == nil {
-					continue
-				}
-				f := ciFindings{file: filepath.ToSlash(mustRel(dir, p)), unit: strings.TrimSpace(m[1]), env: map[string]string{}}
-				for _, src := range []map[string]any{wf.Env, job.Env, st.Env} {
-					for k, v := range src {
-						s := fmt.Sprint(v)
-						if sm := secretRef.FindStringSubmatch(s); sm != nil {
-							f.secrets = append(f.secrets, k)
-							continue
-						}
-						if strings.Contains(s, "${{") || !isName(k) || ciOnly[k] {
-							continue
-						}
-						f.env[k] = s
-					}
-				}
-				for _, sm := range secretRef.FindAllStringSubmatch(string(b), -1) {
-					if sm[1] != "GITHUB_TOKEN" && !contains(f.secrets, sm[1]) {
-						f.secrets = append(f.secrets, sm[1])
-					}
-				}
-				sort.Strings(f.secrets)
-				return f, true
 			}
+			sort.Strings(f.secrets)
+			return f, true
 		}
 	}
 	return ciFindings{}, false
+}
+
+// ciTestStep is the first step (jobs by name) that runs the tests, with
+// the env the workflow, its job and the step pass.
+func ciTestStep(wf ciWorkflow) (ciFindings, bool) {
+	jobs := make([]string, 0, len(wf.Jobs))
+	for j := range wf.Jobs {
+		jobs = append(jobs, j)
+	}
+	sort.Strings(jobs)
+	for _, j := range jobs {
+		job := wf.Jobs[j]
+		for _, st := range job.Steps {
+			m := testRun.FindStringSubmatch(st.Run)
+			if m == nil || strings.Contains(st.Run, "docker") {
+				continue
+			}
+			f := ciFindings{unit: strings.TrimSpace(m[1]), env: map[string]string{}}
+			for _, src := range []map[string]any{wf.Env, job.Env, st.Env} {
+				f.addEnv(src)
+			}
+			return f, true
+		}
+	}
+	return ciFindings{}, false
+}
+
+// addEnv reads one env: block: a secret reference names a secret, a
+// literal is an input, an expression or CI plumbing is neither.
+func (f *ciFindings) addEnv(src map[string]any) {
+	for k, v := range src {
+		s := fmt.Sprint(v)
+		switch {
+		case secretRef.MatchString(s):
+			f.secrets = append(f.secrets, k)
+		case strings.Contains(s, "${{") || !isName(k) || ciOnly[k]:
+		default:
+			f.env[k] = s
+		}
+	}
 }
 
 // ciOnly names CI plumbing that is no input of the program under test.
@@ -323,82 +184,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-var (
-	settingsClass = regexp.MustCompile(`(?m)^class\s+\w+\(\s*(?:\w+\.)?BaseSettings\s*\)\s*:`)
-	settingsField = regexp.MustCompile(`(?m)^[ \t]+([a-z_][a-z0-9_]*)\s*:\s*([^=\n]+)`)
-	envPrefix     = regexp.MustCompile(`env_prefix\s*=\s*["']([^"']*)["']`)
-	getenvCall    = regexp.MustCompile(`os\.(?:getenv|environ\.get|environ\[)\(?\s*["']([A-Za-z_][A-Za-z0-9_]*)["']`)
-)
-
-// pyEnv reads, from the Python sources, the names read from the
-// environment: pydantic settings fields (SecretStr ones are secrets) and
-// os.getenv / os.environ lookups. Settings fields have defaults in the
-// code, so only their secrets are reported as needed.
-func pyEnv(dir string) (names, secrets []string, sources []string) {
-	seen := map[string]bool{}
-	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error { //nolint:errcheck // the callback returns no error: unreadable parts are skipped
-		if err != nil {
-			return nil
-		}
-		rel := mustRel(dir, path)
-		if d.IsDir() {
-			base := d.Name()
-			if path != dir && (strings.HasPrefix(base, ".") || base == "node_modules" || base == "venv" || base == "tests" || base == "test" || base == "__pycache__" || strings.Count(rel, string(filepath.Separator)) >= 4) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".py") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil || len(b) > 1<<20 {
-			return nil
-		}
-		text := string(b)
-		found := false
-		if loc := settingsClass.FindStringIndex(text); loc != nil {
-			prefix := ""
-			if m := envPrefix.FindStringSubmatch(text); m != nil {
-				prefix = m[1]
-			}
-			body := text[loc[1]:]
-			if end := regexp.MustCompile(`(?m)^\S`).FindStringIndex(body); end != nil {
-				body = body[:end[0]]
-			}
-			for _, m := range settingsField.FindAllStringSubmatch(body, -1) {
-				if m[1] == "model_config" {
-					continue
-				}
-				name := strings.ToUpper(prefix + m[1])
-				if strings.Contains(m[2], "SecretStr") || secretLike(name) {
-					if !seen[name] {
-						seen[name] = true
-						secrets = append(secrets, name)
-					}
-					found = true
-				}
-			}
-		}
-		for _, m := range getenvCall.FindAllStringSubmatch(text, -1) {
-			if !seen[m[1]] && m[1] != "PATH" && m[1] != "HOME" {
-				seen[m[1]] = true
-				if secretLike(m[1]) {
-					secrets = append(secrets, m[1])
-				} else {
-					names = append(names, m[1])
-				}
-			}
-			found = true
-		}
-		if found {
-			sources = append(sources, filepath.ToSlash(rel))
-		}
-		return nil
-	})
-	return names, secrets, sources
 }
 
 // hasTests reports whether dir holds Python tests (test_*.py, *_test.py,

@@ -122,7 +122,7 @@ func (e *flow) localRun(ctx context.Context, script, logName string, env map[str
 func (e *flow) judgeSmoke(where string, code int, resultPath, log string) receipt.SmokeOutcome {
 	out := receipt.SmokeOutcome{Where: where, ExitCode: code, Log: log}
 	if b, err := os.ReadFile(resultPath); err == nil {
-		json.Unmarshal(e.s.Redactor.JSON(b), &out.Result)
+		json.Unmarshal(e.s.Redactor.JSON(b), &out.Result) //nolint:errcheck // a result that is not JSON is none: expect_fields then reports them missing
 	}
 	for _, f := range e.canarySpec().ExpectFields {
 		if _, ok := lookup(out.Result, f); !ok {
@@ -238,7 +238,7 @@ func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]st
 		parts := strings.Split(line, ",")
 		if len(parts) >= 3 {
 			var mem int
-			fmt.Sscan(strings.TrimSpace(parts[1]), &mem)
+			fmt.Sscan(strings.TrimSpace(parts[1]), &mem) //nolint:errcheck // a memory size nvidia-smi did not print as a number is reported as 0
 			chk.GPUs = append(chk.GPUs, receipt.GPUInfo{Name: strings.TrimSpace(parts[0]), MemoryMiB: mem, Driver: strings.TrimSpace(parts[2])})
 		}
 	}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/vastrun/vastrun/internal/container"
+	"github.com/vastrun/vastrun/internal/smoke"
 )
 
 // The container path of the canary's local smoke: build the repository's
@@ -94,12 +96,86 @@ func (e *flow) logTo(ctx context.Context, name string, fn func(io.Writer) error)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // an evidence log: the redacting writer's Close flushes first, and the step's outcome does not depend on the log
 	var sink io.Writer = f
 	if e.s.Stream != nil {
 		sink = io.MultiWriter(f, e.s.Stream)
 	}
 	w := e.s.Redactor.Writer(sink)
-	defer w.Close()
+	defer w.Close() //nolint:errcheck // an evidence log: the step's outcome does not depend on it
 	return fn(w)
+}
+
+// containerHost runs the server smoke contract in the container built from
+// the repository's Containerfile (or Dockerfile): the server with the
+// image's own ENV (as on the GPU side, which runs the image), on the
+// host's network, so that the health URL and the request's localhost mean
+// the same as on the instance. The request command, when there is one,
+// runs in the same container.
+type containerHost struct {
+	eng  *container.Engine
+	spec container.RunSpec
+	srv  *container.Serving
+}
+
+func (h *containerHost) Run(ctx context.Context, script string, env map[string]string, log io.Writer) (int, error) {
+	if h.srv == nil {
+		return -1, errors.New("the server's container was not started")
+	}
+	return h.srv.Exec(ctx, []string{"sh", "-c", script}, env, log)
+}
+
+func (h *containerHost) Start(_ context.Context, script string, env map[string]string, log io.Writer) (smoke.Process, error) {
+	spec := h.spec
+	spec.Command, spec.Env = []string{"sh", "-c", script}, env
+	srv, err := h.eng.Serve(spec, log)
+	if err != nil {
+		return nil, err
+	}
+	h.srv = srv
+	return servingProc{srv}, nil
+}
+
+func (h *containerHost) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+// remove leaves no container behind, whatever happened.
+func (h *containerHost) remove(ctx context.Context) error {
+	if h.srv == nil {
+		return nil
+	}
+	return h.srv.Remove(ctx)
+}
+
+// servingProc is the server's container as a smoke.Process: its pid 1 is
+// an init that passes TERM on to the server.
+type servingProc struct{ *container.Serving }
+
+func (p servingProc) Terminate(ctx context.Context) error { return p.Signal(ctx, "TERM") }
+func (p servingProc) Kill(ctx context.Context) error      { return p.Signal(ctx, "KILL") }
+
+// serverContainer builds the image and returns the host that runs the
+// server in it, with the environment the container gets: the GPU side's
+// (env:, declared secrets, VASTRUN_*), never this shell's PATH or HOME, so
+// that the image's own ENV applies on both sides.
+func (e *flow) serverContainer(ctx context.Context, eng *container.Engine, file, resultPath string, extra map[string]string) (*containerHost, map[string]string, error) {
+	tag := "localhost/vastrun-canary:" + strings.ToLower(e.s.State().RunID)
+	e.s.Infof("building the image locally with %s from %s", eng.Name, file)
+	if err := e.logTo(ctx, "build.log", func(w io.Writer) error { return eng.Build(ctx, e.s.RepoDir, file, tag, w) }); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s build: %w (see build.log)", ErrContainer, eng.Name, err)
+	}
+	env, err := e.s.TestEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	env["VASTRUN_RESULT"] = "/vastrun/" + filepath.Base(resultPath)
+	return &containerHost{eng: eng, spec: container.RunSpec{
+		Image: tag, Name: "vastrun-canary-" + strings.ToLower(e.s.State().RunID), Init: true, Network: "host",
+		Mounts: map[string]string{filepath.Dir(resultPath): "/vastrun"},
+	}}, env, nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/container"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
@@ -100,7 +101,7 @@ func (e *flow) serverSpec(env map[string]string, log, probeLog io.Writer) smoke.
 		Request:   requestOf(cc.Request),
 		Ready:     cc.HealthTimeout.Duration(),
 		Grace:     cc.Timeouts.Stop.Duration(),
-		Clock:     e.s.Clock,
+		Clock:     e.wallClock(),
 		Log:       log,
 		ProbeLog:  probeLog,
 	}
@@ -117,7 +118,7 @@ func (e *flow) evidenceLog(name string) (io.Writer, func(), error) {
 		sink = io.MultiWriter(f, e.s.Stream)
 	}
 	w := e.s.Redactor.Writer(sink)
-	return w, func() { w.Close(); f.Close() }, nil
+	return w, func() { w.Close(); f.Close() }, nil //nolint:errcheck // an evidence log: the step's outcome does not depend on it
 }
 
 // serverOutcome turns a server smoke report into the smoke outcome.
@@ -148,19 +149,28 @@ const defaultLocalStep = 10 * time.Minute
 // errStepTimeout ends a local step that ran past its canary.timeouts bound.
 var errStepTimeout = errors.New("the local step ran past its timeout")
 
-// withClockTimeout is context.WithTimeout on the engine's clock, so that a
-// test's clock decides when a local step is too long. A local step runs in
-// real time even when the simulator's clock is scaled (--sim), so there
-// the bound is stretched by the scale: canary.timeouts mean wall seconds.
-func (e *flow) withClockTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if sc, ok := e.s.Clock.(*clock.Scaled); ok && sc.Factor > 1 {
-		d = time.Duration(float64(d) * sc.Factor)
+// wallClock is the clock of what runs in real time whatever the
+// simulator's speed: the local steps, and the server smoke's own waits
+// (health_timeout, the TERM→KILL grace) on both sides. Under --sim the
+// engine's clock is scaled (a minute of it lasts 2 s), but a server still
+// starts, loads and answers in real time, so those bounds are wall time. A
+// test's fake clock is kept, so that tests drive them without waiting.
+func (e *flow) wallClock() clock.Clock {
+	if _, scaled := e.s.Clock.(*clock.Scaled); scaled {
+		return clock.Real{}
 	}
+	return e.s.Clock
+}
+
+// withClockTimeout is context.WithTimeout on wallClock, so that a test's
+// clock decides when a local step is too long, and canary.timeouts and
+// timeouts.job mean wall time under --sim too.
+func (e *flow) withClockTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		select {
 		case <-ctx.Done():
-		case <-e.s.Clock.After(d):
+		case <-e.wallClock().After(d):
 			cancel(errStepTimeout)
 		}
 	}()
@@ -169,12 +179,14 @@ func (e *flow) withClockTimeout(ctx context.Context, d time.Duration) (context.C
 
 func timedOut(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errStepTimeout) }
 
-// localServerSmoke runs the server smoke contract on this machine.
+// localServerSmoke runs the server smoke contract on this machine: in the
+// container built from the repository's Containerfile when an engine
+// answers (localContainer decides, as for a plain smoke), else on the host.
 func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, resultPath string, allowFailure bool) error {
 	cc := e.canarySpec()
-	env, err := e.localEnv(extra)
+	eng, file, note, err := e.localContainer(ctx)
 	if err != nil {
-		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", ErrLocalFailed, err)}
+		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: err}
 	}
 	log, closeLog, err := e.evidenceLog("local-smoke.log")
 	if err != nil {
@@ -187,10 +199,27 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 	}
 	defer closeProbe()
 	limit := localTimeout(cc.Timeouts.Smoke.Duration())
-	e.report.LocalNote = "the server smoke ran directly on this host in CPU mode"
-	e.s.Infof("local server smoke (host-cpu): %s", cc.Smoke)
+	// Build and run are bounded together by canary.timeouts.smoke.
 	sctx, cancel := e.withClockTimeout(ctx, limit)
-	rep, result := smoke.RunServer(sctx, smoke.Local{Dir: e.s.RepoDir}, e.serverSpec(env, log, probe), cc.ExpectExit)
+	defer cancel()
+	where, host, env, err := e.localServerHost(sctx, eng, file, note, resultPath, extra)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e.report.Local = receipt.SmokeOutcome{Where: where, ExitCode: -1, Log: "build.log", TimedOut: timedOut(sctx)}
+		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: %w", ErrLocalFailed, err)}
+	}
+	if ch, ok := host.(*containerHost); ok {
+		// The server is stopped by RunServer; this removes what is
+		// left of its container whatever happened.
+		defer func() {
+			if err := ch.remove(context.WithoutCancel(ctx)); err != nil {
+				e.captureFailed("the removal of the local server's container", err)
+			}
+		}()
+	}
+	rep, result := smoke.RunServer(sctx, host, e.serverSpec(env, log, probe), cc.ExpectExit)
 	late := timedOut(sctx)
 	cancel()
 	if ctx.Err() != nil {
@@ -198,10 +227,10 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 	}
 	if result == nil && (!cc.Request.IsSet() || cc.Request.Command != "") {
 		if b, err := os.ReadFile(resultPath); err == nil {
-			json.Unmarshal(e.s.Redactor.JSON(b), &result)
+			json.Unmarshal(e.s.Redactor.JSON(b), &result) //nolint:errcheck // a result that is not JSON is none: expect_fields then reports them missing
 		}
 	}
-	out := e.serverOutcome("host-cpu", rep, result, "local-smoke.log")
+	out := e.serverOutcome(where, rep, result, "local-smoke.log")
 	if late {
 		out.Passed, out.TimedOut = false, true
 		rep.Error = fmt.Sprintf("the smoke ran past canary.timeouts.smoke %s and was stopped", limit)
@@ -219,6 +248,28 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: server smoke: %s", ErrLocalFailed, why)}
 	}
 	return nil
+}
+
+// localServerHost is where the local server runs: the container (where is
+// the engine's name) or this host ("host-cpu", with the note saying why).
+func (e *flow) localServerHost(ctx context.Context, eng *container.Engine, file, note, resultPath string, extra map[string]string) (where string, host smoke.Host, env map[string]string, err error) {
+	cmd := e.canarySpec().Smoke
+	if eng != nil {
+		ch, env, err := e.serverContainer(ctx, eng, file, resultPath, extra)
+		if err != nil {
+			return eng.Name, nil, nil, err
+		}
+		e.s.Infof("local server smoke (%s, CPU mode): %s", eng.Name, cmd)
+		return eng.Name, ch, env, nil
+	}
+	env, err = e.localEnv(extra)
+	if err != nil {
+		return "host-cpu", nil, nil, err
+	}
+	e.report.LocalNote = note
+	e.s.Infof("%s", note)
+	e.s.Infof("local server smoke (host-cpu): %s", cmd)
+	return "host-cpu", smoke.Local{Dir: e.s.RepoDir}, env, nil
 }
 
 // gpuServerSmoke runs the same contract on the instance itself, under
