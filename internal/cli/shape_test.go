@@ -39,6 +39,8 @@ var shapeArgs = map[string]string{
 	"vastrun exec":               "-- true",
 	"vastrun init":               "",
 	"vastrun logs":               "",
+	"vastrun plan":               "",
+	"vastrun apply":              "plan.json",
 	"vastrun offers":             "",
 	"vastrun publish":            "",
 	"vastrun reap":               "",
