@@ -39,6 +39,7 @@ var shapeArgs = map[string]string{
 	"vastrun exec":               "-- true",
 	"vastrun init":               "",
 	"vastrun logs":               "",
+	"vastrun mcp":                "",
 	"vastrun plan":               "",
 	"vastrun apply":              "plan.json",
 	"vastrun offers":             "",
