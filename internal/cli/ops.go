@@ -448,7 +448,9 @@ func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 		}
 	}
 	if f.JSON {
-		json.NewEncoder(f.IO.Out).Encode(report)
+		if err := json.NewEncoder(f.IO.Out).Encode(report); err != nil {
+			return err
+		}
 	}
 	if len(risky) == 0 {
 		f.IO.Infof("key permissions look scoped for CI")

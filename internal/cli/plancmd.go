@@ -199,7 +199,7 @@ func runPlan(ctx context.Context, opts *PlanOptions) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(scratch)
+	defer os.RemoveAll(scratch) //nolint:errcheck // scratch under the temp dir: a leftover costs nothing and the plan stands
 	cfg.StateDir, cfg.State, o.State = filepath.Join(scratch, "state"), "", ""
 	o.EvidenceDir = filepath.Join(scratch, "evidence")
 	pr, err := plannedEngine(ctx, f, o, cfg, opts.Kind)
@@ -234,7 +234,9 @@ func runPlan(ctx context.Context, opts *PlanOptions) error {
 		}
 		f.IO.Infof("nothing was rented; show the plan to whoever approves, then: vastrun apply %s", opts.Out)
 	}
-	env.AppendSummary("## vastrun plan\n\n```\n" + strings.Join(summary, "\n") + "\n```\n\nApply it with `vastrun apply " + opts.Out + " --sha256 " + p.SHA256 + "`.\n")
+	if err := env.AppendSummary("## vastrun plan\n\n```\n" + strings.Join(summary, "\n") + "\n```\n\nApply it with `vastrun apply " + opts.Out + " --sha256 " + p.SHA256 + "`.\n"); err != nil {
+		f.IO.Infof("warning: could not write the job summary: %v", err)
+	}
 	if f.JSON {
 		_, err = f.IO.Out.Write(f.IO.Redactor().JSON(b))
 		return err

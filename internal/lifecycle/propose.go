@@ -61,7 +61,7 @@ func Propose(ctx context.Context, s *Scope, f Flow, skipGate bool) (*Proposal, e
 	if err := s.Begin(f.Name); err != nil {
 		return nil, err
 	}
-	defer s.Close()
+	defer s.Close() //nolint:errcheck // a scratch run's journal: nothing was rented, and the plan does not depend on it
 	if err := os.MkdirAll(s.EvidenceDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create evidence directory: %w", err)
 	}
