@@ -99,14 +99,10 @@ func Propose(ctx context.Context, s *Scope, f Flow, skipGate bool) (*Proposal, e
 // drafts of one configuration at one commit are equal, whenever and
 // wherever they are made. Nothing is written.
 func Draft(ctx context.Context, d *Deps, f Flow) Manifest {
-	s := New(d)
+	own := *d // the caller's wiring stays as it is
+	own.Workflow, own.EvidenceDir = f.Name, ""
+	s := New(&own)
 	s.flow = &f
-	workflow := d.Workflow
-	d.Workflow = f.Name
-	defer func() { d.Workflow = workflow }()
-	evidence := d.EvidenceDir
-	d.EvidenceDir = ""
-	defer func() { d.EvidenceDir = evidence }()
 	m := draft(ctx, s, "", "")
 	neutral(&m)
 	return m
