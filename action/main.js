@@ -3,8 +3,8 @@ const lib = require('./lib');
 
 async function main() {
   const command = lib.input('command', 'ci');
-  if (!['ci', 'up', 'down', 'reap', 'install'].includes(command)) {
-    console.log(`::error title=vastrun::unknown command "${command}" (use ci, up, down, reap or install)`);
+  if (!['ci', 'up', 'down', 'reap', 'install', 'plan', 'apply'].includes(command)) {
+    console.log(`::error title=vastrun::unknown command "${command}" (use ci, up, down, reap, plan, apply or install)`);
     process.exitCode = 2;
     return;
   }
@@ -19,8 +19,13 @@ async function main() {
     lib.setOutput('vastrun-path', bin);
     return;
   }
-  const args = [command, '--yes', '--json'];
-  if (command === 'ci' || command === 'up') args.push('-f', lib.input('config', 'vastrun.yaml'));
+  // plan rents nothing and needs no yes; apply runs exactly the saved
+  // plan, and with plan-sha256 only if it is the approved one.
+  const planFile = lib.input('plan', 'plan.json');
+  const args = command === 'plan' ? ['plan', lib.input('workflow', 'ci'), '-o', planFile, '--json']
+    : command === 'apply' ? ['apply', planFile, '--yes', '--json'] : [command, '--yes', '--json'];
+  if (['ci', 'up', 'plan'].includes(command)) args.push('-f', lib.input('config', 'vastrun.yaml'));
+  if (command === 'apply' && lib.input('plan-sha256')) args.push('--sha256', lib.input('plan-sha256'));
   if (lib.input('evidence-dir')) args.push('--evidence-dir', lib.input('evidence-dir'));
   if (lib.input('sim') === 'true') args.push('--sim');
   args.push(...extra);
@@ -37,6 +42,9 @@ async function main() {
   const inst = doc.instance_id || (doc.attempts && doc.attempts.length ? doc.attempts[doc.attempts.length - 1].instance_id : '');
   if (inst) lib.setOutput('instance-id', String(inst));
   if (doc.evidence_dir) lib.setOutput('receipt', `${doc.evidence_dir}/receipt.json`);
+  // plan's document is the plan (its sha256); apply's receipt names it.
+  const planSHA = command === 'plan' ? doc.sha256 : doc.plan_sha256;
+  if (planSHA) lib.setOutput('plan-sha256', planSHA);
   lib.setOutput('vastrun-path', bin);
   // The post step cleans up only if main did not finish its own teardown.
   lib.saveState('main_exit', String(res.code));

@@ -10,7 +10,7 @@ async function post() {
   const labels = lib.stateLabels();
   const finished = exit !== '';
   const keep = command === 'up' && exit === '0'; // up keeps its instance for later jobs
-  if (keep || (finished && exit !== '7') || ['down', 'reap', 'install'].includes(command)) {
+  if (keep || (finished && exit !== '7') || ['down', 'reap', 'install', 'plan'].includes(command)) {
     console.log('vastrun post: nothing to clean up');
     return;
   }

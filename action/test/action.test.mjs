@@ -131,3 +131,38 @@ test('main refuses an unknown command', async () => {
   assert.equal(code, 2);
   assert.match(stdout, /unknown command/);
 });
+
+test('plan then apply: the plan job rents nothing; apply runs only the approved hash', async () => {
+  const dir = workdir('plan-apply');
+  const ready = path.join(dir, 'sim.json');
+  const sim = spawn(bin, ['sim', 'serve', '--ready-file', ready, '--speed', '60', '--sim-key', 'simkey'], { stdio: 'ignore' });
+  try {
+    await until(() => fs.existsSync(ready), 'simulator');
+    const { url } = JSON.parse(fs.readFileSync(ready, 'utf8'));
+    const rented = async () => { const s = await (await fetch(`${url}/_sim/state`)).json(); return s.live.length + (s.destroyed || []).length; };
+    const env = { VAST_URL: url, 'INPUT_VAST-API-KEY': 'simkey', INPUT_PLAN: 'plan.json' };
+    const plan = await node('main.js', dir, baseEnv(dir, { ...env, INPUT_COMMAND: 'plan', INPUT_CONFIG: 'vastrun.yaml' })).done;
+    assert.equal(plan.code, 0, plan.stdout);
+    const sha = kv(path.join(dir, 'out'))['plan-sha256'];
+    assert.match(sha, /^[0-9a-f]{64}$/);
+    assert.equal(JSON.parse(fs.readFileSync(path.join(dir, 'plan.json'), 'utf8')).sha256, sha);
+    assert.equal(await rented(), 0, 'plan rented');
+    const postPlan = await node('post.js', dir, { ...baseEnv(dir), ...stateEnv(dir) }).done;
+    assert.match(postPlan.stdout, /nothing to clean up/);
+
+    fs.writeFileSync(path.join(dir, 'out'), '');
+    const other = await node('main.js', dir, baseEnv(dir, { ...env, INPUT_COMMAND: 'apply', 'INPUT_PLAN-SHA256': '0'.repeat(64) })).done;
+    assert.equal(other.code, 2, 'a plan other than the approved one applied');
+    assert.equal(await rented(), 0);
+
+    fs.writeFileSync(path.join(dir, 'out'), '');
+    const apply = await node('main.js', dir, baseEnv(dir, { ...env, INPUT_COMMAND: 'apply', 'INPUT_PLAN-SHA256': sha })).done;
+    assert.equal(apply.code, 0, apply.stdout);
+    const out = kv(path.join(dir, 'out'));
+    assert.equal(out.outcome, 'passed');
+    assert.equal(out['plan-sha256'], sha);
+    assert.equal(await rented(), 1);
+  } finally {
+    sim.kill('SIGINT');
+  }
+});

@@ -34,6 +34,8 @@ var layout = map[string][]string{
 	"internal/journal":               {},
 	"internal/label":                 {},
 	"internal/policy":                {"internal/provider"},
+	"internal/plan":                  {"internal/spec"}, // a saved plan binds the spec the run will freeze, and names the fields that changed
+	"internal/mcpserver":             {"internal/plan"}, // the tools run commands through the CLI's Runner; apply reads the plan it asks the operator about
 	"internal/poll":                  {"internal/clock", "internal/provider"},
 	"internal/preflight":             {"internal/config", "internal/policy", "internal/provider", "internal/redact", "internal/text", "internal/workdir"}, // workdir: uploads must lie inside the repository
 	"internal/progress":              {"internal/clock"},
@@ -154,6 +156,36 @@ func TestRunReadersStandOffTheCore(t *testing.T) {
 				}
 				queue = append(queue, own)
 			}
+		}
+	}
+}
+
+// The MCP server acts only through vastrun's commands (its Runner): it
+// reaches neither the lifecycle core nor a marketplace client, so a tool
+// cannot rent or destroy except as the command it runs would, approval
+// included.
+func TestMCPServerActsOnlyThroughCommands(t *testing.T) {
+	all := imports(t)
+	if _, ok := all["internal/mcpserver"]; !ok {
+		t.Fatal("internal/mcpserver: no such package: update this test")
+	}
+	seen := map[string]bool{"internal/mcpserver": true}
+	queue := []string{"internal/mcpserver"}
+	for len(queue) > 0 {
+		pkg := queue[0]
+		queue = queue[1:]
+		for _, imp := range all[pkg] {
+			own, ours := strings.CutPrefix(imp, module)
+			if !ours || seen[own] {
+				continue
+			}
+			seen[own] = true
+			for _, banned := range []string{"internal/cli", "internal/lifecycle", "internal/provider/vast", "internal/provider/sim", "internal/provider/retry"} {
+				if own == banned {
+					t.Errorf("internal/mcpserver reaches %s (through %s): its tools act only through vastrun's commands", own, pkg)
+				}
+			}
+			queue = append(queue, own)
 		}
 	}
 }

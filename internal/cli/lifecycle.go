@@ -37,6 +37,9 @@ type WorkflowOptions struct {
 	State     string
 	WaitLease time.Duration
 	team      *team.Controller
+	// applying, when set, is the saved plan the run applies: the
+	// engine's approver is bound to it (plancmd.go).
+	applying *appliedPlan
 }
 
 func (o *WorkflowOptions) addFlags(cmd *cobra.Command, withConfig bool) {
@@ -128,6 +131,9 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
 	})
 	e.Approve = approver(f.IO, o.Yes, func() string { return e.Workflow })
+	if o.applying != nil {
+		e.Approve = o.applying.approver(f, o.Yes, e)
+	}
 	if d := f.startProgress(env); d != nil {
 		e.Observer, e.Stream = d, d.Writer()
 	}

@@ -439,8 +439,18 @@ func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 		f.IO.Infof("warning: could not find this key (id %d) among the account's keys; cannot check its permissions", u.KeyID)
 	}
 	report := map[string]any{"schema": "vastrun.doctor/v1", "ci": env.System, "event": env.EventName, "key_id": u.KeyID, "risky_permissions": risky, "simulated": f.Sim}
+	if ro, known := janitor.KeyReadOnly(keys, u.KeyID); known {
+		report["read_only"] = ro
+		if ro {
+			f.IO.Infof("the key is read-only: enough for plan, offers, validate and status; apply and down need instance_write (docs/approval.md)")
+		} else {
+			f.IO.Infof("the key can rent and destroy: keep it where apply runs, and give agents a read-only key (docs/approval.md)")
+		}
+	}
 	if f.JSON {
-		json.NewEncoder(f.IO.Out).Encode(report)
+		if err := json.NewEncoder(f.IO.Out).Encode(report); err != nil {
+			return err
+		}
 	}
 	if len(risky) == 0 {
 		f.IO.Infof("key permissions look scoped for CI")

@@ -118,7 +118,7 @@ Exit codes are documented in docs/exit-codes.md.`,
 		NewCmdCI(f, nil), NewCmdUp(f, nil), NewCmdExec(f, nil), NewCmdDown(f, nil), NewCmdStatus(f, nil), NewCmdReap(f, nil), NewCmdDoctor(f, nil),
 		NewCmdTrain(f, nil), NewCmdResume(f, nil), NewCmdAgent(f), NewCmdCanary(f, nil), NewCmdReport(f, nil),
 		NewCmdSSH(f, nil), NewCmdValidate(f, nil), NewCmdPublish(f, nil), NewCmdRuns(f, nil), NewCmdBudget(f, nil), NewCmdSweep(f, nil),
-		NewCmdInit(f, nil), NewCmdLogs(f, nil))
+		NewCmdInit(f, nil), NewCmdLogs(f, nil), NewCmdPlan(f, nil), NewCmdApply(f, nil), NewCmdMCP(f, nil))
 	root.AddCommand(NewCmdCheckpoint(f)) // hidden developer tool
 	usageForGroups(root)
 	guardSimSplit(root, f)

@@ -133,6 +133,28 @@ func LiveStatus(in provider.Instance, err error) (live, readErr string) {
 // RiskyCategories are permissions a CI key should not hold.
 var RiskyCategories = []string{"billing_write", "user_write", "team_write", "machine_write"}
 
+// KeyReadOnly says whether the key with id may change nothing (no *_write
+// category, not full access): enough for plan, offers, validate and
+// status, never for apply or down. known is false when the key is not
+// among the account's keys.
+func KeyReadOnly(keys []provider.APIKeyInfo, id int64) (readOnly, known bool) {
+	for _, k := range keys {
+		if k.ID != id {
+			continue
+		}
+		if k.Full {
+			return false, true
+		}
+		for c := range k.Permissions {
+			if strings.HasSuffix(c, "_write") {
+				return false, true
+			}
+		}
+		return true, true
+	}
+	return false, false
+}
+
 // KeyScope says what the key with id may do beyond what vastrun needs.
 // known is false when the key is not among the account's keys, so its
 // permissions cannot be judged (a warning, never a pass by default).

@@ -124,6 +124,11 @@ type Deps struct {
 	SSHKeepAlive time.Duration
 	// Observer, when set, is told of every phase change (live progress).
 	Observer progress.Observer
+	// PreferOffer, when set, is chosen over cheaper offers while it is
+	// eligible, and PlanSHA256 names the saved plan the run applies
+	// (journaled with the approval, and in the receipt): see propose.go.
+	PreferOffer provider.OfferID
+	PlanSHA256  string
 }
 
 // Run is one run: its journal, the state replayed from it, its frozen spec
@@ -496,6 +501,7 @@ func selectOffer(ctx context.Context, e *Scope, exclude []int64) (*provider.Offe
 		return nil, &StepError{Step: stepSelect, Err: err}
 	}
 	chosen, decisions := policy.Select(p, offers)
+	chosen = preferOffer(chosen, decisions, e.PreferOffer)
 	e.selected = decisions
 	writeSelection(e.EvidenceDir, decisions)
 	if chosen == nil {
@@ -570,7 +576,11 @@ func approve(e *Scope, o provider.Offer, attempt int) error {
 		}
 		return &StepError{Step: stepApprove, Outcome: OutcomeNotApproved, Err: ErrNeedsApproval}
 	}
-	return e.Record("done", stepApprove, map[string]any{"offer_id": o.ID, "dph_total": dph, "worst_case_usd": plan.WorstCase})
+	done := map[string]any{"offer_id": o.ID, "dph_total": dph, "worst_case_usd": plan.WorstCase}
+	if e.PlanSHA256 != "" {
+		done["plan_sha256"] = e.PlanSHA256
+	}
+	return e.Record("done", stepApprove, done)
 }
 
 // New starts a run's scope on its wiring; Begin or Open then gives it a

@@ -141,7 +141,7 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 	st := e.state
 	r := &receipt.Receipt{
 		Schema: receipt.Schema, Workflow: e.Workflow, RunID: st.RunID, Label: st.Label, Outcome: outcome,
-		Simulated: e.Simulated, SimInstance: e.SimInstance, Commit: e.manifest.Commit, Image: receiptImage(e), ManifestSHA256: st.ManifestHash,
+		Simulated: e.Simulated, SimInstance: e.SimInstance, PlanSHA256: e.PlanSHA256, Commit: e.manifest.Commit, Image: receiptImage(e), ManifestSHA256: st.ManifestHash,
 		Attempts: chargedAttempts(st.Attempts, charged), Verify: e.verifyRep, Timings: e.timings, Cost: e.cost,
 		StartedAt: st.Started, FinishedAt: e.Now().UTC(), EvidenceDir: e.EvidenceDir, EvidenceUpload: e.evidenceUp,
 		CI: receipt.CI{System: e.CI.System, RunID: e.CI.RunID, RunURL: e.CI.RunURL, Repo: e.CI.Repo, Ref: e.CI.Ref, Event: e.CI.EventName},

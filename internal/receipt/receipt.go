@@ -19,6 +19,7 @@ type Receipt struct {
 	Error          string        `json:"error,omitempty"`
 	Simulated      bool          `json:"simulated"`
 	SimInstance    string        `json:"sim_instance,omitempty"`
+	PlanSHA256     string        `json:"plan_sha256,omitempty"` // the saved plan the run applied (vastrun apply)
 	CI             CI            `json:"ci"`
 	Commit         string        `json:"commit"`
 	Image          string        `json:"image"`

@@ -89,6 +89,12 @@ func Run(ctx context.Context, e *lifecycle.Scope, allowLocalFailure bool) (*rece
 	return lifecycle.Execute(ctx, e, newFlow(e, allowLocalFailure).Flow())
 }
 
+// NewFlow is the canary's flow on e, for a run driven by something else
+// than Run (a saved plan: lifecycle.Propose).
+func NewFlow(e *lifecycle.Scope, allowLocalFailure bool) lifecycle.Flow {
+	return newFlow(e, allowLocalFailure).Flow()
+}
+
 // Resume continues a canary run whose controller died (e opened with
 // Open), as ci.Resume does: the frozen manifest must match, a live
 // instance is re-attached to and never rented again. The local contract

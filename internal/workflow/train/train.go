@@ -64,6 +64,10 @@ func Run(ctx context.Context, e *lifecycle.Scope) (*receipt.Receipt, error) {
 	return lifecycle.Execute(ctx, e, newFlow(e).Flow())
 }
 
+// NewFlow is training's flow on e, for a run driven by something else
+// than Run (a saved plan: lifecycle.Propose).
+func NewFlow(e *lifecycle.Scope) lifecycle.Flow { return newFlow(e).Flow() }
+
 // Resume continues a run whose controller died, from its journal (e
 // opened with Open), re-attaching to a live instance instead of renting.
 // A configuration that differs from the run's frozen manifest is refused
