@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,9 +31,30 @@ func TestMain(m *testing.M) {
 	if os.Getenv(echoFormsEnv) != "" {
 		os.Exit(echoForms())
 	}
+	scenarioParallelism()
 	testscript.Main(m, map[string]func(){
 		"vastrun": func() { os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})
+}
+
+// scenarioParallel is how many scenarios run at once unless -parallel is
+// given. The scenarios wait on simulated time, remote commands and child
+// processes far more than they compute (about half a core on average
+// across the whole set), so go test's default of GOMAXPROCS (2 on CI)
+// left CI's cores mostly idle and the package close to its timeout.
+const scenarioParallel = 8
+
+func scenarioParallelism() {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	for _, a := range os.Args[1:] {
+		given = given || strings.HasPrefix(strings.TrimLeft(a, "-"), "test.parallel")
+	}
+	if f := flag.Lookup("test.parallel"); f != nil && !given {
+		if err := f.Value.Set(strconv.Itoa(max(scenarioParallel, runtime.GOMAXPROCS(0)))); err != nil {
+			panic(err)
+		}
+	}
 }
 
 func TestScripts(t *testing.T) {
