@@ -16,7 +16,7 @@ func minBids(t *testing.T, e *env, id provider.OfferID, step time.Duration, n in
 	t.Helper()
 	var out []float64
 	for range n {
-		offers, err := e.client.SearchOffers(context.Background(), provider.Query{"type": "bid", "limit": 1000})
+		offers, err := e.client.SearchOffers(context.Background(), provider.Query{"type": "bid", "id": map[string]any{"eq": int64(id)}})
 		if err != nil {
 			t.Fatal(err)
 		}
