@@ -22,7 +22,7 @@ import (
 // label, and nothing but cmd/vastrun imports cli.
 var layout = map[string][]string{
 	"cmd/vastrun":                    {"internal/cli"},
-	"internal/agent":                 {"internal/checkpoint", "internal/clock", "internal/remote", "internal/storage"}, // remote: the client's Runner speaks remote.Command; storage: the handlers open the store the request names
+	"internal/agent":                 {"internal/checkpoint", "internal/clock", "internal/poll", "internal/remote", "internal/storage"}, // remote: the client's Runner speaks remote.Command; storage: the handlers open the store the request names; poll: the dead-man switch's destroy backs off as every wait does
 	"internal/smoke":                 {"internal/clock", "internal/config", "internal/image", "internal/redact"},
 	"internal/container":             {},
 	"internal/checkpoint":            {"internal/storage"},
