@@ -48,7 +48,8 @@ var layout = map[string][]string{
 	"internal/redact":                {},
 	"internal/remote":                {"internal/clock", "internal/text"},
 	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate"}, // the runs listing and the HTML report: both read receipts and replayed journals
-	"internal/lifecycle": {"internal/cienv", "internal/clock", "internal/config", "internal/journal",
+	// agent: every rental's dead-man switch is armed and beaten by the core (deadman.go).
+	"internal/lifecycle": {"internal/agent", "internal/cienv", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
 		"internal/redact", "internal/runstate", "internal/remote", "internal/spec", "internal/storage", "internal/workdir", "internal/text"},
 	"internal/runstate":            {"internal/journal", "internal/provider", "internal/receipt"}, // the replayed state holds the receipt's attempts and outcome

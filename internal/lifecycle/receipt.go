@@ -43,6 +43,11 @@ func toWallClock(r *receipt.Receipt, sc *clock.Scaled) {
 				*t = sc.Wall(*t).UTC()
 			}
 		}
+		if c.DeadMan != nil {
+			dm := *c.DeadMan
+			dm.ArmedAt = sc.Wall(dm.ArmedAt).UTC()
+			c.DeadMan = &dm
+		}
 		attempts[i] = &c
 	}
 	r.Attempts = attempts

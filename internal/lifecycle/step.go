@@ -146,6 +146,9 @@ func uploadStep(_ context.Context, e *Scope) error {
 // unless f keeps a successful rental. It returns a receipt once the run
 // has begun.
 func Execute(ctx context.Context, s *Scope, f Flow) (rec *receipt.Receipt, err error) {
+	if err := checkDeadMan(f); err != nil {
+		return nil, err // before anything: no rental without its switch
+	}
 	if !s.opened {
 		// A new run of its own, whatever s ran before.
 		s.Run = &Run{Deps: s.Deps, flow: &f}

@@ -24,12 +24,26 @@ type Attempt struct {
 	Charged     *float64            `json:"charged_usd,omitempty"`
 	Bid         *AttemptBid         `json:"bid,omitempty"` // interruptible rentals (bids in internal/runstate, train/outbid.go)
 	BidCharge   *AttemptCharge      `json:"bid_charged,omitempty"`
+	DeadMan     *DeadMan            `json:"dead_man,omitempty"` // the on-instance switch it was armed with
 
 	IntentAt      time.Time `json:"rent_intent_at"`
 	RentedAt      time.Time `json:"rented_at,omitempty"`
 	RunningAt     time.Time `json:"running_at,omitempty"`
 	DestroySentAt time.Time `json:"destroy_sent_at,omitempty"`
 	ConfirmedAt   time.Time `json:"confirmed_at,omitempty"`
+}
+
+// DeadMan is the on-instance dead-man switch an attempt was armed with
+// (its last arming): the instance destroys itself with its own key once the
+// controller's heartbeat is older than TTL, or Bound after ArmedAt, and
+// retries the destroy until the API says it is gone.
+type DeadMan struct {
+	TTL     string    `json:"ttl"`
+	Bound   string    `json:"bound,omitempty"` // none for up: the TTL is its lease
+	ArmedAt time.Time `json:"armed_at"`
+	// SimClockSpeed: the instance counted the TTL in the simulator's time,
+	// this much faster than the wall clock (omitted on Vast).
+	SimClockSpeed float64 `json:"sim_clock_speed,omitempty"`
 }
 
 // AttemptBid is what one interruptible rental was: its bid, what the same

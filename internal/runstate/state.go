@@ -191,7 +191,8 @@ func Replay(recs []journal.Record) (*State, error) {
 // Apply updates the state from one journal record. The engine applies each
 // record as it appends it, so no step ever re-reads the journal.
 func (s *State) Apply(r journal.Record) error {
-	applyBid(s, r) // interruptible rentals' records (bids.go)
+	applyBid(s, r)     // interruptible rentals' records (bids.go)
+	applyDeadMan(s, r) // the dead-man switch's arming (deadman.go)
 	switch {
 	case r.Type == RecCondition:
 		var c Condition
