@@ -147,6 +147,9 @@ func uploadStep(_ context.Context, e *Scope) error {
 // has begun.
 func Execute(ctx context.Context, s *Scope, f Flow) (rec *receipt.Receipt, err error) {
 	if err := checkDeadMan(f); err != nil {
+		if s.opened {
+			s.Close() //nolint:errcheck // releases the opened journal; the refusal is the error
+		}
 		return nil, err // before anything: no rental without its switch
 	}
 	if !s.opened {
