@@ -5,10 +5,10 @@
 // status from wait(2). Beside it, it commits every complete checkpoint the
 // workload writes to durable storage, prunes old ones in the store and on
 // the instance, reports its progress through a typed, versioned status
-// (proto.go), and is the instance's dead-man switch: when the controller's
-// heartbeat lapses past the TTL, or the runtime deadline passes, it destroys
-// its own instance with the instance-scoped CONTAINER_API_KEY. An instance
-// therefore outlives a dead controller by at most the TTL (plus one poll).
+// (proto.go). Every rental's dead-man switch is `agent deadman`
+// (deadman.go); Watch keeps a switch of its own for `agent watch --ttl`,
+// which, once fired, destroys its instance until the API says it is gone,
+// as that one does.
 //
 // What counts as complete (never a half-written file):
 //   - a step directory holding the .complete marker, always;
@@ -51,8 +51,9 @@ type Options struct {
 	StatusFile    string
 	Poll          time.Duration
 	Clock         clock.Clock
-	// SelfDestroy destroys this instance (with CONTAINER_API_KEY).
-	SelfDestroy func(ctx context.Context) error
+	// SelfDestroy sends one destroy of this instance (with
+	// CONTAINER_API_KEY); gone reports that the API says it does not exist.
+	SelfDestroy func(ctx context.Context) (gone bool, err error)
 	Log         io.Writer
 	Once        bool // commit what is complete, then return
 	// Quiet, when positive, also counts a step directory without the
@@ -104,8 +105,8 @@ type Status struct {
 // instance was destroyed.
 var ErrSelfDestroyed = errors.New("agent destroyed its own instance")
 
-// ErrSelfDestroyFailed is returned when the dead-man switch fired but the
-// destroy failed: the instance may still be live and billing.
+// ErrSelfDestroyFailed is returned when the dead-man switch fired and Watch
+// ended (its context did) before the API said the instance was gone.
 var ErrSelfDestroyFailed = errors.New("agent could not destroy its own instance")
 
 // phase is where the workload is, for the completeness rules.
@@ -195,13 +196,10 @@ func Watch(ctx context.Context, o Options) error {
 			return nil
 		}
 		if why := w.deadMan(); why != "" {
-			fmt.Fprintf(o.Log, "vastrun agent: %s: destroying this instance\n", why)
 			w.status.SelfDestroyed, w.status.SelfDestroyWhy = true, why
 			w.writeStatus()
-			var err error
-			if o.SelfDestroy != nil {
-				err = o.SelfDestroy(context.WithoutCancel(ctx))
-			}
+			// Never given up: destroyed again, with backoff, until gone.
+			err := DestroyUntilGone(ctx, DeadManOptions{Clock: o.Clock, Log: o.Log}, o.SelfDestroy, why, 1)
 			if err != nil {
 				return fmt.Errorf("%w (%s): %w", ErrSelfDestroyFailed, why, err)
 			}

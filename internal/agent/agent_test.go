@@ -62,7 +62,7 @@ func TestDeadManSwitchFiresAfterTTL(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Watch(context.Background(), Options{Checkpoints: cs, CheckpointDir: dir, HeartbeatFile: hb, TTL: time.Minute,
-			Poll: 10 * time.Second, Clock: clk, SelfDestroy: func(context.Context) error { destroyed.Store(true); return nil }})
+			Poll: 10 * time.Second, Clock: clk, SelfDestroy: func(context.Context) (bool, error) { destroyed.Store(true); return true, nil }})
 	}()
 	for clk.Waiters() == 0 {
 		time.Sleep(time.Millisecond)
@@ -89,7 +89,7 @@ func TestDeadlineFires(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Watch(context.Background(), Options{Checkpoints: cs, CheckpointDir: dir, Deadline: clk.Now().Add(time.Hour), Poll: time.Minute, Clock: clk,
-			SelfDestroy: func(context.Context) error { return nil }})
+			SelfDestroy: func(context.Context) (bool, error) { return true, nil }})
 	}()
 	for i := 0; ; i++ {
 		select {

@@ -78,6 +78,11 @@ func (c *Client) RetireLost(ctx context.Context) (RetireResult, error) {
 	return call(ctx, c, RetireRequest{}, nil, DecodeRetire)
 }
 
+// Arm arms the instance's dead-man switch (or refreshes the armed one).
+func (c *Client) Arm(ctx context.Context, r ArmRequest) (ArmResult, error) {
+	return call(ctx, c, r, nil, DecodeArm)
+}
+
 // OpenHeartbeat opens the heartbeat channel on s.
 func (c *Client) OpenHeartbeat(ctx context.Context, s Streamer) (HeartbeatPipe, error) {
 	st, err := s.Stream(ctx, HeartbeatCommand(c.Bin))

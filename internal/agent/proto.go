@@ -196,6 +196,45 @@ func DecodeRestore(b []byte) (RestoreResult, error) {
 	return r, checkSchema(r.Schema, r.SchemaVersion, RestoreSchema)
 }
 
+// ArmSchema names the answer to an arm request.
+const ArmSchema = "vastrun.agent.arm"
+
+// ArmResult is the answer to an arm request: the switch's settings as the
+// instance counts them.
+type ArmResult struct {
+	Schema        string `json:"schema"`
+	SchemaVersion int    `json:"schema_version"`
+	// Armed: a switch is armed on this instance (false only for a refresh
+	// of an instance never armed).
+	Armed bool `json:"armed"`
+	// Started: this call started the switch's process (PID); otherwise
+	// the running one reads the new settings.
+	Started bool     `json:"started,omitempty"`
+	PID     int      `json:"pid,omitempty"`
+	TTL     Duration `json:"ttl"`
+	Bound   Duration `json:"bound,omitempty"`
+	// BeatEvery is how often the controller must beat, on the wall clock.
+	BeatEvery Duration `json:"beat_every"`
+	// ClockSpeed is how much faster than the wall clock the instance
+	// counts the TTL: 1, except under vastrun's simulator.
+	ClockSpeed float64 `json:"clock_speed"`
+}
+
+// DecodeArm parses and checks an arm answer.
+func DecodeArm(b []byte) (ArmResult, error) {
+	var r ArmResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		return ArmResult{}, fmt.Errorf("%w: %w", ErrSchema, err)
+	}
+	if err := checkSchema(r.Schema, r.SchemaVersion, ArmSchema); err != nil {
+		return ArmResult{}, err
+	}
+	if r.Armed && (r.TTL <= 0 || r.BeatEvery <= 0 || r.ClockSpeed < 1) {
+		return ArmResult{}, fmt.Errorf("%w: an armed switch without a TTL, a beat or a clock speed", ErrSchema)
+	}
+	return r, nil
+}
+
 // ManifestSchema names the document `agent manifest --json` prints.
 const ManifestSchema = "vastrun.agent.manifest"
 

@@ -38,6 +38,8 @@ const (
 	OpManifest   = "manifest"
 	OpCommit     = "commit"
 	OpRetireLost = "retire-lost"
+	// OpArm arms the instance's dead-man switch (deadman.go).
+	OpArm = "arm"
 	// OpSupervise is the request `agent start` hands the supervisor it
 	// launches (on its stdin); `agent call` refuses it.
 	OpSupervise = "supervise"
@@ -171,6 +173,23 @@ type CommitRequest struct {
 // RetireResult).
 type RetireRequest struct{}
 
+// ArmRequest arms the instance's dead-man switch, or changes the armed
+// one's settings (answer: ArmResult). Arming counts as a heartbeat.
+type ArmRequest struct {
+	// TTL: the switch fires once the controller's heartbeat is older.
+	TTL Duration `json:"ttl"`
+	// Bound: the switch fires this long after arming, heartbeat or not
+	// (the run's own deadline; 0: none).
+	Bound Duration `json:"bound,omitempty"`
+	// APIURL is the marketplace the switch's destroy goes to.
+	APIURL string `json:"api_url,omitempty"`
+	// Run names the run in the switch's log.
+	Run string `json:"run,omitempty"`
+	// Refresh only beats and reports the armed switch (a vastrun command
+	// touching an `up` instance); its other fields are ignored.
+	Refresh bool `json:"refresh,omitempty"`
+}
+
 // Op names each request's operation.
 func (StatusRequest) Op() string    { return OpStatus }
 func (StartRequest) Op() string     { return OpStart }
@@ -180,6 +199,21 @@ func (UploadRequest) Op() string    { return OpUpload }
 func (ManifestRequest) Op() string  { return OpManifest }
 func (CommitRequest) Op() string    { return OpCommit }
 func (RetireRequest) Op() string    { return OpRetireLost }
+func (ArmRequest) Op() string       { return OpArm }
+
+func (r ArmRequest) check() error {
+	switch {
+	case r.Refresh:
+		return nil
+	case r.TTL <= 0:
+		return errors.New("the TTL must be positive")
+	case r.Bound < 0:
+		return errors.New("the bound is negative")
+	case strings.TrimSpace(r.APIURL) == "":
+		return errors.New("the API URL is empty: the switch would have nowhere to destroy its instance")
+	}
+	return nil
+}
 
 func (r StatusRequest) check() error {
 	if r.LogOffset < 0 || r.LogMax < 0 || r.MetricsOffset < 0 {

@@ -30,8 +30,10 @@ type Host struct {
 	Executable string
 	Clock      clock.Clock
 	Log        io.Writer // the agent's messages (stderr)
-	// SelfDestroy destroys this instance (the dead-man switch).
-	SelfDestroy func(ctx context.Context) error
+	// SelfDestroy sends one destroy of this instance with its own key to
+	// the API at apiURL ("": the environment's); gone reports that the API
+	// says the instance does not exist (the dead-man switch).
+	SelfDestroy func(ctx context.Context, apiURL string) (gone bool, err error)
 	// BeforeTransfer, when set, runs before a restore or an upload (the
 	// process's collector settings for a bulk transfer).
 	BeforeTransfer func()
@@ -67,8 +69,12 @@ func (h *Host) watchOptions(w WatchSpec, once bool) (Options, error) {
 		}
 		return l.Abs(p)
 	}
+	var destroy func(context.Context) (bool, error)
+	if h.SelfDestroy != nil {
+		destroy = func(ctx context.Context) (bool, error) { return h.SelfDestroy(ctx, "") }
+	}
 	return Options{Checkpoints: cs, CheckpointDir: abs(w.Dir), Keep: w.Keep, HeartbeatFile: abs(w.Heartbeat), TTL: durationOf(w.TTL), StatusFile: abs(w.Status),
-		Poll: durationOf(w.Poll), Clock: h.clock(), Log: h.Log, Once: once, SelfDestroy: h.SelfDestroy, Quiet: durationOf(w.Quiet),
+		Poll: durationOf(w.Poll), Clock: h.clock(), Log: h.Log, Once: once, SelfDestroy: destroy, Quiet: durationOf(w.Quiet),
 		Files: w.Files, Check: w.Check, StepFrom: w.StepFrom, LogFile: l.Abs(LogFile), Home: l.Home, Deadline: w.Deadline}, nil
 }
 
@@ -186,6 +192,26 @@ func (h *Host) Manifest(_ context.Context, r ManifestRequest) (ManifestResult, e
 	return ManifestResult{Schema: ManifestSchema, SchemaVersion: SchemaVersion, Files: files}, nil
 }
 
+// Arm answers an arm request: it starts `agent deadman` (this binary)
+// detached, or hands the running switch its new settings.
+func (h *Host) Arm(_ context.Context, r ArmRequest) (ArmResult, error) {
+	getenv := h.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	return Arm(h.Layout, h.Executable, []string{"agent", "deadman"}, h.Environ, getenv, r, h.clock().Now())
+}
+
+// DeadMan is the switch's life (`agent deadman`, started by Arm): it holds
+// the lock Arm handed over on fd 3 (lockFD; -1: none) and runs until the
+// instance is gone or ctx ends.
+func (h *Host) DeadMan(ctx context.Context, lockFD int) error {
+	if lockFD >= 0 {
+		syscall.CloseOnExec(lockFD) // held by the switch only
+	}
+	return RunDeadMan(ctx, DeadManOptions{Layout: h.Layout, Clock: h.clock(), Log: h.Log, Destroy: h.SelfDestroy, Getenv: h.Getenv})
+}
+
 // RetireLost answers a retire request.
 func (h *Host) RetireLost(_ context.Context, _ RetireRequest) (RetireResult, error) {
 	return RetireLost(h.Layout, h.clock().Now())
@@ -227,6 +253,8 @@ func (h *Host) Call(ctx context.Context, doc []byte) (any, *RemoteError) {
 		return handle(ctx, req, h.Commit)
 	case OpRetireLost:
 		return handle(ctx, req, h.RetireLost)
+	case OpArm:
+		return handle(ctx, req, h.Arm)
 	}
 	return nil, &RemoteError{Op: req.Op, Code: CodeUnsupported, Message: fmt.Sprintf("unknown op %q", req.Op)}
 }

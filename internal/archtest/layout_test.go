@@ -22,7 +22,7 @@ import (
 // label, and nothing but cmd/vastrun imports cli.
 var layout = map[string][]string{
 	"cmd/vastrun":                    {"internal/cli"},
-	"internal/agent":                 {"internal/checkpoint", "internal/clock", "internal/remote", "internal/storage"}, // remote: the client's Runner speaks remote.Command; storage: the handlers open the store the request names
+	"internal/agent":                 {"internal/checkpoint", "internal/clock", "internal/poll", "internal/remote", "internal/storage"}, // remote: the client's Runner speaks remote.Command; storage: the handlers open the store the request names; poll: the dead-man switch's destroy backs off as every wait does
 	"internal/smoke":                 {"internal/clock", "internal/config", "internal/image", "internal/redact"},
 	"internal/container":             {},
 	"internal/checkpoint":            {"internal/storage"},
@@ -50,7 +50,8 @@ var layout = map[string][]string{
 	"internal/redact":                {},
 	"internal/remote":                {"internal/clock", "internal/text"},
 	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate"}, // the runs listing and the HTML report: both read receipts and replayed journals
-	"internal/lifecycle": {"internal/cienv", "internal/clock", "internal/config", "internal/journal",
+	// agent: every rental's dead-man switch is armed and beaten by the core (deadman.go).
+	"internal/lifecycle": {"internal/agent", "internal/cienv", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
 		"internal/redact", "internal/runstate", "internal/remote", "internal/spec", "internal/storage", "internal/workdir", "internal/text"},
 	"internal/runstate":            {"internal/journal", "internal/provider", "internal/receipt"}, // the replayed state holds the receipt's attempts and outcome

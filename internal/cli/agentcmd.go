@@ -15,6 +15,7 @@ import (
 	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/vast"
 )
 
 // The on-instance agent's commands. The controller speaks to it through
@@ -27,15 +28,18 @@ import (
 func NewCmdAgent(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
-		Short: "The on-instance helper for training runs (started by vastrun train)",
-		Long: `Runs on a training instance. It starts the workload itself (agent start),
+		Short: "The on-instance helper: every rental's dead-man switch, and training's supervisor",
+		Long: `Runs on a rented instance. On every rental it is the dead-man switch (armed
+by an arm request, run as agent deadman): it destroys this instance with
+CONTAINER_API_KEY and CONTAINER_ID when the controller's heartbeat lapses.
+On a training instance it also starts the workload itself (agent start),
 commits its checkpoints, and answers the controller in typed, versioned JSON
 (agent call, one request on stdin). Storage credentials come from the
-standard AWS variables in its environment; the dead-man switch destroys this
-instance with CONTAINER_API_KEY and CONTAINER_ID against VASTRUN_API_URL.`,
+standard AWS variables in its environment.`,
 	}
 	cmd.AddCommand(NewCmdAgentCall(f, nil), NewCmdAgentWatch(f, nil), NewCmdAgentStart(f, nil), NewCmdAgentSupervise(f, nil), NewCmdAgentStatus(f, nil),
-		NewCmdAgentRestore(f, nil), NewCmdAgentUpload(f, nil), NewCmdAgentManifest(f, nil), NewCmdAgentRetireLost(f, nil), NewCmdAgentHeartbeat(f, nil))
+		NewCmdAgentRestore(f, nil), NewCmdAgentUpload(f, nil), NewCmdAgentManifest(f, nil), NewCmdAgentRetireLost(f, nil), NewCmdAgentHeartbeat(f, nil),
+		NewCmdAgentDeadMan(f, nil))
 	return cmd
 }
 
@@ -373,22 +377,55 @@ func containerEnv(f *Factory, name string) string {
 	return ""
 }
 
-// selfDestroy destroys this instance with its own restricted key.
-func selfDestroy(f *Factory) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
+// selfDestroy sends one destroy of this instance with its own restricted
+// key to apiURL (default VASTRUN_API_URL, else VAST_URL). One request, not
+// the retry decorator's: the switch retries itself, logging each try.
+func selfDestroy(f *Factory) func(ctx context.Context, apiURL string) (bool, error) {
+	return func(ctx context.Context, apiURL string) (bool, error) {
 		key, idText := containerEnv(f, "CONTAINER_API_KEY"), containerEnv(f, "CONTAINER_ID")
 		id, err := strconv.ParseInt(idText, 10, 64)
 		if key == "" || err != nil {
-			return errors.New("CONTAINER_API_KEY or CONTAINER_ID is not set: cannot destroy this instance")
+			return false, errors.New("CONTAINER_API_KEY or CONTAINER_ID is not set: cannot destroy this instance")
 		}
-		base := f.Getenv("VASTRUN_API_URL")
+		base := apiURL
+		if base == "" {
+			base = f.Getenv("VASTRUN_API_URL")
+		}
 		if base == "" {
 			base = f.Getenv("VAST_URL")
 		}
-		c, _, err := f.newClient(base, key)
+		c, err := vast.New(vast.Options{BaseURL: base, APIKey: key, Logger: f.Logger(), UserAgent: "vastrun/" + Version, Clock: f.Clock})
 		if err != nil {
-			return err
+			return false, err
 		}
-		return c.DestroyInstance(ctx, provider.InstanceID(id))
+		return c.DestroyInstanceGone(ctx, provider.InstanceID(id))
 	}
+}
+
+// AgentDeadManOptions are the hidden `agent deadman`'s (none: arming
+// wrote its settings to the instance).
+type AgentDeadManOptions struct{ f *Factory }
+
+// NewCmdAgentDeadMan builds the hidden `vastrun agent deadman`: the
+// dead-man switch that an arm request starts, detached, holding its lock
+// on fd 3. It destroys this instance once the controller's heartbeat
+// lapses past the TTL or the run's bound passes, and then until the API
+// says the instance is gone (internal/agent/deadman.go).
+func NewCmdAgentDeadMan(f *Factory, runF func(context.Context, *AgentDeadManOptions) error) *cobra.Command {
+	opts := &AgentDeadManOptions{f: f}
+	return &cobra.Command{
+		Use:    "deadman",
+		Short:  "Destroy this instance when the controller's heartbeat lapses (started by an arm request)",
+		Hidden: true,
+		Args:   usageArgs(cobra.NoArgs),
+		RunE:   runCmd(opts, nil, runF, runAgentDeadMan),
+	}
+}
+
+func runAgentDeadMan(ctx context.Context, opts *AgentDeadManOptions) error {
+	h, err := agentHost(opts.f)
+	if err != nil {
+		return err
+	}
+	return h.DeadMan(ctx, 3)
 }

@@ -33,6 +33,8 @@ type WorkflowOptions struct {
 	AllowPRTarget       bool
 	RunID               string
 	allowMissingConfigs bool
+	// heartbeatTTL, when set, replaces timeouts.heartbeat_ttl (up --ttl).
+	heartbeatTTL time.Duration
 	// Team state (team.go).
 	State     string
 	WaitLease time.Duration
@@ -69,6 +71,9 @@ func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
 	if o.StateDir != "" {
 		c.StateDir = o.StateDir
 	}
+	if o.heartbeatTTL > 0 {
+		c.Timeouts.HeartbeatTTL = config.Duration(o.heartbeatTTL)
+	}
 	return c, nil
 }
 
@@ -86,7 +91,7 @@ func approver(io *IOStreams, yes bool, workflow func() string) func(lifecycle.Pl
 		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
 			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
 		io.Infof("plan: %s; label %s", spendBound(p, workflow()), p.Label)
-		for _, l := range p.Bid.Lines() {
+		for _, l := range append(p.Bid.Lines(), p.DeadMan.Lines()...) {
 			io.Infof("plan: %s", l)
 		}
 		if p.CeilingDPH > p.TotalDPH {
@@ -130,6 +135,8 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
 	})
+	// The dead-man switch on every instance destroys it through this API.
+	e.APIURL = f.APIURL()
 	e.Approve = approver(f.IO, o.Yes, func() string { return e.Workflow })
 	if o.applying != nil {
 		e.Approve = o.applying.approver(f, o.Yes, e)
@@ -280,7 +287,13 @@ func runCI(ctx context.Context, opts *CIOptions) error {
 type UpOptions struct {
 	f        *Factory
 	Workflow WorkflowOptions
+	// TTL is the instance's lease: its dead-man switch destroys it once no
+	// vastrun command has touched it for this long.
+	TTL time.Duration
 }
+
+// DefaultUpTTL is up's lease when --ttl is not given.
+const DefaultUpTTL = 30 * time.Minute
 
 // NewCmdUp builds `vastrun up`; runF as for NewCmdCI.
 func NewCmdUp(f *Factory, runF func(context.Context, *UpOptions) error) *cobra.Command {
@@ -293,19 +306,32 @@ func NewCmdUp(f *Factory, runF func(context.Context, *UpOptions) error) *cobra.C
 stays up; its id, label and run id go to stdout, to .vastrun/ and to the CI's
 durable state (GITHUB_OUTPUT, GITHUB_STATE, the GitLab dotenv file), so that
 'vastrun exec' and 'vastrun down' in later steps or jobs can find it.
-A failure destroys what was rented.`,
+A failure destroys what was rented.
+
+The instance carries a dead-man switch: it destroys itself once no vastrun
+command has touched it for --ttl ('vastrun exec', 'vastrun ssh' and
+'vastrun status' renew it), so a job that never reaches 'vastrun down'
+does not leave it billing.`,
 		Example: `  vastrun up --yes -f vastrun.yaml
   vastrun exec -- nvidia-smi
-  vastrun down --yes`,
+  vastrun down --yes
+  vastrun up --yes --ttl 2h`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: runCmd(opts, nil, runF, runUp),
+		RunE: runCmd(opts, func(*cobra.Command, []string) error {
+			if opts.TTL < config.MinHeartbeatTTL {
+				return &UsageError{Err: fmt.Errorf("--ttl %s is under the %s minimum", opts.TTL, config.MinHeartbeatTTL), Hint: "give the instance's lease with its unit, e.g. --ttl 30m"}
+			}
+			return nil
+		}, runF, runUp),
 	}
 	o.addFlags(cmd, true)
+	cmd.Flags().DurationVar(&opts.TTL, "ttl", DefaultUpTTL, "destroy the instance once no vastrun command (exec, ssh, status) has touched it for this long")
 	return cmd
 }
 
 func runUp(ctx context.Context, opts *UpOptions) error {
 	f, o := opts.f, &opts.Workflow
+	o.heartbeatTTL = opts.TTL // the lease is the dead-man switch's TTL
 	e, err := trustedEngine(ctx, f, o)
 	if e == nil || err != nil {
 		return err

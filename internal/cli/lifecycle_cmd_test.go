@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -17,13 +18,14 @@ func TestNewCmdWorkflows(t *testing.T) {
 		script   string
 		runID    string
 		accept   bool
+		ttl      time.Duration
 	}
 	build := map[string]func(*parsed) *cobra.Command{
 		"ci": func(p *parsed) *cobra.Command {
 			return NewCmdCI(opsFactory(), func(_ context.Context, o *CIOptions) error { p.wf = o.Workflow; return nil })
 		},
 		"up": func(p *parsed) *cobra.Command {
-			return NewCmdUp(opsFactory(), func(_ context.Context, o *UpOptions) error { p.wf = o.Workflow; return nil })
+			return NewCmdUp(opsFactory(), func(_ context.Context, o *UpOptions) error { p.wf, p.ttl = o.Workflow, o.TTL; return nil })
 		},
 		"exec": func(p *parsed) *cobra.Command {
 			return NewCmdExec(opsFactory(), func(_ context.Context, o *ExecOptions) error {
@@ -49,7 +51,8 @@ func TestNewCmdWorkflows(t *testing.T) {
 			return p.wf.Yes && p.wf.ConfigPath == "ci.yaml" && p.wf.EvidenceDir == "ev" && p.wf.Base == "origin/main" && p.wf.AllowPRTarget
 		}},
 		{"ci", "", func(p parsed) bool { return !p.wf.Yes && p.wf.ConfigPath == "vastrun.yaml" }},
-		{"up", "-y --state-dir st", func(p parsed) bool { return p.wf.Yes && p.wf.StateDir == "st" }},
+		{"up", "-y --state-dir st", func(p parsed) bool { return p.wf.Yes && p.wf.StateDir == "st" && p.ttl == 30*time.Minute }},
+		{"up", "-y --ttl 2h", func(p parsed) bool { return p.ttl == 2*time.Hour }},
 		{"exec", "--instance 42 -- nvidia-smi -L", func(p parsed) bool { return p.instance == 42 && p.script == "nvidia-smi -L" }},
 		{"exec", "--run mx1abc -- python -m pytest", func(p parsed) bool { return p.wf.RunID == "mx1abc" && p.script == "python -m pytest" }},
 		{"train", "--yes -f train.yaml", func(p parsed) bool { return p.wf.Yes && p.wf.ConfigPath == "train.yaml" }},
@@ -69,7 +72,8 @@ func TestNewCmdWorkflows(t *testing.T) {
 		})
 	}
 	// Arguments a command does not take are usage errors, before runF.
-	for _, tc := range []struct{ cmd, args string }{{"ci", "extra"}, {"exec", ""}, {"resume", "a b"}} {
+	// A lease too short to survive a slow link is refused too.
+	for _, tc := range []struct{ cmd, args string }{{"ci", "extra"}, {"exec", ""}, {"resume", "a b"}, {"up", "--ttl 10s"}, {"up", "--ttl 0"}} {
 		var p parsed
 		cmd := build[tc.cmd](&p)
 		cmd.SetArgs(strings.Fields(tc.args))

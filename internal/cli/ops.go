@@ -289,6 +289,9 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 		}
 		rows = append(rows, r)
 	}
+	if n := len(rows); n > 0 && m != nil && st.Workflow == "up" && rows[n-1].Live == "running" {
+		renewLease(ctx, f, o, cfg, dir)
+	}
 	if f.JSON {
 		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
 			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": st.Unconfirmed()})
@@ -304,6 +307,34 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
 	}
 	return tw.Flush()
+}
+
+// renewLease renews the lease of an up rental that status found running:
+// its dead-man switch counts the TTL from the last vastrun command. It is
+// best effort, and skipped while another command holds the run (that
+// command beats the switch itself).
+func renewLease(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, dir string) {
+	if loc, err := stateLocation(o, cfg); err != nil || loc.Kind == "s3" {
+		return // a team's run is opened under its lease: exec and ssh renew it
+	}
+	m, err := f.Marketplace(ctx)
+	if err != nil {
+		return
+	}
+	e := lifecycle.New(&lifecycle.Deps{Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, Getenv: f.Getenv,
+		Redactor: f.IO.Redactor(), Config: cfg, StateRoot: cfg.StateDir, APIURL: f.APIURL()})
+	if err := e.Open(dir); err != nil {
+		f.Logger().Debug("lease not renewed", "err", err) // another command holds the run
+		return
+	}
+	defer e.Close() //nolint:errcheck // releases the journal's lock; nothing was written
+	c, inst, err := e.Interactive(ctx)
+	if err != nil {
+		f.IO.Infof("could not renew the instance's dead-man switch lease: %v", err)
+		return
+	}
+	defer c.Close() //nolint:errcheck // one beat was the point; the connection's end changes nothing
+	e.Refresh(ctx, c, inst.ID)()
 }
 
 // ReapOptions are `vastrun reap`'s parsed flags and dependencies.

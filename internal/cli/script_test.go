@@ -110,6 +110,8 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim destroyed-by KIND   assert every destroyed instance (one at least) was
 //	                        destroyed by a call with KIND of key
 //	                        (container_api_key or account_key)
+//	sim cat NAME            print NAME from the newest instance's workspace,
+//	                        live or destroyed (e.g. .vastrun/agent.log)
 func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: sim start|live|rented|wait-live|wait-file|fault|label ...")
@@ -181,6 +183,20 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 		if ok == neg {
 			ts.Fatalf("destroyed instances: want %sall destroyed by %s: %+v", map[bool]string{true: "not ", false: ""}[neg], args[1], gone)
 		}
+	case "cat":
+		st := scriptSim(ts).Snapshot()
+		var newest *sim.InstanceState
+		for _, in := range append(st.Gone, st.Live...) {
+			if newest == nil || in.ID > newest.ID {
+				newest = &in
+			}
+		}
+		if newest == nil {
+			ts.Fatalf("sim cat: nothing was rented")
+		}
+		b, err := os.ReadFile(filepath.Join(newest.Sandbox, "workspace", args[1]))
+		ts.Check(err)
+		ts.Stdout().Write(b)
 	case "label":
 		st := scriptSim(ts).Snapshot()
 		all := append(st.Gone, st.Live...)

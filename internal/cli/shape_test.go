@@ -18,6 +18,7 @@ import (
 // runX(ctx, opts), RunE from runCmd) and gets a row.
 var shapeArgs = map[string]string{
 	"vastrun agent call":         "",
+	"vastrun agent deadman":      "",
 	"vastrun agent heartbeat":    "--serve",
 	"vastrun agent manifest":     "out",
 	"vastrun agent restore":      "",

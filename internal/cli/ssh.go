@@ -160,6 +160,7 @@ func runSSH(ctx context.Context, o *SSHOptions) error {
 		return err
 	}
 	defer client.Close()
+	defer e.Refresh(ctx, client, inst.ID)() // an up rental's lease, renewed while the session lasts
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

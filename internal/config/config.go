@@ -258,6 +258,11 @@ type Timeouts struct {
 	Ready    Duration `yaml:"ready"`    // rented → running and reachable
 	Job      Duration `yaml:"job"`      // the test itself
 	Teardown Duration `yaml:"teardown"` // destroy + confirm, after anything
+	// HeartbeatTTL is the on-instance dead-man switch's TTL for ci and
+	// canary: the instance destroys itself once the controller has not
+	// been heard from for this long (up takes --ttl; train keeps
+	// train.heartbeat_ttl).
+	HeartbeatTTL Duration `yaml:"heartbeat_ttl"`
 }
 
 // Alert says where to report a cleanup that could not be confirmed.
@@ -277,6 +282,9 @@ const (
 	DefaultReady    = 10 * time.Minute
 	DefaultJob      = 30 * time.Minute
 	DefaultTeardown = 4 * time.Minute // inside GitHub's 5-minute cancellation window
+	// DefaultHeartbeatTTL: a controller beats every third of it, so a few
+	// lost beats never fire the switch, and a dead one costs minutes.
+	DefaultHeartbeatTTL = 3 * time.Minute
 )
 
 // Defaults is a config with every default filled, for commands that can
@@ -352,6 +360,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.Timeouts.Teardown == 0 {
 		c.Timeouts.Teardown = Duration(DefaultTeardown)
+	}
+	if c.Timeouts.HeartbeatTTL == 0 {
+		c.Timeouts.HeartbeatTTL = Duration(DefaultHeartbeatTTL)
 	}
 	if c.StateDir == "" {
 		c.StateDir = ".vastrun"

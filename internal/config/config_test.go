@@ -35,7 +35,7 @@ func TestParseGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.GPU.Count != 1 || !*c.GPU.Verified || c.Timeouts.Ready != Duration(5*time.Minute) || c.Timeouts.Teardown != Duration(DefaultTeardown) || c.StateDir != ".vastrun" {
+	if c.GPU.Count != 1 || !*c.GPU.Verified || c.Timeouts.Ready != Duration(5*time.Minute) || c.Timeouts.Teardown != Duration(DefaultTeardown) || c.Timeouts.HeartbeatTTL != Duration(DefaultHeartbeatTTL) || c.StateDir != ".vastrun" {
 		t.Fatalf("defaults: %+v", c)
 	}
 	p := c.Policy()

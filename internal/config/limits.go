@@ -34,6 +34,9 @@ const (
 	MinReady    = 5 * time.Second
 	MinJob      = time.Second
 	MinTeardown = 4 * time.Second
+	// MinHeartbeatTTL: the controller beats every third of the TTL, over
+	// SSH from a CI runner; a shorter TTL would fire on a slow link.
+	MinHeartbeatTTL = 30 * time.Second
 )
 
 // checkLimits reports values vastrun could not deliver after renting: a
@@ -69,7 +72,8 @@ func (c *Config) checkLimits() []string {
 		key string
 		v   Duration
 		min time.Duration
-	}{{"timeouts.ready", c.Timeouts.Ready, MinReady}, {"timeouts.job", c.Timeouts.Job, MinJob}, {"timeouts.teardown", c.Timeouts.Teardown, MinTeardown}} {
+	}{{"timeouts.ready", c.Timeouts.Ready, MinReady}, {"timeouts.job", c.Timeouts.Job, MinJob}, {"timeouts.teardown", c.Timeouts.Teardown, MinTeardown},
+		{"timeouts.heartbeat_ttl", c.Timeouts.HeartbeatTTL, MinHeartbeatTTL}} {
 		// Zero is the defaults' (or reported by checkValues when written).
 		if k.v != 0 && k.v.Duration() < k.min {
 			errs = append(errs, fmt.Sprintf("%s %s is under the %s minimum: write a duration with its unit, e.g. %s: %s", k.key, k.v, k.min, k.key[len("timeouts."):], minExample[k.key]))
@@ -83,4 +87,4 @@ func (c *Config) checkLimits() []string {
 	return errs
 }
 
-var minExample = map[string]string{"timeouts.ready": "10m", "timeouts.job": "30m", "timeouts.teardown": "4m"}
+var minExample = map[string]string{"timeouts.ready": "10m", "timeouts.job": "30m", "timeouts.teardown": "4m", "timeouts.heartbeat_ttl": "3m"}

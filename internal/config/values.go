@@ -58,7 +58,7 @@ func (c *Config) checkValues(explicit map[string]bool) []string {
 	for _, k := range []struct {
 		key string
 		v   Duration
-	}{{"timeouts.ready", c.Timeouts.Ready}, {"timeouts.job", c.Timeouts.Job}, {"timeouts.teardown", c.Timeouts.Teardown}} {
+	}{{"timeouts.ready", c.Timeouts.Ready}, {"timeouts.job", c.Timeouts.Job}, {"timeouts.teardown", c.Timeouts.Teardown}, {"timeouts.heartbeat_ttl", c.Timeouts.HeartbeatTTL}} {
 		if explicit[k.key] && k.v == 0 {
 			errs = append(errs, fmt.Sprintf("%s 0s must be longer than zero (leave it out for the default)", k.key))
 		}

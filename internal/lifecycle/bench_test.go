@@ -56,7 +56,7 @@ func realEngine(b *testing.B, test string, counter *atomic.Int64) (*lifecycle.Sc
 		Market: client, Clock: clock.Real{}, Log: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" },
 		CI: cienv.Env{}, Redactor: redact.New(), Approve: func(lifecycle.Plan) (bool, error) { return true, nil },
 		Annotations: &strings.Builder{}, Config: cfg, RepoDir: root, StateRoot: filepath.Join(root, "state"),
-		EvidenceDir: filepath.Join(root, "ev"), Simulated: true,
+		EvidenceDir: filepath.Join(root, "ev"), Simulated: true, Switch: &fakeSwitch{},
 	}), s
 }
 
@@ -139,7 +139,7 @@ func BenchmarkAPICallsWhileWaiting(b *testing.B) {
 		root := b.TempDir()
 		e := lifecycle.New(&lifecycle.Deps{Market: client, Clock: autoClock{clk}, Log: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" },
 			Redactor: redact.New(), Approve: func(lifecycle.Plan) (bool, error) { return true, nil }, Annotations: &strings.Builder{},
-			Config: cfg, RepoDir: root, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev")})
+			Config: cfg, RepoDir: root, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev"), Switch: &fakeSwitch{}})
 		start := clk.Now()
 		ci.Run(context.Background(), e) // SSH is disabled: it waits the load out, then fails to connect
 		waited := clk.Now().Sub(start).Minutes()

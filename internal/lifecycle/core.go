@@ -66,13 +66,11 @@ const (
 	StepBid         = stepBid
 )
 
-// Attach connects to the run's live instance (re-attaching after a
-// controller restart), or replaces one that is gone or unreachable, or
-// rents a new one (machines in exclude never): it never rents while the
-// journal's current instance may still be alive. The instance is verified.
-func (e *Scope) Attach(ctx context.Context, exclude []int64) (*remote.Client, provider.Instance, error) {
-	return attach(ctx, e, exclude)
-}
+// Attach (deadman.go) connects to the run's live instance (re-attaching
+// after a controller restart), or replaces one that is gone or
+// unreachable, or rents a new one (machines in exclude never): it never
+// rents while the journal's current instance may still be alive. The
+// instance is verified and its dead-man switch armed.
 
 // DestroyConfirm destroys instance id and confirms it by id, journaling
 // intent first (the teardown's label listing adds its evidence later);

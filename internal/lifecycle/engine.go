@@ -44,8 +44,9 @@ type Plan struct {
 	Label       string
 	Image       string
 	Attempt     int
-	CeilingDPH  float64  // a replacement for a taken offer is rented up to this $/h
-	Bid         *BidPlan `json:",omitempty"` // interruptible rentals only (bid.go)
+	CeilingDPH  float64      // a replacement for a taken offer is rented up to this $/h
+	Bid         *BidPlan     `json:",omitempty"` // interruptible rentals only (bid.go)
+	DeadMan     *DeadManPlan `json:",omitempty"` // the instance's dead-man switch (deadman.go)
 }
 
 // Outcomes recorded in the journal and the receipt (receipt.Outcome
@@ -98,9 +99,13 @@ type Deps struct {
 	// APIURL is the marketplace URL the on-instance agent uses for its
 	// dead-man switch (with the instance's own CONTAINER_API_KEY).
 	APIURL string
-	// AgentBinary is the vastrun binary copied to training instances
-	// (default: this executable).
+	// AgentBinary is the vastrun binary copied to every instance as its
+	// agent: the dead-man switch, and training's supervisor (default: this
+	// executable).
 	AgentBinary string
+	// Switch arms and beats the instances' dead-man switch (deadman.go);
+	// nil is the real one, AgentBinary on the instance.
+	Switch Switch
 	// StorageEnv holds the storage settings and credentials (AWS_*
 	// variables) given to the agent and the workload, and masked everywhere.
 	StorageEnv map[string]string
@@ -160,6 +165,7 @@ type Run struct {
 	// opened: the run was replayed by Open, so Execute continues it.
 	opened    bool
 	lastEvent progress.Event
+	sw        switches // the dead-man switches armed by this controller (deadman.go)
 }
 
 // Scope is what a step works with: the run and its wiring, and the
@@ -547,7 +553,7 @@ func approve(e *Scope, o provider.Offer, attempt int) error {
 	p := m.Policy
 	dph := p.Price(o) // the bid + storage for an interruptible rental (bid.go)
 	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: m.MaxSpendUSD,
-		WorstCase: worstCase(e, planDPH(e, o)), Label: e.state.Label, Image: m.Image, Attempt: attempt, CeilingDPH: raceCeiling(e, dph), Bid: bidPlan(e, o)}
+		WorstCase: worstCase(e, planDPH(e, o)), Label: e.state.Label, Image: m.Image, Attempt: attempt, CeilingDPH: raceCeiling(e, dph), Bid: bidPlan(e, o), DeadMan: deadManPlan(e)}
 	if spent := e.SpentSoFar(); spent+plan.WorstCase > plan.MaxSpendUSD {
 		if err := e.Record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent}); err != nil {
 			return err

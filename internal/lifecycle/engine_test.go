@@ -129,6 +129,7 @@ func newHarness(t *testing.T, cfgYAML string, approve bool) *harness {
 		Approve:     func(lifecycle.Plan) (bool, error) { return approve, nil },
 		Annotations: h.annot, Config: cfg, RepoDir: repo, StateRoot: filepath.Join(root, "state"),
 		EvidenceDir: filepath.Join(root, "evidence"), Simulated: true, Jitter: func() float64 { return 0.5 },
+		Switch: &fakeSwitch{},
 	})
 	return h
 }

@@ -52,6 +52,11 @@ func toWallClock(r *receipt.Receipt, sc *clock.Scaled) {
 				p.ContractEnd = sc.Wall(p.ContractEnd).UTC()
 			}
 		}
+		if c.DeadMan != nil {
+			dm := *c.DeadMan
+			dm.ArmedAt = sc.Wall(dm.ArmedAt).UTC()
+			c.DeadMan = &dm
+		}
 		attempts[i] = &c
 	}
 	r.Attempts = attempts

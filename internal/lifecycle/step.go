@@ -156,6 +156,12 @@ func uploadStep(_ context.Context, e *Scope) error {
 // unless f keeps a successful rental. It returns a receipt once the run
 // has begun.
 func Execute(ctx context.Context, s *Scope, f Flow) (rec *receipt.Receipt, err error) {
+	if err := checkDeadMan(f); err != nil {
+		if s.opened {
+			s.Close() //nolint:errcheck // releases the opened journal; the refusal is the error
+		}
+		return nil, err // before anything: no rental without its switch
+	}
 	if !s.opened {
 		// A new run of its own, whatever s ran before.
 		s.Run = &Run{Deps: s.Deps, flow: &f}

@@ -122,6 +122,9 @@ func settle(ctx context.Context, e *Scope, recovered any, keep bool, err error) 
 		e.Log.Error("panic", "value", recovered, "stack", string(debug.Stack()))
 		err = fmt.Errorf("internal error (panic): %v", recovered)
 	}
+	// The beats end first: a teardown that cannot confirm still has the
+	// instance's own switch behind it once the TTL passes.
+	e.stopBeats()
 	if e.Conn != nil {
 		e.Conn.Close()
 		e.Conn = nil
@@ -173,6 +176,7 @@ func (e *Scope) ExecInstance(ctx context.Context, id provider.InstanceID, script
 		return nil, err
 	}
 	defer client.Close()
+	defer e.Refresh(ctx, client, id)() // an up rental's lease, renewed while the command runs
 	env, err := testEnv(e)
 	if err != nil {
 		return nil, err

@@ -28,6 +28,7 @@ type Attempt struct {
 	// PriceIncreases are the host's increases on this contract and the
 	// run's answers (lifecycle/contract.go).
 	PriceIncreases []PriceIncrease `json:"price_increases,omitempty"`
+	DeadMan        *DeadMan        `json:"dead_man,omitempty"` // the on-instance switch it was armed with
 
 	IntentAt      time.Time `json:"rent_intent_at"`
 	RentedAt      time.Time `json:"rented_at,omitempty"`
@@ -60,6 +61,19 @@ type PriceIncrease struct {
 // Words says it for people: "$0.41/h → $2.01/h (ceiling $1.00/h): rejected".
 func (p PriceIncrease) Words() string {
 	return fmt.Sprintf("price increase %d: $%.4f/h → $%.4f/h (ceiling $%.4f/h): %s", p.ID, p.OldDPH, p.NewDPH, p.CeilingDPH, p.Decision)
+}
+
+// DeadMan is the on-instance dead-man switch an attempt was armed with
+// (its last arming): the instance destroys itself with its own key once the
+// controller's heartbeat is older than TTL, or Bound after ArmedAt, and
+// retries the destroy until the API says it is gone.
+type DeadMan struct {
+	TTL     string    `json:"ttl"`
+	Bound   string    `json:"bound,omitempty"` // none for up: the TTL is its lease
+	ArmedAt time.Time `json:"armed_at"`
+	// SimClockSpeed: the instance counted the TTL in the simulator's time,
+	// this much faster than the wall clock (omitted on Vast).
+	SimClockSpeed float64 `json:"sim_clock_speed,omitempty"`
 }
 
 // AttemptBid is what one interruptible rental was: its bid, what the same

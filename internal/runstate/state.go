@@ -253,6 +253,7 @@ func Replay(recs []journal.Record) (*State, error) {
 func (s *State) Apply(r journal.Record) error {
 	applyBid(s, r)      // interruptible rentals' records (bids.go)
 	applyContract(s, r) // a host's price increases (contract.go)
+	applyDeadMan(s, r)  // the dead-man switch's arming (deadman.go)
 	switch {
 	case r.Type == RecCondition:
 		var c Condition

@@ -44,6 +44,7 @@ func Build(c *config.Config, f Facts) Manifest {
 		ReadyDeadline: c.Timeouts.Ready.String(), JobTimeout: c.Timeouts.Job.String(), TeardownLimit: c.Timeouts.Teardown.String(),
 		EvidenceDir: f.EvidenceDir, EvidenceURI: f.EvidenceURI, EnvNames: sorted(names), SecretNames: sorted(c.Secrets), CreatedAt: f.CreatedAt,
 		Gate: c.Gate, Paths: c.Paths, Env: env, Workdir: c.Workdir, WorkdirMaxMB: c.WorkdirMaxMB, MinFreeDiskGB: c.Verify.MinFreeDiskGB,
+		HeartbeatTTL: c.Timeouts.HeartbeatTTL.String(),
 	}
 	if l := c.ImageLogin; l.IsSet() {
 		m.ImageLogin = &ImageLogin{Registry: l.Registry, UserEnv: l.UserEnv, TokenEnv: l.TokenEnv}

@@ -66,6 +66,9 @@ type Manifest struct {
 	MinFreeDiskGB float64           `json:"verify_min_free_disk_gb,omitempty"`
 	ImageLogin    *ImageLogin       `json:"image_login,omitempty"`
 	Canary        *CanarySpec       `json:"canary,omitempty"`
+	// HeartbeatTTL is the dead-man switch's TTL (timeouts.heartbeat_ttl,
+	// or up's --ttl; training keeps Train.HeartbeatTTL).
+	HeartbeatTTL string `json:"heartbeat_ttl,omitempty"`
 }
 
 // Duration is a duration frozen as its text ("1m30s").
@@ -257,6 +260,11 @@ var runFacts = []string{"schema", "run_id", "label", "workflow", "commit", "ci_r
 // Diff lists the JSON paths of the configuration fields that differ
 // between two manifests, sorted; the run's facts are never a difference.
 func Diff(frozen, now Manifest) []string {
+	if frozen.HeartbeatTTL == "" {
+		// Frozen before the switch's TTL was: the default serves, and
+		// today's value is no change to the run.
+		now.HeartbeatTTL = ""
+	}
 	toMap := func(m Manifest) map[string]any {
 		b, _ := json.Marshal(m)
 		var out map[string]any

@@ -36,6 +36,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/config"
@@ -46,6 +47,7 @@ import (
 	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/redact"
+	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/workflow/ci"
 )
 
@@ -326,7 +328,7 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 		CI:     cienv.Env{System: "gitlab", DotenvFile: dotenv}, Redactor: redact.New(s.APIKey()),
 		Approve: func(lifecycle.Plan) (bool, error) { return true, nil }, Annotations: &annot, Config: cfg,
 		RepoDir: root, StateRoot: filepath.Join(root, "state"), EvidenceDir: filepath.Join(root, "ev"), Simulated: true,
-		SSHKeepAlive: sshKeepAlive,
+		SSHKeepAlive: sshKeepAlive, Switch: sshSwitch{},
 	})
 	done := make(chan struct{})
 	var receipt *receipt.Receipt
@@ -435,4 +437,22 @@ func runSchedule(t *testing.T, seed uint64) (violations []string, summary string
 
 func TestChaos(t *testing.T) {
 	runFamily(t, "ci", *seeds, func(seed uint64) ([]string, string) { return runSchedule(t, seed) })
+}
+
+// sshSwitch stands in for the on-instance agent in the ci family (copying
+// the vastrun binary to hundreds of instances would be most of the
+// family's cost; the train family runs the real one): arming is one SSH
+// round trip, so the family's SSH faults reach it as they reach the real
+// arm, and the switch wants no beats.
+type sshSwitch struct{}
+
+func (sshSwitch) Arm(ctx context.Context, c *remote.Client, _ provider.InstanceID, req agent.ArmRequest) (agent.ArmResult, error) {
+	if err := c.Run(ctx, remote.Command{Script: "mkdir -p .vastrun && echo armed > .vastrun/deadman.json"}); err != nil {
+		return agent.ArmResult{}, err
+	}
+	return agent.ArmResult{Schema: agent.ArmSchema, SchemaVersion: agent.SchemaVersion, Armed: true, TTL: req.TTL, Bound: req.Bound, ClockSpeed: 1}, nil
+}
+
+func (sshSwitch) OpenHeartbeat(context.Context, *remote.Client, provider.InstanceID) (agent.HeartbeatPipe, error) {
+	return nil, errors.New("the ci family's switch takes no beats")
 }

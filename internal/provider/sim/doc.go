@@ -37,6 +37,9 @@
 //     offline bills storage; charges and balance are readable over the API.
 //   - CONTAINER_API_KEY (instance_api_key) may only start, stop or destroy
 //     its own instance.
+//   - Instances' processes see ClockSpeedEnv (VASTRUN_SIM_CLOCK_SPEED) when
+//     the clock is scaled: a simulator-only variable, so that the
+//     on-instance dead-man switch can count its TTL in the simulator's time.
 //   - As strict as Vast's input validation: the enums, ranges and required
 //     fields of Vast's OpenAPI document (runtype, target_state, daemon_logs,
 //     charges format and limit, v1 list limit 1..25 and select_cols, API key

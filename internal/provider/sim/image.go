@@ -74,6 +74,9 @@ func (s *Server) startBox(in *instance, login *string) {
 	}
 	id := strconv.FormatInt(in.ID, 10)
 	env["CONTAINER_ID"], env["CONTAINER_API_KEY"], env["VAST_CONTAINERLABEL"], env["PUBLIC_IPADDR"] = id, in.APIKey, "C."+id, "127.0.0.1"
+	if v := s.clockSpeed(); v != "" {
+		env[ClockSpeedEnv] = v
+	}
 	spec := container.Detached{
 		Name: b.name, Image: in.Image, Network: "host", Env: env,
 		Labels:     map[string]string{"vastrun.sim": s.token, "vastrun.sim.instance": id},

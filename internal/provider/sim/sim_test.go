@@ -663,9 +663,12 @@ func TestSSHToRunningInstance(t *testing.T) {
 	if out, code = run(t, c, "nvidia-smi --query-gpu=bogus --format=csv"); code == 0 || !strings.Contains(out, "not a valid field") {
 		t.Fatalf("bad field: %d %q", code, out)
 	}
-	out, _ = run(t, c, `pwd; echo "$CONTAINER_API_KEY" | wc -c; echo hi > f.txt; cat f.txt; exit 3`)
+	out, _ = run(t, c, `pwd; echo "$CONTAINER_API_KEY" | wc -c; echo hi > f.txt; cat f.txt; echo "speed=[$VASTRUN_SIM_CLOCK_SPEED]"; exit 3`)
 	if !strings.Contains(out, "/workspace") || !strings.Contains(out, "65") || !strings.Contains(out, "hi") {
 		t.Fatalf("sandbox: %q", out)
+	}
+	if !strings.Contains(out, "speed=[]") { // only a scaled clock's speed is told (the scenarios check 10x and 60x)
+		t.Fatalf("an unscaled simulator told its instances a clock speed: %q", out)
 	}
 	if _, code = run(t, c, "exit 7"); code != 7 {
 		t.Fatalf("exit code %d", code)

@@ -19,6 +19,8 @@ import (
 	"github.com/gliderlabs/ssh"
 	"github.com/pkg/sftp"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/vastrun/vastrun/internal/clock"
 )
 
 func parseAuthorizedKey(text string) (ssh.PublicKey, error) {
@@ -247,6 +249,9 @@ func (s *Server) sessionEnv(in *instance, fromClient []string) []string {
 		"PUBLIC_IPADDR=127.0.0.1",
 		"VAST_TCP_PORT_22=" + strconv.Itoa(port),
 	}
+	if v := s.clockSpeed(); v != "" {
+		env = append(env, ClockSpeedEnv+"="+v)
+	}
 	for _, kv := range in.Env {
 		if !strings.HasPrefix(kv[0], "-") {
 			env = append(env, kv[0]+"="+kv[1])
@@ -347,4 +352,20 @@ func (s *Server) sessionHandler(in *instance) ssh.Handler {
 		}
 		sess.Exit(code) //nolint:errcheck // the client going away is its own report
 	}
+}
+
+// ClockSpeedEnv tells an instance's processes how many simulated seconds
+// pass per wall second, when the simulator runs on a scaled clock. It is a
+// simulator-only variable (Vast sets nothing like it): the on-instance
+// dead-man switch counts its TTL in simulated time with it, as the
+// simulator bills, and honours it only when its API is on a loopback
+// address (internal/agent, SimClockSpeed).
+const ClockSpeedEnv = "VASTRUN_SIM_CLOCK_SPEED"
+
+// clockSpeed is ClockSpeedEnv's value: "" on an unscaled clock.
+func (s *Server) clockSpeed() string {
+	if sc, ok := s.clock.(*clock.Scaled); ok && sc.Factor > 1 {
+		return strconv.FormatFloat(sc.Factor, 'g', -1, 64)
+	}
+	return ""
 }

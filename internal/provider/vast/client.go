@@ -404,12 +404,22 @@ func (c *Client) ListInstances(ctx context.Context, opts provider.ListOptions) (
 // DestroyInstance implements provider.InstanceDestroyer (DELETE
 // /api/v0/instances/{id}/); an instance that is already gone is success.
 func (c *Client) DestroyInstance(ctx context.Context, id provider.InstanceID) error {
-	op := fmt.Sprintf("destroy instance %d", id)
-	_, err := c.do(ctx, call{op: op, method: http.MethodDelete, path: fmt.Sprintf("/api/v0/instances/%d/", id)})
-	if err != nil && errors.Is(err, provider.ErrNotFound) && !errors.Is(err, provider.ErrAuth) {
-		return nil
-	}
+	_, err := c.DestroyInstanceGone(ctx, id)
 	return err
+}
+
+// DestroyInstanceGone is DestroyInstance that tells the two successes
+// apart: gone is true when the API answered that no such instance exists
+// (404), as a destroy is answered once the instance is gone. The
+// on-instance dead-man switch, whose key may only start, stop or destroy
+// its own instance, sends it until then.
+func (c *Client) DestroyInstanceGone(ctx context.Context, id provider.InstanceID) (gone bool, err error) {
+	op := fmt.Sprintf("destroy instance %d", id)
+	_, err = c.do(ctx, call{op: op, method: http.MethodDelete, path: fmt.Sprintf("/api/v0/instances/%d/", id)})
+	if err != nil && errors.Is(err, provider.ErrNotFound) && !errors.Is(err, provider.ErrAuth) {
+		return true, nil
+	}
+	return false, err
 }
 
 func (c *Client) manage(ctx context.Context, op string, id provider.InstanceID, body map[string]any) error {

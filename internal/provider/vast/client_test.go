@@ -451,6 +451,30 @@ func TestDestroyTreatsGoneAsDone(t *testing.T) {
 	}
 }
 
+// DestroyInstanceGone tells "no such instance" (gone) from an accepted
+// destroy, and a refused key or a 503 from both: the dead-man switch stops
+// only on gone.
+func TestDestroyInstanceGone(t *testing.T) {
+	s, c, _ := newServer(t)
+	s.on("DELETE /api/v0/instances/1/", status(404, `{"success":false,"error":"not_found","msg":"Instance not found"}`))
+	s.on("DELETE /api/v0/instances/2/", status(200, `{"success":true}`))
+	s.on("DELETE /api/v0/instances/3/", status(401, `{"success":false,"error":"auth_error","msg":"Invalid user key"}`))
+	s.on("DELETE /api/v0/instances/4/", status(503, `{"success":false,"error":"service_unavailable","msg":"try later"}`))
+	ctx := context.Background()
+	for id, want := range map[provider.InstanceID]struct {
+		gone bool
+		err  error
+	}{1: {true, nil}, 2: {false, nil}, 3: {false, provider.ErrAuth}} {
+		gone, err := c.DestroyInstanceGone(ctx, id)
+		if gone != want.gone || !errors.Is(err, want.err) || (want.err == nil) != (err == nil) {
+			t.Errorf("instance %d: gone %v, err %v; want %v, %v", id, gone, err, want.gone, want.err)
+		}
+	}
+	if gone, err := c.DestroyInstanceGone(ctx, 4); gone || err == nil {
+		t.Errorf("a 503: gone %v, err %v", gone, err)
+	}
+}
+
 func TestAccountVariants(t *testing.T) {
 	s, c, _ := newServer(t)
 	ctx := context.Background()

@@ -50,7 +50,7 @@ func (e *flow) Flow() lifecycle.Flow {
 			lifecycle.NewStep("local smoke", func(ctx context.Context, _ *lifecycle.Scope) error {
 				return e.localContract(ctx, e.allowLocalFailure)
 			}),
-			lifecycle.Provision,
+			lifecycle.Provision, lifecycle.DeadMan,
 			lifecycle.NewStep("gpu smoke", func(ctx context.Context, s *lifecycle.Scope) error {
 				return e.gpuCanary(ctx, s.Conn, s.Inst)
 			})),

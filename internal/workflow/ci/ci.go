@@ -27,18 +27,20 @@ func Flow() lifecycle.Flow {
 	t := &test{}
 	return lifecycle.Flow{
 		Name:    Name,
-		Steps:   append(lifecycle.LocalSteps(), lifecycle.Provision, lifecycle.Upload, lifecycle.NewStep("test", t.run)),
+		Steps:   append(append(lifecycle.LocalSteps(), lifecycle.Rent()...), lifecycle.Upload, lifecycle.NewStep("test", t.run)),
 		Section: func(r *receipt.Receipt) { r.Test = t.res },
 	}
 }
 
 // UpFlow prepares and provisions, leaving a verified instance running for
-// later `exec` and `down` calls. A failure tears down what it rented.
+// later `exec` and `down` calls. A failure tears down what it rented. Its
+// dead-man switch's TTL is a lease (up --ttl) that exec, ssh and status
+// renew.
 func UpFlow() lifecycle.Flow {
 	return lifecycle.Flow{
 		Name:  "up",
 		Keep:  true,
-		Steps: append(lifecycle.LocalSteps(), lifecycle.Provision, lifecycle.Upload),
+		Steps: append(append(lifecycle.LocalSteps(), lifecycle.Rent()...), lifecycle.Upload),
 	}
 }
 

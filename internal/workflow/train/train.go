@@ -19,7 +19,6 @@ import (
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/runstate"
-	"github.com/vastrun/vastrun/internal/spec"
 	"github.com/vastrun/vastrun/internal/storage"
 )
 
@@ -39,7 +38,7 @@ import (
 // directory, which it also exports as VASTRUN_HOME) before it starts the
 // workload, so a command that changes directory still finds them.
 const (
-	remoteBin    = ".vastrun/bin/vastrun"
+	remoteBin    = agent.Binary
 	minTrainPoll = time.Second
 	logChunk     = 256 << 10 // the most of the workload's log one poll brings back
 )
@@ -269,7 +268,7 @@ func agentErr(err error) error {
 }
 
 // askAgent is one status request: it brings back the log from offset
-// (the heartbeat has its own channel: heartbeat.go).
+// (the heartbeat has its own channel: lifecycle.Scope.KeepAlive).
 func (e *flow) askAgent(ctx context.Context, c *remote.Client, inst provider.InstanceID, offset int64) (agent.Report, error) {
 	r, err := e.agentOn(c, inst).Status(ctx, agent.StatusRequest{LogOffset: offset, LogMax: logChunk})
 	return r, agentErr(err)
@@ -382,7 +381,10 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 	t := e.trainSpec()
 	poll := max(t.Poll.Duration(), minTrainPoll)
 	alog := e.newAttemptLog()
-	defer e.startHeartbeat(ctx, c)() // heartbeat.go: its own channel, not the polls
+	// The dead-man switch Attach armed is beaten over its own channel, not
+	// by the polls: a slow or failed poll cannot make the controller look
+	// dead, and a dropped connection costs one redial of c, shared by both.
+	defer e.s.KeepAlive(ctx, c, inst.ID)()
 	// The contract's end and its host's price increases, once a pass (contract.go).
 	e.contract, e.contractPollEvery = e.s.WatchContract(inst, deadline), poll
 	seen := map[string]bool{}
@@ -590,10 +592,11 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		e.report.Resumes = append(e.report.Resumes, receipt.ResumeProof{Instance: inst.ID, RestoredStep: rs.Step, Skipped: rs.Skipped})
 		e.s.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)})
 	}
+	// The supervisor keeps no switch of its own: the instance's dead-man
+	// switch, armed by Attach, destroys it when the controller is gone or
+	// the runtime deadline (and teardown) has passed.
 	w := e.watchSpec()
-	// The deadline is whole seconds, as the RFC 3339 flag carried it.
-	w.Heartbeat, w.TTL, w.Poll = agent.Heartbeat, agent.Duration(spec.ParseDuration(t.HeartbeatTTL)), agent.Duration(time.Second)
-	w.Deadline = e.s.State().Started.Add(t.Runtime()).UTC().Truncate(time.Second)
+	w.Poll = agent.Duration(time.Second)
 	if err := e.s.Record("intent", lifecycle.StepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
 		return err // no intent, no workload
 	}

@@ -57,6 +57,8 @@ func (e *flow) Flow() lifecycle.Flow {
 			if m.Train == nil {
 				m.Train = &lifecycle.TrainSpec{}
 			}
+			// The dead-man switch's TTL is train.heartbeat_ttl.
+			m.HeartbeatTTL = m.Train.HeartbeatTTL
 		},
 		// Approval only needs to afford getting training started; the
 		// controller's budget check and the agent's deadline bound the rest.
