@@ -240,7 +240,7 @@ func TestResumeUnapprovedRunAsksAgain(t *testing.T) {
 	r := newStepRig(t, stepConfig, newFakeMarket(offer(1, 10, 0.4)))
 	r.s.Close()
 	r.approve = false
-	rec, err := Execute(context.Background(), r.s, Flow{Name: "ci", Steps: append(LocalSteps(), Provision)})
+	rec, err := Execute(context.Background(), r.s, Flow{Name: "ci", Steps: append(LocalSteps(), Rent()...)})
 	if !errors.Is(err, ErrNeedsApproval) || rec.Outcome != OutcomeNotApproved || len(r.approvals) != 1 {
 		t.Fatalf("first run: %v, %+v, %d approvals", err, rec, len(r.approvals))
 	}
@@ -248,7 +248,7 @@ func TestResumeUnapprovedRunAsksAgain(t *testing.T) {
 	if s.State().Finished() {
 		t.Fatal("an unapproved run with nothing rented counts as finished")
 	}
-	_, err = Execute(context.Background(), s, Flow{Name: "ci", Steps: append(LocalSteps(), Provision)})
+	_, err = Execute(context.Background(), s, Flow{Name: "ci", Steps: append(LocalSteps(), Rent()...)})
 	var fe *FinishedError
 	if errors.As(err, &fe) || len(r.approvals) != 2 {
 		t.Fatalf("resume: %v after %d approvals; want the plan asked again", err, len(r.approvals))
