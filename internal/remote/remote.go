@@ -812,6 +812,9 @@ type Stream struct {
 	stdout io.Reader
 	stop   func() bool
 	once   sync.Once
+	// wmu serializes writes with the EOF that ends them: x/crypto/ssh's
+	// CloseWrite races a Write on the same channel.
+	wmu sync.Mutex
 }
 
 // Stream starts script on a live connection (redialling, as every call does,
@@ -895,7 +898,11 @@ func (c *Client) openStream(ctx context.Context, cn *conn, script string) (*Stre
 func (s *Stream) Read(p []byte) (int, error) { return s.stdout.Read(p) }
 
 // Write writes the command's stdin.
-func (s *Stream) Write(p []byte) (int, error) { return s.stdin.Write(p) }
+func (s *Stream) Write(p []byte) (int, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.stdin.Write(p)
+}
 
 // Close ends the session: the command's stdin is closed, then the session.
 func (s *Stream) Close() error {
@@ -908,7 +915,13 @@ func (s *Stream) Close() error {
 
 func (s *Stream) end() {
 	s.once.Do(func() {
-		s.stdin.Close() //nolint:errcheck // closing the stream: its commands' answers were read already
-		s.sess.Close()  //nolint:errcheck // closing the stream: its commands' answers were read already
+		// The EOF goes only when no write is in flight; a write hanging on
+		// a stalled connection is ended by closing the session instead,
+		// never waited for.
+		if s.wmu.TryLock() {
+			s.stdin.Close() //nolint:errcheck // closing the stream: its commands' answers were read already
+			s.wmu.Unlock()
+		}
+		s.sess.Close() //nolint:errcheck // closing the stream: its commands' answers were read already
 	})
 }

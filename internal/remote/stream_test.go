@@ -229,3 +229,35 @@ func TestOpenSSHHeartbeatStream(t *testing.T) {
 		return out == ""
 	})
 }
+
+// Closing a stream while another goroutine writes to it (the heartbeater
+// closes a session in the background while a beat may be writing) is safe:
+// x/crypto/ssh's EOF races a write on the same channel, so the stream
+// serializes them (run under -race).
+func TestStreamCloseWhileWriting(t *testing.T) {
+	_, _, _, eps, kp, dir := instance(t)
+	c, err := remote.Dialer{Key: kp.Signer, KnownHostsPath: filepath.Join(dir, "known_hosts")}.Dial(context.Background(), eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 20 {
+		s, err := c.Stream(context.Background(), "cat > /dev/null")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if _, err := s.Write([]byte("beat\n")); err != nil {
+					return
+				}
+			}
+		}()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+	}
+}
