@@ -41,6 +41,7 @@ func cmdTeamS3(ts *testscript.TestScript, neg bool, args []string) {
 	if ep == "" {
 		ts.Fatalf("no S3 endpoint: start the script with [!s3] skip")
 	}
+	ep = atomicWrites(ts, ep)
 	bucket := fmt.Sprintf("vastrun-script-%d-%d", os.Getpid(), scriptBuckets.Add(1))
 	key, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
 	if key == "" {
@@ -55,6 +56,43 @@ func cmdTeamS3(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("AWS_ACCESS_KEY_ID", key)
 	ts.Setenv("AWS_SECRET_ACCESS_KEY", secret)
 	ts.Setenv("AWS_DEFAULT_REGION", "us-east-1")
+}
+
+// atomicWrites is moto behind a proxy that lets one writing request
+// through at a time. moto checks If-None-Match and If-Match, then writes,
+// in two steps a concurrent write can fall between (under the load of
+// eight scenarios at once its parallel-create probe once let two of eight
+// creates win, and the controller rightly refused the bucket): real S3 is
+// atomic there, and team state is tested against S3's semantics, not
+// moto's race. Reads pass freely; moto does not check the signature of the
+// Host the proxy rewrites.
+func atomicWrites(ts *testscript.TestScript, target string) string {
+	atomicProxy.once.Do(func() {
+		u, err := url.Parse(target)
+		if err != nil {
+			atomicProxy.err = err
+			return
+		}
+		proxy := httputil.NewSingleHostReverseProxy(u)
+		var mu sync.Mutex
+		atomicProxy.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				mu.Lock()
+				defer mu.Unlock()
+			}
+			proxy.ServeHTTP(w, r)
+		}))
+	})
+	ts.Check(atomicProxy.err)
+	return atomicProxy.srv.URL
+}
+
+// atomicProxy is the one proxy in front of moto for every scenario of
+// the test process (it lives as long as the process).
+var atomicProxy struct {
+	once sync.Once
+	srv  *httptest.Server
+	err  error
 }
 
 // waitLeaseExpired waits (up to waitLimit) until the server's clock says the
@@ -102,7 +140,7 @@ func cmdS3Proxy(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	switch args[0] {
 	case "start":
-		u, err := url.Parse(os.Getenv("VASTRUN_TEST_S3_ENDPOINT"))
+		u, err := url.Parse(atomicWrites(ts, os.Getenv("VASTRUN_TEST_S3_ENDPOINT")))
 		ts.Check(err)
 		var dropped atomic.Bool
 		proxy := httputil.NewSingleHostReverseProxy(u)
