@@ -90,16 +90,10 @@ func (e *flow) containerSmoke(ctx context.Context, eng *container.Engine, file, 
 // logTo runs fn with a redacting writer on the evidence file name (and the
 // live stream).
 func (e *flow) logTo(ctx context.Context, name string, fn func(io.Writer) error) error {
-	f, err := os.Create(filepath.Join(e.s.EvidenceDir, name))
+	f, err := e.s.Sink().Create(filepath.Join(e.s.EvidenceDir, name), 0o644, e.s.Stream)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	var sink io.Writer = f
-	if e.s.Stream != nil {
-		sink = io.MultiWriter(f, e.s.Stream)
-	}
-	w := e.s.Redactor.Writer(sink)
-	defer w.Close()
-	return fn(w)
+	return fn(f)
 }
