@@ -2,8 +2,6 @@ package redact
 
 import (
 	"bytes"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/vastrun/vastrun/internal/redact/redacttest"
 )
 
 // printForms is a workload that prints $S in every form programs commonly
@@ -50,6 +50,8 @@ def forms(s):
   f["od -tx1 (offsets)"] = sh("printf 'ab%s' \"$S\" | od -tx1", b"")
   f["hexdump -C"] = sh("printf 'abcd%s' \"$S\" | hexdump -C", b"")
   f["od -x (16-bit words)"] = sh("printf 'a%s' \"$S\" | od -x", b"")
+  f["xxd after a log prefix"] = "12:00:01 out: " + sh("printf 'abc%s' \"$S\" | xxd", b"")
+  f["hexdump -C after a log prefix"] = "form dump: " + sh("printf 'ab%s' \"$S\" | hexdump -C", b"")
   f["python quote"] = urllib.parse.quote(s)
   f["python quote(safe='')"] = urllib.parse.quote(s, safe="")
   f["python quote_plus"] = urllib.parse.quote_plus(s)
@@ -107,134 +109,6 @@ func randomSecret(rng *rand.Rand) string {
 
 func utf8Boundary(s string, i int) bool { return i == len(s) || i == 0 || s[i]&0xC0 != 0x80 }
 
-// leakCheck says what an output still shows of a secret. It is written
-// apart from the masking code: it knows the forms only through the real
-// encoders' output and plain arithmetic. Shown are:
-//
-//   - any text form the encoders print (JSON, URL, HTML, shell escapes);
-//   - 12 bytes in a row of the raw value, or of its xxd printable column;
-//   - 12 bytes in a row of the value in hex (or as 16-bit words), after
-//     dropping the separators hex printers use, in either case;
-//   - the stable middle of base64 of the value (or of its JSON escapes)
-//     at any alignment, in either alphabet, after dropping line breaks.
-type leakCheck struct {
-	text       []string
-	raw, hexes map[string]bool // windows
-	rawW, hexW int
-	b64        []string
-}
-
-// newLeakCheck prepares the checks for secret; textForms[0] is the secret
-// as Python's json.dumps escapes it.
-func newLeakCheck(secret string, textForms []string) *leakCheck {
-	c := &leakCheck{raw: map[string]bool{}, hexes: map[string]bool{}}
-	for _, f := range textForms {
-		if len(f) >= MinSecretLen {
-			c.text = append(c.text, f)
-		}
-	}
-	const window = 12
-	raw := []byte(secret)
-	c.rawW = min(window, len(raw))
-	for _, src := range [][]byte{raw, xxdColumn(raw)} {
-		for i := 0; i+c.rawW <= len(src); i++ {
-			if piece := src[i : i+c.rawW]; bytes.Count(piece, []byte(".")) <= c.rawW/2 || &src[0] == &raw[0] {
-				c.raw[string(piece)] = true
-			}
-		}
-	}
-	hexes := []string{hex.EncodeToString(raw)}
-	for a := 0; a < 2; a++ {
-		var w strings.Builder
-		for i := a; i+1 < len(raw); i += 2 {
-			fmt.Fprintf(&w, "%02x%02x", raw[i+1], raw[i])
-		}
-		hexes = append(hexes, w.String())
-	}
-	c.hexW = 2 * c.rawW
-	for _, h := range hexes {
-		for i := 0; i+c.hexW <= len(h); i += 2 {
-			c.hexes[h[i:i+c.hexW]] = true
-		}
-	}
-	j, _ := json.Marshal(secret)
-	for _, src := range []string{secret, string(j[1 : len(j)-1]), textForms[0]} {
-		for i := 0; i < 3; i++ {
-			chunk := src[min(i, len(src)):]
-			chunk = chunk[:len(chunk)/3*3]
-			if len(chunk) < 6 {
-				continue
-			}
-			for _, e := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
-				c.b64 = append(c.b64, e.EncodeToString([]byte(chunk)))
-			}
-		}
-	}
-	return c
-}
-
-// leak names what out shows, or "".
-func (c *leakCheck) leak(out []byte) string {
-	for _, f := range c.text {
-		if bytes.Contains(out, []byte(f)) {
-			return "text form " + f
-		}
-	}
-	for i := 0; i+c.rawW <= len(out); i++ {
-		if c.raw[string(out[i:i+c.rawW])] {
-			return fmt.Sprintf("raw bytes %q", out[i:i+c.rawW])
-		}
-	}
-	norm := bytes.ToLower(bytes.Map(func(r rune) rune {
-		if r == ' ' || r == '\n' || r == '\r' || r == '\t' || r == ':' {
-			return -1
-		}
-		return r
-	}, out))
-	for i := 0; i+c.hexW <= len(norm); i++ {
-		if c.hexes[string(norm[i:i+c.hexW])] {
-			return "hex " + string(norm[i:i+c.hexW])
-		}
-	}
-	flat := bytes.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' {
-			return -1
-		}
-		return r
-	}, out)
-	for _, m := range c.b64 {
-		if bytes.Contains(flat, []byte(m)) {
-			return "base64 " + m
-		}
-	}
-	return ""
-}
-
-// xxdColumn is b as xxd's printable column shows it.
-func xxdColumn(b []byte) []byte {
-	out := make([]byte, len(b))
-	for i, c := range b {
-		if c >= 0x20 && c < 0x7f {
-			out[i] = c
-		} else {
-			out[i] = '.'
-		}
-	}
-	return out
-}
-
-// valueForms are the text forms of each secret as the real encoders print
-// them, for leak; the first is the secret as Python's json.dumps escapes
-// it, the last the secret itself.
-const valueForms = `
-import html, json, os, shlex, sys, urllib.parse
-def forms(s):
-  return [json.dumps(s)[1:-1], json.dumps(s, ensure_ascii=False)[1:-1], urllib.parse.quote(s), urllib.parse.quote(s, safe=""),
-          urllib.parse.quote_plus(s), urllib.parse.quote(s, safe="-_.!~*'()"), urllib.parse.urlencode({"k": s})[2:],
-          shlex.quote(s).strip("'"), html.escape(s), html.escape(s, quote=False), s]
-json.dump([forms(s) for s in json.loads(os.environ["SECRETS"])], sys.stdout)
-`
-
 // maskedEveryWay masks artifact through every path a sink takes: Bytes,
 // the streaming Writer in random writes, two Streams interleaving the
 // artifact's lines between them in random writes, and JSON.
@@ -288,16 +162,18 @@ func TestEveryFormOfRandomSecrets(t *testing.T) {
 		secrets = append(secrets, s)
 	}
 	var forms []map[string]string
-	var text [][]string
 	python(t, printForms, secrets, &forms)
-	python(t, valueForms, secrets, &text)
+	text, err := redacttest.ValueForms(secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, secret := range secrets {
 		r := New(secret)
-		check := newLeakCheck(secret, text[i])
+		check := redacttest.NewLeak(secret, text[i])
 		for name, artifact := range forms[i] {
 			ok := true
 			for how, out := range maskedEveryWay(r, artifact, rng) {
-				if bad := check.leak(out); bad != "" {
+				if bad := check.Find(out); bad != "" {
 					ok = false
 					if os.Getenv("VASTRUN_FORMS_TABLE") == "" {
 						t.Errorf("%s via %s: %s shows\nsecret %q\nartifact %q\nmasked %q", name, how, bad, secret, artifact, out)

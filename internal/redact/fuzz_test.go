@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/vastrun/vastrun/internal/redact/redacttest"
 )
 
 // FuzzRedact feeds random secrets (any bytes: newlines, quotes,
@@ -55,10 +57,10 @@ func FuzzRedact(f *testing.F) {
 		if !strings.Contains(secret, "\x00") {
 			artifacts["bash printf %q"] = bashQuote(t, secret)
 		}
-		check := newLeakCheck(secret, testTextForms(secret))
+		check := redacttest.NewLeak(secret, testTextForms(secret))
 		for name, a := range artifacts {
 			for how, out := range maskedEveryWay(r, a, rng) {
-				if bad := check.leak(out); bad != "" {
+				if bad := check.Find(out); bad != "" {
 					t.Fatalf("%s via %s: %s shows\nartifact %q\nmasked   %q", name, how, bad, a, out)
 				}
 			}
@@ -259,7 +261,7 @@ func testXXD(b []byte) string {
 				hexs.WriteByte(' ')
 			}
 		}
-		fmt.Fprintf(&out, "%-40s %s\n", hexs.String(), xxdColumn(row))
+		fmt.Fprintf(&out, "%-40s %s\n", hexs.String(), redacttest.XXDColumn(row))
 	}
 	return out.String()
 }

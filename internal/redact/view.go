@@ -69,48 +69,81 @@ func b64View(b []byte, base int, vw *view) {
 
 // hexView keeps hex digits (lowercased) and every other character that is
 // not a separator hex printers put between bytes: whitespace, ':' and ','
-// and the 0x and \x prefixes. Hexdump lines (xxd, hexdump -C, od) give
-// only their hex columns: their offsets and printable columns would
-// otherwise break the run of digits at every line.
+// and the 0x and \x prefixes. Hexdumps (xxd, hexdump -C, od), at the start
+// of a line or after a log's own prefix, give only their hex columns: their
+// offsets and printable columns would otherwise break the run of digits at
+// every line.
 func hexView(b []byte, base int, vw *view) {
 	for ls := 0; ls < len(b); {
 		le := ls
 		for le < len(b) && b[le] != '\n' {
 			le++
 		}
-		if !hexdumpLine(b, ls, le, base, vw) {
-			for i := ls; i < le; i++ {
-				c := b[i]
-				switch {
-				case isSpace(c) || c == ':' || c == ',':
-					continue
-				case (c == '0' || c == '\\') && i+2 < le && (b[i+1] == 'x' || b[i+1] == 'X') && isHex(b[i+2]):
-					i++
-					continue
+		d, ok := parseHexdump(b, ls, le, false)
+		at := ls
+		for p := ls + 1; !ok && p < le; p++ {
+			if b[p-1] == ' ' && isHex(b[p]) {
+				// After a prefix only a dump whose printable column (or
+				// nothing) follows its groups counts: less is too easily
+				// ordinary text.
+				if d, ok = parseHexdump(b, p, le, true); ok {
+					at = p
 				}
-				vw.v = append(vw.v, lowerHex(c))
-				vw.pos = append(vw.pos, int32(base+i))
+			}
+		}
+		if !ok {
+			at = le
+		}
+		for i := ls; i < at; i++ {
+			c := b[i]
+			switch {
+			case isSpace(c) || c == ':' || c == ',':
+				continue
+			case (c == '0' || c == '\\') && i+2 < at && (b[i+1] == 'x' || b[i+1] == 'X') && isHex(b[i+2]):
+				i++
+				continue
+			}
+			vw.v = append(vw.v, lowerHex(c))
+			vw.pos = append(vw.pos, int32(base+i))
+		}
+		if ok {
+			first := len(vw.v)
+			for _, g := range d.groups {
+				for i := g.start; i < g.end; i++ {
+					vw.v = append(vw.v, lowerHex(b[i]))
+					vw.pos = append(vw.pos, int32(base+i))
+				}
+			}
+			if d.col.end > d.col.start && len(vw.v) > first {
+				vw.ascii = append(vw.ascii, asciiCol{digits: span{first, len(vw.v)}, col: span{base + d.col.start, base + d.col.end}})
 			}
 		}
 		ls = le + 1
 	}
 }
 
-// hexdumpLine adds the hex columns of b[ls:le] when it is a hexdump line:
-// an offset of 6 to 16 hex digits at the start, then ':' or a space, then
-// groups of hex digits, then optionally, two spaces off at least, a
-// printable column of exactly as many characters as the groups hold bytes
-// (bare or between '|').
-func hexdumpLine(b []byte, ls, le, base int, vw *view) bool {
+// hexdump is one line of a hexdump: its groups of hex digits and its
+// printable column (empty when it has none).
+type hexdump struct {
+	groups []span
+	col    span
+}
+
+// parseHexdump reads b[ls:le] as a hexdump line: an offset of 6 to 16 hex
+// digits, then ':' or a space, then groups of hex digits, then optionally,
+// two spaces off at least, a printable column of exactly the groups'
+// bytes as xxd and hexdump -C show them ('.' for what is not printable
+// ASCII), bare (its spaces at either end trimmed) or between '|'. strict
+// asks for groups followed by such a column or by nothing.
+func parseHexdump(b []byte, ls, le int, strict bool) (hexdump, bool) {
 	j := ls
 	for j < le && isHex(b[j]) {
 		j++
 	}
 	if n := j - ls; n < 6 || n > 16 || j == le || (b[j] != ':' && b[j] != ' ') {
-		return false
+		return hexdump{}, false
 	}
-	type group struct{ start, end int }
-	var groups []group
+	var groups []span
 	at := j + 1
 	for {
 		k := at
@@ -121,16 +154,12 @@ func hexdumpLine(b []byte, ls, le, base int, vw *view) bool {
 		for e < le && isHex(b[e]) {
 			e++
 		}
-		if e == k || (e-k)%2 != 0 || (e < le && b[e] != ' ') {
+		if e == k || (e-k)%2 != 0 || (e < le && b[e] != ' ' && b[e] != '\r') {
 			break
 		}
-		groups = append(groups, group{k, e})
+		groups = append(groups, span{k, e})
 		at = e
 	}
-	// The printable column after the first t groups: what follows them,
-	// two spaces off at least, must be those groups' bytes as xxd and
-	// hexdump -C show them ('.' for what is not printable ASCII), bare
-	// (its spaces at either end trimmed) or between '|'.
 	var shown []byte
 	ends := make([]int, len(groups)+1) // ends[t]: bytes in the first t groups
 	for t, g := range groups {
@@ -143,43 +172,41 @@ func hexdumpLine(b []byte, ls, le, base int, vw *view) bool {
 		}
 		ends[t+1] = len(shown)
 	}
-	keep, col := len(groups), span{}
-	for t := len(groups); t > 0; t-- {
-		s, e := groups[t-1].end, le
+	restOf := func(t int) span {
+		s, e := j+1, le
+		if t > 0 {
+			s = groups[t-1].end
+		}
 		for s < le && b[s] == ' ' {
 			s++
 		}
 		for e > s && (b[e-1] == ' ' || b[e-1] == '\r') {
 			e--
 		}
-		if s == e || s-groups[t-1].end < 2 {
+		return span{s, e}
+	}
+	for t := len(groups); t > 0; t-- {
+		r := restOf(t)
+		if r.start == r.end || r.start-groups[t-1].end < 2 {
 			// No column after these groups (none at all, as od prints,
 			// or too close): fewer groups, in case words of a column that
 			// looks like hex were taken for groups.
 			continue
 		}
-		rest, want := b[s:e], shown[:ends[t]]
+		rest, want := b[r.start:r.end], shown[:ends[t]]
 		if len(rest) >= 2 && rest[0] == '|' && rest[len(rest)-1] == '|' {
 			rest = rest[1 : len(rest)-1]
 		} else {
 			want = bytes.Trim(want, " ")
 		}
 		if bytes.Equal(rest, want) {
-			keep, col = t, span{s, e}
-			break
+			return hexdump{groups: groups[:t], col: r}, true
 		}
 	}
-	first := len(vw.v)
-	for _, g := range groups[:keep] {
-		for i := g.start; i < g.end; i++ {
-			vw.v = append(vw.v, lowerHex(b[i]))
-			vw.pos = append(vw.pos, int32(base+i))
-		}
+	if strict && (len(groups) == 0 || restOf(len(groups)).start != restOf(len(groups)).end) {
+		return hexdump{}, false
 	}
-	if col.end > col.start && len(vw.v) > first {
-		vw.ascii = append(vw.ascii, asciiCol{digits: span{first, len(vw.v)}, col: span{base + col.start, base + col.end}})
-	}
-	return true
+	return hexdump{groups: groups}, true
 }
 
 // spans maps the view's matches back to spans of the text, with the
