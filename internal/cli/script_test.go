@@ -324,10 +324,6 @@ func cmdFreeport(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv(args[0], strconv.Itoa(port))
 }
 
-// cmdEnvFile sets a variable to a file's content (without its final
-// newline), for values testscript cannot spell, such as multi-line ones:
-//
-//	envfile NAME FILE
 // cmdNoForms asserts that no form of the secret in $NAME shows in any file
 // under the paths named (files, or directories walked): raw, a 12-byte
 // piece of it, its JSON, URL, HTML and shell escapes as Python prints
@@ -369,6 +365,10 @@ func cmdNoForms(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Logf("noforms: %d files, no form of $%s", files, args[0])
 }
 
+// cmdEnvFile sets a variable to a file's content (without its final
+// newline), for values testscript cannot spell, such as multi-line ones:
+//
+//	envfile NAME FILE
 func cmdEnvFile(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 2 {
 		ts.Fatalf("usage: envfile NAME FILE")
