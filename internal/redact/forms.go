@@ -119,16 +119,21 @@ func htmlForms(v string) []string {
 // 16-bit little-endian words (od -x, hexdump without -C) at both
 // alignments.
 //
-// Each form is also added without its first 1 to 3 characters: a streamed
-// writer may already have let a line ending in those through before the
-// rest arrives (see Writer).
+// Each form is also added without its first one or two characters: a
+// streamed writer may already have let a line ending in those through
+// before the rest arrives (see Writer).
 func encodedForms(v string) (b64, hexs []string) {
 	if len(v) < MinSecretLen {
 		return nil, nil
 	}
 	seen := map[string]bool{}
 	add := func(list *[]string, s string) {
-		for cut := 0; cut < keyLen && len(s)-cut >= MinSecretLen; cut++ {
+		if len(s) < MinSecretLen {
+			return
+		}
+		// Cut forms as short as 6 characters (36 bits of base64): the
+		// shortest forms are 8.
+		for cut := 0; cut < holdLen && len(s)-cut >= 6; cut++ {
 			if t := s[cut:]; !seen[t] {
 				seen[t] = true
 				*list = append(*list, t)

@@ -123,18 +123,20 @@ func maskedEveryWay(r *Redactor, artifact string, rng *rand.Rand) map[string][]b
 	}
 	rw.Close()
 	out["Writer"] = w.Bytes()
-	// Two streams, each printing the whole artifact, their writes
-	// interleaved at random.
+	// Two streams: one prints the artifact, the other lines of its own,
+	// their writes interleaved at random (a command's stdout and stderr).
 	var both bytes.Buffer
 	s := r.Streams(&both, 2)
+	other := strings.Repeat("(the other stream)\n", 1+len(artifact)/40)
 	at := []int{0, 0}
-	for at[0] < len(artifact) || at[1] < len(artifact) {
+	texts := []string{artifact, other}
+	for at[0] < len(artifact) || at[1] < len(other) {
 		k := rng.IntN(2)
-		if at[k] >= len(artifact) {
+		if at[k] >= len(texts[k]) {
 			k = 1 - k
 		}
 		n := 1 + rng.IntN(17)
-		s[k].Write([]byte(artifact[at[k]:min(at[k]+n, len(artifact))]))
+		s[k].Write([]byte(texts[k][at[k]:min(at[k]+n, len(texts[k]))]))
 		at[k] += n
 	}
 	s[0].Close()

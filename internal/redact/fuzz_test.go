@@ -44,9 +44,12 @@ func FuzzRedact(f *testing.F) {
 				}
 			}
 		}
-		for i := 0; i+8 <= len(secret); i++ {
-			if strings.Contains(prefix, secret[i:i+8]) {
-				return // a piece of the secret in the text around it is not a form of it
+		for i := 0; i+3 <= len(secret); i++ {
+			if strings.Contains(prefix, secret[i:i+3]) {
+				// A piece of the secret in the text around it encodes like
+				// the secret's own bytes: the leak check would take it for
+				// the secret's.
+				return
 			}
 		}
 		r := New(secret)

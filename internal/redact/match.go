@@ -14,8 +14,8 @@ type matcher struct {
 	filter [1 << 16 / 64]uint64
 	byKey  map[uint32][]int32
 	pats   [][]byte
-	// tails indexes every proper prefix of length >= keyLen by its last
-	// keyLen bytes, for the streaming writer's question "could what ends
+	// tails indexes every proper prefix of length >= holdLen by its last
+	// holdLen bytes, for the streaming writer's question "could what ends
 	// here be the start of a pattern?"; short holds the shorter prefixes.
 	tails map[uint32][]prefixRef
 	short map[string]bool
@@ -25,7 +25,15 @@ type prefixRef struct{ pat, n int32 }
 
 const keyLen = 4
 
+// holdLen is the shortest start of a pattern a streaming writer holds a
+// line back for; a line ending in a shorter one goes on (ordinary lines
+// end in one or two characters that begin some pattern all the time), and
+// the rest of the pattern is a pattern of its own (see encodedForms).
+const holdLen = 3
+
 func key(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+
+func key3(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 }
 
 func slot(k uint32) uint32 { return (k * 0x9E3779B1) >> 16 }
 
@@ -47,11 +55,11 @@ func newMatcher(pats [][]byte, prefixes bool) *matcher {
 		m.short = map[string]bool{}
 		for i, p := range m.pats {
 			for n := 1; n < len(p); n++ {
-				if n < keyLen {
+				if n < holdLen {
 					m.short[string(p[:n])] = true
 					continue
 				}
-				k := key(p[n-keyLen : n])
+				k := key3(p[n-holdLen : n])
 				m.tails[k] = append(m.tails[k], prefixRef{int32(i), int32(n)})
 			}
 		}
@@ -96,23 +104,35 @@ func (m *matcher) any(b []byte) bool {
 	return false
 }
 
+// mayOpen is a quick openPrefix > 0 for the common case: v's last holdLen
+// characters are inside no pattern.
+func (m *matcher) mayOpen(v []byte) bool {
+	if m == nil || m.tails == nil || len(v) == 0 {
+		return false
+	}
+	if len(v) < holdLen {
+		return true // too short to tell: look closer
+	}
+	return len(m.tails[key3(v[len(v)-holdLen:])]) > 0
+}
+
 // openPrefix is the length of the longest suffix of v that is a proper
 // prefix of a pattern: the start of a match that later input may complete.
-// Suffixes shorter than keyLen count only when they are the whole of v
+// Suffixes shorter than holdLen count only when they are the whole of v
 // (a short piece is harmless on its own but must not start a chain of
 // short pieces that are each let through).
 func (m *matcher) openPrefix(v []byte) int {
 	if m == nil || m.tails == nil || len(v) == 0 {
 		return 0
 	}
-	if len(v) < keyLen {
+	if len(v) < holdLen {
 		if m.short[string(v)] {
 			return len(v)
 		}
 		return 0
 	}
 	best := 0
-	for _, ref := range m.tails[key(v[len(v)-keyLen:])] {
+	for _, ref := range m.tails[key3(v[len(v)-holdLen:])] {
 		n := int(ref.n)
 		if n > best && n <= len(v) && bytes.Equal(m.pats[ref.pat][:n], v[len(v)-n:]) {
 			best = n
@@ -143,27 +163,37 @@ func merge(s []span) []span {
 }
 
 // replace masks each span of b whole.
-func replace(b []byte, spans []span) []byte {
-	spans = merge(spans)
-	out := make([]byte, 0, len(b))
-	at := 0
-	for _, s := range spans {
-		out = append(out, b[at:s.start]...)
-		out = append(out, Mask...)
-		at = s.end
-	}
-	return append(out, b[at:]...)
-}
+func replace(b []byte, spans []span) []byte { return replaceMixed(b, spans, nil) }
 
 // replaceLines masks each span line by line: every line a span touches
 // keeps its line break and shows one mask for its part of the span, so a
 // secret wrapped over lines leaves the layout of the output as it was.
-func replaceLines(b []byte, spans []span) []byte {
-	spans = merge(spans)
+func replaceLines(b []byte, spans []span) []byte { return replaceMixed(b, nil, spans) }
+
+// replaceMixed masks the spans of whole each with one mask, and those of
+// byLine line by line; no span of one overlaps a span of the other.
+func replaceMixed(b []byte, whole, byLine []span) []byte {
+	type marked struct {
+		span
+		lines bool
+	}
+	var all []marked
+	for _, s := range merge(whole) {
+		all = append(all, marked{s, false})
+	}
+	for _, s := range merge(byLine) {
+		all = append(all, marked{s, true})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].start < all[j].start })
 	out := make([]byte, 0, len(b))
 	at := 0
-	for _, s := range spans {
+	for _, s := range all {
 		out = append(out, b[at:s.start]...)
+		if !s.lines {
+			out = append(out, Mask...)
+			at = s.end
+			continue
+		}
 		masked := false
 		for i := s.start; i < s.end; i++ {
 			switch c := b[i]; c {

@@ -207,24 +207,39 @@ func (r *Redactor) mask(b []byte) []byte {
 	return maskShapes(set.mask(b, false))
 }
 
-// mask masks the text forms, then the encoded forms in their views. A
-// text form that spans lines (a multi-line secret) is masked whole, or,
-// with lines set (a log), line by line, keeping the log's lines.
+// mask masks the text forms and the encoded forms, both found in b as it
+// is (masking one first could hide the other: a mask in a hexdump's offset
+// column breaks the dump). A text form that spans lines (a multi-line
+// secret) is masked whole, or, with lines set (a log), line by line,
+// keeping the log's lines; an encoded form is masked line by line.
 func (set *patternSet) mask(b []byte, lines bool) []byte {
 	var spans []span
 	set.text.find(b, func(s, e int) { spans = append(spans, span{s, e}) })
+	enc := set.viewSpans(b)
 	switch {
-	case spans == nil:
-	case lines:
-		b = replaceLines(b, spans)
-	default:
-		b = replace(b, spans)
+	case spans == nil && enc == nil:
+		return b
+	case lines || spans == nil:
+		return replaceLines(b, append(spans, enc...))
+	case enc == nil:
+		return replace(b, spans)
 	}
-	spans = set.viewSpans(b)
-	if spans != nil {
-		b = replaceLines(b, spans)
+	// Both: whole where only text forms are, line by line where an encoded
+	// form is.
+	all := merge(append(append([]span(nil), spans...), enc...))
+	var whole, byLine []span
+	for _, a := range all {
+		encoded := false
+		for _, v := range enc {
+			encoded = encoded || (v.start < a.end && a.start < v.end)
+		}
+		if encoded {
+			byLine = append(byLine, a)
+		} else {
+			whole = append(whole, a)
+		}
 	}
-	return b
+	return replaceMixed(b, whole, byLine)
 }
 
 func (set *patternSet) viewSpans(b []byte) []span {
@@ -302,11 +317,11 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // It passes on whole lines, masked. A line whose end could be the start of
 // a wrapped encoded form (base64 or hex continuing on the next lines) is
 // held until the lines after it say whether it is: that needs the end to
-// match at least the first four characters of a form (or the whole of
-// what is held, so that a form wrapped at a width under four is held line
-// after line), which ordinary output almost never does; a line ending in
-// one to three such characters goes on, and the rest of the form, without
-// its first characters, is a form of its own (see encodedForms).
+// match at least the first three characters of a form (or the whole of
+// what is held, so that a form wrapped at a width under three is held line
+// after line), which ordinary output seldom does; a line ending in one or
+// two such characters goes on, and the rest of the form, without its first
+// characters, is a form of its own (see encodedForms).
 type Writer struct {
 	mu sync.Mutex
 	r  *Redactor
@@ -369,55 +384,74 @@ func (w *Writer) keep() int {
 }
 
 // emit masks the held lines and lines (whole lines), passes on all but
-// what may begin a wrapped form, and holds that.
+// what may begin a wrapped form, and holds that, as it came: the next lines
+// may complete a form that starts there, or a longer one that a match
+// ending there is the start of.
 func (w *Writer) emit(lines []byte, mayHold bool) error {
 	region := lines
 	if len(w.held) > 0 {
 		region = append(w.held, lines...)
 	}
-	masked := w.r.maskLines(region)
-	h := len(masked)
-	if mayHold {
-		h = w.holdFrom(masked)
+	cut, out := len(region), region
+	if set := w.r.patterns(); set != nil {
+		var spans []span
+		spans, cut = set.streamSpans(region, mayHold && len(region) <= batch+maxLine)
+		// A form that runs past the cut is held whole: what is left of it
+		// after the cut might not be a form on its own.
+		spans = merge(spans)
+		for i := len(spans) - 1; i >= 0; i-- {
+			if sp := spans[i]; sp.start < cut && sp.end > cut {
+				cut = bytes.LastIndexByte(region[:sp.start], '\n') + 1
+			}
+		}
+		out = region[:cut]
+		var before []span
+		for _, sp := range spans {
+			if sp.end <= cut {
+				before = append(before, sp)
+			}
+		}
+		if before != nil {
+			out = replaceLines(out, before)
+		}
 	}
-	if h > 0 {
-		if _, err := w.w.Write(masked[:h]); err != nil {
+	if out = maskShapes(out); len(out) > 0 {
+		if _, err := w.w.Write(out); err != nil {
 			return err
 		}
 	}
-	w.held = append([]byte(nil), masked[h:]...)
+	w.held = append([]byte(nil), region[cut:]...)
 	return nil
 }
 
-// holdFrom is where the lines that may begin a wrapped form start in
-// masked (whole lines), or len(masked).
-func (w *Writer) holdFrom(masked []byte) int {
-	set := w.r.patterns()
-	if set == nil || len(masked) > batch+maxLine {
-		return len(masked) // nothing to wait for, or waited long enough
-	}
-	// The view of the last lines, enough of them to hold any form.
-	from := max(0, len(masked)-(4*set.longest+1024))
-	if from > 0 {
-		from += bytes.IndexByte(masked[from:], '\n') + 1
-	}
-	tail := masked[from:]
-	h := len(masked)
+// streamSpans finds every form in b (text forms masked line by line, as
+// in a log) and, with hold, where the lines that may begin a wrapped form
+// start (len(b) when none do).
+func (set *patternSet) streamSpans(b []byte, hold bool) ([]span, int) {
+	var spans []span
+	set.text.find(b, func(s, e int) { spans = append(spans, span{s, e}) })
+	cut := len(b)
+	vw := getView(len(b))
+	defer views.Put(vw)
 	for _, c := range []struct {
-		m    *matcher
-		view func([]byte, int, *view)
+		m     *matcher
+		build func([]byte, int, *view)
 	}{{set.b64, b64View}, {set.hex, hexView}} {
 		if len(c.m.pats) == 0 {
 			continue
 		}
-		var vw view
-		c.view(tail, from, &vw)
+		vw.reset()
+		c.build(b, 0, vw)
+		spans = append(spans, vw.spans(c.m)...)
+		if !hold || !c.m.mayOpen(vw.v) {
+			continue // the common case: the end is inside no pattern
+		}
 		if n := c.m.openPrefix(vw.v); n > 0 {
 			start := int(vw.pos[len(vw.v)-n])
-			h = min(h, bytes.LastIndexByte(masked[:start], '\n')+1)
+			cut = min(cut, bytes.LastIndexByte(b[:start], '\n')+1)
 		}
 	}
-	return h
+	return spans, cut
 }
 
 // Flush writes what the writer holds: the held lines and the last,

@@ -102,6 +102,12 @@ func hexView(b []byte, base int, vw *view) {
 			case (c == '0' || c == '\\') && i+2 < at && (b[i+1] == 'x' || b[i+1] == 'X') && isHex(b[i+2]):
 				i++
 				continue
+			case !isHex(c):
+				// Any other character only breaks a run of digits: one
+				// stands for a row of them, keeping the view short.
+				if n := len(vw.v); n > 0 && !isHex(vw.v[n-1]) {
+					continue
+				}
 			}
 			vw.v = append(vw.v, lowerHex(c))
 			vw.pos = append(vw.pos, int32(base+i))
