@@ -13,9 +13,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/vastrun/vastrun/internal/redact"
 )
 
 // Env is the detected CI environment.
@@ -35,6 +36,9 @@ type Env struct {
 	// artifacts:reports:dotenv and after_script (VASTRUN_DOTENV, default
 	// vastrun.env in GitLab).
 	DotenvFile string
+	// Redactor masks what is written to those files (they are read by
+	// people and other jobs); nil masks token shapes only.
+	Redactor *redact.Redactor
 
 	getenv func(string) string
 }
@@ -165,33 +169,37 @@ func (e Env) Persist(kv map[string]string) error {
 		for _, k := range keys {
 			fmt.Fprintf(&b, "%s=%s\n", k, kv[k])
 		}
-		if err := appendSync(f, b.String()); err != nil {
+		if err := e.appendSync(f, b.String()); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if e.DotenvFile != "" {
-		if err := mergeDotenv(e.DotenvFile, kv); err != nil {
+		if err := e.mergeDotenv(e.DotenvFile, kv); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func appendSync(path, text string) error {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+// appendSync appends text, masked, and syncs it.
+func (e Env) appendSync(path, text string) error {
+	f, err := redact.NewSink(e.Redactor).Append(path, 0o600)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if _, err := f.WriteString(text); err != nil {
+	if _, err := f.Write([]byte(text)); err != nil {
 		f.Close() //nolint:errcheck // the write error is the one to report
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return errors.Join(f.Sync(), f.Close())
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 // mergeDotenv updates KEY=value lines, writing a temporary file and
 // renaming it so a cancelled job never leaves a half-written file.
-func mergeDotenv(path string, kv map[string]string) error {
+func (e Env) mergeDotenv(path string, kv map[string]string) error {
 	cur := map[string]string{}
 	var order []string
 	if b, err := os.ReadFile(path); err == nil {
@@ -219,23 +227,10 @@ func mergeDotenv(path string, kv map[string]string) error {
 	for _, k := range order {
 		fmt.Fprintf(&b, "%s=%s\n", k, cur[k])
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".vastrun-env-*")
-	if err != nil {
+	if err := redact.NewSink(e.Redactor).WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name()) //nolint:errcheck // after the rename nothing is left to remove; a leftover is a hidden temp file
-	if _, err := tmp.WriteString(b.String()); err != nil {
-		tmp.Close() //nolint:errcheck // the write error is the one to report
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close() //nolint:errcheck // the sync error is the one to report
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return nil
 }
 
 // Annotate prints an error annotation the CI system shows prominently.
@@ -266,5 +261,5 @@ func (e Env) AppendSummary(markdown string) error {
 	if e.SummaryFile == "" {
 		return nil
 	}
-	return appendSync(e.SummaryFile, markdown+"\n")
+	return e.appendSync(e.SummaryFile, markdown+"\n")
 }

@@ -183,7 +183,7 @@ func runCanaryInit(_ context.Context, opts *CanaryInitOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+	if err := f.sink(nil).WriteFile(file, []byte(text), 0o644); err != nil {
 		return err
 	}
 	f.IO.Infof("wrote a canary: section to %s (from %s); edit it, then run 'vastrun canary validate'", file, strings.Join(p.Sources, ", "))

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/vastrun/vastrun/internal/redact"
+	"html"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/redact"
+	"github.com/vastrun/vastrun/internal/redact/redacttest"
 )
 
 // echoFormsEnv switches the test binary into the workload of
@@ -23,26 +26,57 @@ import (
 const echoFormsEnv = "VASTRUN_TEST_ECHO_FORMS"
 
 // echoForms is a workload that leaks $FUZZ_SECRET in every form it can
-// take: raw, JSON-escaped, URL-encoded, base64 (wrapped like base64(1)),
-// shell-quoted (POSIX and bash's printf %q), on stdout and stderr, and in
-// its JSON result, as a value and as a key.
+// take: raw, JSON-escaped, URL-encoded (Go's, Python's quote,
+// encodeURIComponent), base64 (at each byte offset, wrapped like
+// base64(1)), hex (bare, upper case, spaced like od), shell-quoted (POSIX
+// and bash's printf %q), HTML-escaped, and base64 of a JSON line; each
+// line half on stdout and half on stderr with a line of the other stream
+// between; and in its JSON result, as a value and as a key.
 func echoForms() int {
 	s := os.Getenv("FUZZ_SECRET")
 	j, _ := json.Marshal(s)
-	b64 := base64.StdEncoding.EncodeToString([]byte(s + "\n"))
+	line, _ := json.Marshal(map[string]any{"step": 1, "note": s})
 	var wrapped strings.Builder
+	b64 := base64.StdEncoding.EncodeToString([]byte("k=" + s + "\n"))
 	for i := 0; i < len(b64); i += 76 {
 		wrapped.WriteString(b64[i:min(i+76, len(b64))] + "\n")
 	}
+	var od strings.Builder
+	for i, c := range []byte(s) {
+		fmt.Fprintf(&od, " %02x", c)
+		if i%16 == 15 {
+			od.WriteByte('\n')
+		}
+	}
+	quote := func(safe string) string {
+		var b strings.Builder
+		for _, c := range []byte(s) {
+			if c < 0x80 && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(safe, c) >= 0) {
+				b.WriteByte(c)
+			} else {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+		}
+		return b.String()
+	}
 	forms := []string{s, string(j), url.QueryEscape(s), url.PathEscape(s), wrapped.String(),
-		"'" + strings.ReplaceAll(s, "'", `'\''`) + "'", base64.RawURLEncoding.EncodeToString([]byte("x" + s))}
+		"'" + strings.ReplaceAll(s, "'", `'\''`) + "'", base64.RawURLEncoding.EncodeToString([]byte("x" + s)),
+		base64.StdEncoding.EncodeToString([]byte("xy" + s)), hex.EncodeToString([]byte(s)), strings.ToUpper(hex.EncodeToString([]byte("a" + s))),
+		od.String(), quote("/_.-~"), quote("-_.!~*'()"), html.EscapeString(s), base64.StdEncoding.EncodeToString(append(line, '\n'))}
 	if out, err := exec.Command("bash", "-c", `printf '%q' "$FUZZ_SECRET"`).Output(); err == nil {
 		forms = append(forms, string(out))
 	}
 	for i, f := range forms {
-		fmt.Fprintf(os.Stdout, "form %d: %s\n", i, f)
-		fmt.Fprintf(os.Stderr, "form %d: %s\n", i, f)
+		text := fmt.Sprintf("form %d: %s\n", i, f)
+		one, other := os.Stdout, os.Stderr
+		if i%2 == 1 {
+			one, other = other, one
+		}
+		one.WriteString(text[:len(text)/2])
+		other.WriteString("(the other stream)\n")
+		one.WriteString(text[len(text)/2:])
 	}
+	fmt.Fprintf(os.Stdout, "forms: %d\n", len(forms))
 	res, _ := json.Marshal(map[string]any{"secret": s, s: "as a key", "nested": map[string]any{"list": []any{s, "x" + s}}, "passed": 1})
 	if err := os.WriteFile(os.Getenv("VASTRUN_RESULT"), res, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -53,8 +87,8 @@ func echoForms() int {
 
 // FuzzWorkloadSecrets runs whole `vastrun ci --sim` runs whose workload
 // echoes a random declared secret in every form, and asserts that no
-// artifact (stdout, stderr, evidence, journal, state) holds the secret, a
-// line of it, or an encoding of it.
+// artifact (stdout, stderr, evidence, journal, state) shows any form of it
+// (redacttest.Leak).
 func FuzzWorkloadSecrets(f *testing.F) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -117,34 +151,18 @@ timeouts:
 			}
 			return nil
 		})
-		if !bytes.Contains(artifacts[filepath.Join(dir, "ev", "test.log")], []byte("form 7: ")) {
+		if !bytes.Contains(artifacts[filepath.Join(dir, "ev", "test.log")], []byte("forms: ")) {
 			t.Fatalf("the workload did not run to the end:\n%s", artifacts[filepath.Join(dir, "ev", "test.log")])
 		}
+		forms, err := redacttest.ValueForms([]string{secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := redacttest.NewLeak(secret, forms[0])
 		for name, b := range artifacts {
-			if bad := leakedForm(secret, b); bad != "" {
-				t.Fatalf("%s holds %q:\n%s", name, bad, b)
+			if bad := check.Find(b); bad != "" {
+				t.Fatalf("%s shows %s:\n%s", name, bad, b)
 			}
 		}
 	})
-}
-
-// leakedForm returns the form of secret found in b, or "".
-func leakedForm(secret string, b []byte) string {
-	j, _ := json.Marshal(secret)
-	forbidden := []string{secret, string(j[1 : len(j)-1]), url.QueryEscape(secret), url.PathEscape(secret)}
-	for _, line := range strings.FieldsFunc(secret, func(r rune) bool { return r == '\n' || r == '\r' }) {
-		if l := strings.TrimSpace(line); len(l) >= 8 {
-			forbidden = append(forbidden, l)
-		}
-	}
-	for _, f := range forbidden {
-		if len(f) >= 8 && bytes.Contains(b, []byte(f)) {
-			return f
-		}
-	}
-	aligned := base64.StdEncoding.EncodeToString([]byte(secret[:len(secret)/3*3]))
-	if bytes.Contains(bytes.ReplaceAll(b, []byte("\n"), nil), []byte(aligned)) {
-		return aligned
-	}
-	return ""
 }

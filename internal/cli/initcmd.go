@@ -12,6 +12,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/image"
+	"github.com/vastrun/vastrun/internal/redact"
 )
 
 // DefaultInitImage is the image a fresh config starts from: a public CUDA
@@ -100,7 +101,7 @@ func runInit(ctx context.Context, opts *InitOptions) error {
 	if _, err := config.Parse([]byte(text)); err != nil {
 		return fmt.Errorf("init template for %s does not load: %w", opts.Kind, err)
 	}
-	if err := os.WriteFile(opts.File, []byte(text), 0o644); err != nil {
+	if err := redact.NewSink(opts.IO.Redactor()).WriteFile(opts.File, []byte(text), 0o644); err != nil {
 		return err
 	}
 	res := initResult{Schema: "vastrun.init/v1", Kind: opts.Kind, File: opts.File, Image: img, Pinned: pinned, Edit: initEdits(opts.Kind, pinned)}

@@ -129,6 +129,7 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 	for _, name := range cfg.Secrets {
 		red.Add(f.Getenv(name))
 	}
+	env.Redactor = red // the CI system's files go through the same masking
 	e := lifecycle.New(&lifecycle.Deps{
 		Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, CI: env, Getenv: f.Getenv,
 		Redactor: red, Annotations: f.IO.ErrOut,

@@ -211,7 +211,9 @@ func writeManyReceipt(f *Factory, o *WorkflowOptions, cfg *config.Config, mr *Ma
 	}
 	if err := os.MkdirAll(dir, 0o755); err == nil {
 		p := filepath.Join(dir, mr.Kind+"-receipt.json")
-		os.WriteFile(p, append(b, '\n'), 0o644)
+		if err := f.sink(cfg).WriteJSON(p, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write the combined receipt: %w", err)
+		}
 		f.IO.Infof("%s: %s, %d runs; combined receipt in %s", mr.Kind, mr.Outcome, len(mr.Children), p)
 	}
 	if f.JSON {

@@ -224,7 +224,10 @@ func runPlan(ctx context.Context, opts *PlanOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(opts.Out, b, 0o644); err != nil {
+	// Through the sink like every file vastrun writes: a plan holds no
+	// secret, and one that did would no longer match its hash, so apply
+	// would refuse it.
+	if err := f.sink(cfg).WriteFile(opts.Out, b, 0o644); err != nil {
 		return fmt.Errorf("write plan: %w", err)
 	}
 	summary := p.Summary()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -21,7 +22,7 @@ import (
 // refused key, which no retry fixes.
 func checkBeforeRenting(ctx context.Context, f *Factory, cfg *config.Config, workflow string) (*preflight.MarketReport, error) {
 	repo, _ := os.Getwd()
-	if err := preflight.Local(preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv, Workflow: workflow}); err != nil {
+	if err := preflight.Local(preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv, Workflow: workflow, OwnKeys: ownKeys(f, cfg)}); err != nil {
 		return nil, err
 	}
 	if w := cfg.InterruptibleWarning(workflow); w != "" {
@@ -44,6 +45,28 @@ func checkBeforeRenting(ctx context.Context, f *Factory, cfg *config.Config, wor
 	}
 	f.IO.Infof("preflight: %s", rep.Explain())
 	return rep, nil
+}
+
+// ownKeys are the keys this vastrun holds, which the preflight refuses to
+// hand to a workload: the Vast API key (by the variable and by the value
+// of the flag, the variable and each key file) and, with team state on S3,
+// the storage credentials it keeps the team's runs with.
+func ownKeys(f *Factory, cfg *config.Config) []preflight.OwnKey {
+	keys := []preflight.OwnKey{{Name: "VAST_API_KEY", Source: "VAST_API_KEY, the Vast account's API key", Value: strings.TrimSpace(f.Getenv("VAST_API_KEY"))}}
+	if k := strings.TrimSpace(f.APIKey); k != "" {
+		keys = append(keys, preflight.OwnKey{Source: "--api-key, the Vast account's API key", Value: k})
+	}
+	for _, p := range vast.KeyFiles(f.Getenv, f.HomeDir) {
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) != "" {
+			keys = append(keys, preflight.OwnKey{Source: "the Vast API key file " + p, Value: strings.TrimSpace(string(b))})
+		}
+	}
+	if loc, err := stateLocation(nil, cfg); err == nil && loc.Kind == "s3" {
+		for _, name := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
+			keys = append(keys, preflight.OwnKey{Name: name, Source: name + ", a credential of the team state " + loc.String(), Value: strings.TrimSpace(f.Getenv(name))})
+		}
+	}
+	return keys
 }
 
 // ValidateOptions are the flags of `vastrun validate`.
@@ -94,7 +117,7 @@ func runValidate(ctx context.Context, o *ValidateOptions) error {
 	}
 	res := validateResult{Schema: "vastrun.validate/v1", Problems: []preflight.Problem{}, Simulated: f.Sim}
 	repo, _ := os.Getwd()
-	lerr := preflight.Local(preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv})
+	lerr := preflight.Local(preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv, OwnKeys: ownKeys(f, cfg)})
 	var pe *preflight.Error
 	if errors.As(lerr, &pe) {
 		res.Problems = append(res.Problems, pe.Problems...)

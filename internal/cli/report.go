@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -66,7 +65,7 @@ func runReport(_ context.Context, opts *ReportOptions) error {
 	}
 	switch {
 	case opts.HTMLPath != "":
-		out, err := os.Create(opts.HTMLPath)
+		out, err := f.sink(cfg).Create(opts.HTMLPath, 0o644)
 		if err != nil {
 			return err
 		}

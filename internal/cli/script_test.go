@@ -23,6 +23,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/provider/sim"
+	"github.com/vastrun/vastrun/internal/redact/redacttest"
 )
 
 // TestMain registers the real entry point as the "vastrun" command of the
@@ -78,7 +79,7 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Condition: scriptCondition,
-		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "s3": cmdS3, "teams3": cmdTeamS3, "repocopy": cmdRepoCopy, "simtouch": cmdSimTouch, "s3proxy": cmdS3Proxy, "pty": cmdPty, "simready": cmdSimReady, "planage": cmdPlanAge},
+		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "s3": cmdS3, "teams3": cmdTeamS3, "repocopy": cmdRepoCopy, "simtouch": cmdSimTouch, "s3proxy": cmdS3Proxy, "pty": cmdPty, "simready": cmdSimReady, "planage": cmdPlanAge, "noforms": cmdNoForms},
 	})
 }
 
@@ -365,6 +366,47 @@ func cmdFreeport(ts *testscript.TestScript, neg bool, args []string) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	ts.Setenv(args[0], strconv.Itoa(port))
+}
+
+// cmdNoForms asserts that no form of the secret in $NAME shows in any file
+// under the paths named (files, or directories walked): raw, a 12-byte
+// piece of it, its JSON, URL, HTML and shell escapes as Python prints
+// them, its hex, or the stable middle of its base64 (redacttest.Leak).
+//
+//	noforms NAME PATH...
+func cmdNoForms(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: noforms NAME PATH...")
+	}
+	secret := ts.Getenv(args[0])
+	if len(secret) < 8 {
+		ts.Fatalf("noforms: $%s is not a secret (under 8 bytes)", args[0])
+	}
+	forms, err := redacttest.ValueForms([]string{secret})
+	ts.Check(err)
+	check := redacttest.NewLeak(secret, forms[0])
+	files := 0
+	for _, root := range args[1:] {
+		err := filepath.Walk(ts.MkAbs(root), func(p string, info os.FileInfo, err error) error {
+			if err != nil || !info.Mode().IsRegular() {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			files++
+			if bad := check.Find(b); bad != "" {
+				ts.Fatalf("noforms: %s shows %s (secret %q)", p, bad, secret)
+			}
+			return nil
+		})
+		ts.Check(err)
+	}
+	if files == 0 {
+		ts.Fatalf("noforms: no file under %v", args[1:])
+	}
+	ts.Logf("noforms: %d files, no form of $%s", files, args[0])
 }
 
 // cmdEnvFile sets a variable to a file's content (without its final

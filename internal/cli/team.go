@@ -101,7 +101,14 @@ func leaseOptions(cfg *config.Config) teamstate.LeaseOptions {
 }
 
 func newTeamController(f *Factory, b teamstate.Backend, cfg *config.Config, now func() time.Time) *team.Controller {
-	return team.New(team.Options{Backend: b, Holder: teamstate.ThisProcess(f.Getenv), Lease: leaseOptions(cfg), UI: f.IO, Now: now})
+	// What the controller copies from the bucket is masked with the run's
+	// secrets, as every other file it writes: a resume on this machine
+	// may come before any engine has registered them.
+	red := f.IO.Redactor()
+	for _, name := range cfg.Secrets {
+		red.Add(f.Getenv(name))
+	}
+	return team.New(team.Options{Backend: b, Holder: teamstate.ThisProcess(f.Getenv), Lease: leaseOptions(cfg), UI: f.IO, Now: now, Redactor: red})
 }
 
 // attachTeam puts a team-state engine under its lease: the journal goes to

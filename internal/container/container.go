@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // ErrNoEngine means neither docker nor podman is usable here.
@@ -206,6 +207,12 @@ func (e *Engine) Run(ctx context.Context, spec RunSpec, w io.Writer) (int, error
 		sink = io.MultiWriter(w, &tail)
 	}
 	cmd.Stdout, cmd.Stderr = sink, sink
+	if s, ok := w.(interface{ Stream() io.Writer }); ok {
+		// A log that masks each stream on its own (redact.File) takes the
+		// container's stdout and stderr apart, before they interleave.
+		t := &lockedBuffer{b: &tail}
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(s.Stream(), t), io.MultiWriter(s.Stream(), t)
+	}
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
@@ -223,4 +230,16 @@ func (e *Engine) Run(ctx context.Context, spec RunSpec, w io.Writer) (int, error
 		return ee.ExitCode(), &RunError{Engine: e.Name, Args: args[:2], Code: ee.ExitCode(), Output: out}
 	}
 	return -1, fmt.Errorf("%s run %s: %w", e.Name, spec.Image, err)
+}
+
+// lockedBuffer is a buffer two copying goroutines write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
 }

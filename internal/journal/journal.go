@@ -8,7 +8,9 @@
 // crash. A torn last line (a crash mid-write) is ignored on read; any other
 // damage is an error, never silently skipped. A journal that is nothing
 // but a torn line is damage too (ErrTornOnly): that line is the only record
-// of the run, so it is never cut away.
+// of the run, so it is never cut away. Given a redactor (SetRedactor),
+// the journal masks every record's data before its mirror or its file
+// sees it: no secret is journaled, whatever a caller hands it.
 package journal
 
 import (
@@ -23,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vastrun/vastrun/internal/redact"
 )
 
 // FileName is the journal's name inside a run directory.
@@ -68,6 +72,18 @@ type Journal struct {
 	fault func(Record) error
 	// mirror, when set, receives each record before it is written here.
 	mirror func(Record) error
+	// red masks every record's data before the mirror or the file sees it.
+	red *redact.Redactor
+}
+
+// SetRedactor makes every later Append mask its record's data with r
+// (after decoding, so it stays JSON) before the mirror or the file sees
+// it. The journal keeps its own locked, fsync'd file rather than a
+// redact.Sink, and takes the sink's masking here.
+func (j *Journal) SetRedactor(r *redact.Redactor) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.red = r
 }
 
 // SetMirror makes every later Append hand the record to f before writing
@@ -143,6 +159,9 @@ func (j *Journal) Append(typ, step string, data any) (Record, error) {
 			return Record{}, fmt.Errorf("journal %s %s: encode: %w", typ, step, err)
 		}
 		rec.Data = b
+		if j.red != nil {
+			rec.Data = j.red.JSON(b)
+		}
 	}
 	line, err := json.Marshal(rec)
 	if err != nil {

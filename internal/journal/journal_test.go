@@ -1,12 +1,16 @@
 package journal
 
 import (
+	"bytes"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vastrun/vastrun/internal/redact"
 )
 
 func TestAppendReadAndResume(t *testing.T) {
@@ -157,5 +161,35 @@ func TestTornOnlyLineIsNeverCut(t *testing.T) {
 		if recs, err := Read(dir); err != nil || len(recs) != 0 {
 			t.Errorf("%q: %d %v", content, len(recs), err)
 		}
+	}
+}
+
+// TestRecordsAreMaskedBeforeTheMirrorAndTheFile: with a redactor, a secret
+// in a record's data (raw, or hex-encoded) reaches neither the mirror nor
+// the file, and the data stays JSON.
+func TestRecordsAreMaskedBeforeTheMirrorAndTheFile(t *testing.T) {
+	const secret = `tok-"q'/\ é☃-0123`
+	dir := filepath.Join(t.TempDir(), "run")
+	j, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mirrored []Record
+	j.SetMirror(func(r Record) error { mirrored = append(mirrored, r); return nil })
+	j.SetRedactor(redact.New(secret))
+	if _, err := j.Append("failed", "work", map[string]any{"error": "curl -H 'token: " + secret + "' failed", "dump": hex.EncodeToString([]byte(secret))}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	b, _ := os.ReadFile(j.Path())
+	for _, out := range [][]byte{b, mirrored[0].Data} {
+		if bytes.Contains(out, []byte("0123")) {
+			t.Fatalf("the secret reached the journal or its mirror: %s", out)
+		}
+	}
+	recs, err := Read(dir)
+	var d struct{ Error, Dump string }
+	if err != nil || recs[0].Decode(&d) != nil || d.Error != "curl -H 'token: ***' failed" || d.Dump != "***" {
+		t.Fatalf("masked record: %+v %v", d, err)
 	}
 }

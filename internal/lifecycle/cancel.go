@@ -47,7 +47,7 @@ func forgetAsLatest(e *Scope) {
 		if err != nil || st.Outcome == OutcomeCancelled || st.Outcome == OutcomeNotApproved && len(st.Attempts) == 0 {
 			continue
 		}
-		_ = writeFileAtomic(cur, []byte(id+"\n"), 0o600)
+		_ = e.writeFileAtomic(cur, []byte(id+"\n"), 0o600)
 		return
 	}
 	_ = os.Remove(cur)

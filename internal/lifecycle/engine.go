@@ -300,7 +300,7 @@ func (e *Run) Record(typ, step string, data any) error {
 	if err := e.state.Apply(rec); err != nil {
 		return err
 	}
-	return writeStateFile(e.runDir, e.state, e.EvidenceDir)
+	return e.writeStateFile(e.runDir, e.state, e.EvidenceDir)
 }
 
 // condition journals step's condition from how it ended: True when err is
@@ -382,7 +382,7 @@ func (e *Scope) Begin(workflow string) error {
 		return err
 	}
 	// Scripts and the post step find the latest run here.
-	_ = writeFileAtomic(filepath.Join(e.StateRoot, "current"), []byte(runID+"\n"), 0o600)
+	_ = e.writeFileAtomic(filepath.Join(e.StateRoot, "current"), []byte(runID+"\n"), 0o600)
 	return nil
 }
 
@@ -427,6 +427,7 @@ func (e *Scope) Open(runDir string) error {
 }
 
 func (e *Run) hookJournal(j *journal.Journal, runID string) error {
+	j.SetRedactor(e.Redactor) // before the mirror or the file sees a record
 	if e.JournalHook == nil {
 		return nil
 	}
@@ -490,7 +491,7 @@ func freeze(ctx context.Context, e *Scope) error {
 		return fmt.Errorf("create evidence directory: %w", err)
 	}
 	for _, p := range []string{filepath.Join(e.EvidenceDir, "manifest.json"), filepath.Join(e.runDir, "manifest.json")} {
-		if err := writeFileAtomic(p, b, 0o644); err != nil {
+		if err := e.writeFileAtomic(p, b, 0o644); err != nil {
 			return fmt.Errorf("write manifest: %w", err)
 		}
 	}
@@ -509,7 +510,7 @@ func selectOffer(ctx context.Context, e *Scope, exclude []int64) (*provider.Offe
 	chosen, decisions := policy.Select(p, offers)
 	chosen = preferOffer(chosen, decisions, e.PreferOffer)
 	e.selected = decisions
-	writeSelection(e.EvidenceDir, decisions)
+	e.writeSelection(e.EvidenceDir, decisions)
 	if chosen == nil {
 		if err := e.Record("failed", stepSelect, map[string]any{"offers_seen": len(offers)}); err != nil {
 			return nil, err

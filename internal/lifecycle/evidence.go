@@ -147,6 +147,9 @@ func putEvidence(ctx context.Context, e *Scope, uri string, up *receipt.Evidence
 	if err != nil {
 		return err
 	}
+	if err := refuseSecrets(e, files); err != nil {
+		return err
+	}
 	objs, err := storage.PutFiles(ctx, st, files)
 	if err != nil {
 		return err
@@ -167,7 +170,7 @@ func putEvidence(ctx context.Context, e *Scope, uri string, up *receipt.Evidence
 	b = append(b, '\n')
 	sum := sha256.Sum256(b)
 	up.ManifestSHA256 = hex.EncodeToString(sum[:])
-	if err := writeFileAtomic(filepath.Join(e.EvidenceDir, EvidenceManifestName), b, 0o644); err != nil {
+	if err := e.writeFileAtomic(filepath.Join(e.EvidenceDir, EvidenceManifestName), b, 0o644); err != nil {
 		return err
 	}
 	o, err := st.Put(ctx, EvidenceManifestName, bytes.NewReader(b))
@@ -242,8 +245,31 @@ func uploadReceipt(ctx context.Context, e *Scope) error {
 	for _, n := range receiptFiles {
 		files = append(files, storage.FileTransfer{Key: n, Path: filepath.Join(e.EvidenceDir, n)})
 	}
+	if err := refuseSecrets(e, files); err != nil {
+		return evidenceFailed(e, up, err)
+	}
 	if _, err := storage.PutFiles(uctx, st, files); err != nil {
 		return evidenceFailed(e, up, err)
+	}
+	return nil
+}
+
+// ErrSecretInEvidence means an evidence file still holds a form of a
+// secret: the upload is refused whole, before anything is copied.
+var ErrSecretInEvidence = errors.New("still holds a form of a secret; nothing was uploaded")
+
+// refuseSecrets checks every file about to leave this machine for a form
+// of a registered secret. Every writer masks through the sink, so this is
+// the last line, for what reached the directory another way.
+func refuseSecrets(e *Scope, files []storage.FileTransfer) error {
+	for _, f := range files {
+		b, err := os.ReadFile(f.Path)
+		if err != nil {
+			return err
+		}
+		if e.Redactor.Contains(b) {
+			return fmt.Errorf("evidence file %s %w", f.Key, ErrSecretInEvidence)
+		}
 	}
 	return nil
 }

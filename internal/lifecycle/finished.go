@@ -141,12 +141,12 @@ func writeFinishedReceipt(e *Scope, r *receipt.Receipt, doc []byte, changed bool
 	if _, err := os.Stat(path); err == nil && !changed {
 		return
 	}
-	if err := writeFileAtomic(path, receiptFile(doc), 0o644); err != nil {
+	if err := e.writeFileAtomic(path, receiptFile(doc), 0o644); err != nil {
 		e.Infof("could not write %s: %v", path, err)
 		return
 	}
 	md := e.Redactor.String(receipt.Summary(r))
-	if err := writeFileAtomic(filepath.Join(r.EvidenceDir, "summary.md"), []byte(md), 0o644); err != nil {
+	if err := e.writeFileAtomic(filepath.Join(r.EvidenceDir, "summary.md"), []byte(md), 0o644); err != nil {
 		e.Infof("could not write the summary beside %s: %v", path, err)
 	}
 }

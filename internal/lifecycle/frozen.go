@@ -78,7 +78,7 @@ func adoptFrozen(ctx context.Context, e *Scope) error {
 	}
 	b, err := os.ReadFile(filepath.Join(e.runDir, "manifest.json")) // the very bytes the hash covers
 	if err == nil {
-		err = writeFileAtomic(filepath.Join(e.EvidenceDir, "manifest.json"), b, 0o644)
+		err = e.writeFileAtomic(filepath.Join(e.EvidenceDir, "manifest.json"), b, 0o644)
 	}
 	if err != nil {
 		return fmt.Errorf("write manifest: %w", err)

@@ -189,7 +189,7 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 	r.Cleanup.LateInstanceIDs = st.Late
 	if unapproved(e, outcome) {
 		terminalRecord(e, runstate.OutcomeData{Outcome: outcome})
-		writeStateFile(e.runDir, st, e.EvidenceDir)
+		e.writeStateFile(e.runDir, st, e.EvidenceDir)
 		forgetAsLatest(e)
 		return r
 	}
@@ -199,23 +199,23 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 		doc = st.Receipt // the journal's copy: what a resume would write
 	}
 	os.MkdirAll(e.EvidenceDir, 0o755)
-	if err := writeFileAtomic(filepath.Join(e.EvidenceDir, "receipt.json"), receiptFile(doc), 0o644); err != nil {
+	if err := e.writeFileAtomic(filepath.Join(e.EvidenceDir, "receipt.json"), receiptFile(doc), 0o644); err != nil {
 		e.Infof("could not write the receipt: %v", err)
 	}
 	md := e.Redactor.String(receipt.Summary(r))
-	writeFileAtomic(filepath.Join(e.EvidenceDir, "summary.md"), []byte(md), 0o644)
+	e.writeFileAtomic(filepath.Join(e.EvidenceDir, "summary.md"), []byte(md), 0o644)
 	if err := e.CI.AppendSummary(md); err != nil {
 		e.Infof("could not write the CI step summary: %v", err)
 	}
-	writeStateFile(e.runDir, st, e.EvidenceDir)
+	e.writeStateFile(e.runDir, st, e.EvidenceDir)
 	return r
 }
 
 func round6(x float64) float64 { return float64(int64(x*1e6+0.5)) / 1e6 }
 
 // writeSelection records why each offer was chosen or rejected.
-func writeSelection(dir string, ds []policy.Decision) {
+func (e *Deps) writeSelection(dir string, ds []policy.Decision) {
 	b, _ := json.MarshalIndent(receipt.DecisionRows(ds), "", "  ")
 	os.MkdirAll(dir, 0o755)
-	os.WriteFile(filepath.Join(dir, "selection.json"), append(b, '\n'), 0o644)
+	e.Sink().WriteJSON(filepath.Join(dir, "selection.json"), append(b, '\n'), 0o644) //nolint:errcheck // an explanation beside the receipt, which names the chosen offer: a run does not fail for it
 }

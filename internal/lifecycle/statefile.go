@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"sort"
 
@@ -22,34 +21,10 @@ type stateFile struct {
 	EvidenceDir string                `json:"evidence_dir,omitempty"`
 }
 
-func writeStateFile(runDir string, s *runstate.State, evidence string) error {
+func (e *Deps) writeStateFile(runDir string, s *runstate.State, evidence string) error {
 	ids := s.Instances()
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	b, _ := json.MarshalIndent(stateFile{Schema: "vastrun.state/v1", RunID: s.RunID, Label: s.Label, Instances: ids,
 		Unconfirmed: s.Unconfirmed(), Outcome: string(s.Outcome), EvidenceDir: evidence}, "", "  ")
-	return writeFileAtomic(filepath.Join(runDir, "state.json"), append(b, '\n'), 0o600)
-}
-
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return e.writeFileAtomic(filepath.Join(runDir, "state.json"), append(b, '\n'), 0o600)
 }

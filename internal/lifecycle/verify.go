@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -203,5 +202,5 @@ func writeVerify(e *Scope) {
 		return
 	}
 	b, _ := json.MarshalIndent(e.verifyRep, "", "  ")
-	os.WriteFile(filepath.Join(e.EvidenceDir, "verify.json"), append(e.Redactor.JSON(b), '\n'), 0o644)
+	e.Sink().WriteJSON(filepath.Join(e.EvidenceDir, "verify.json"), append(b, '\n'), 0o644) //nolint:errcheck // the receipt holds the same report; this copy is for reading alone
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -143,17 +142,10 @@ func treeSize(path string) int64 {
 // work runs the test under the job timeout, streaming redacted output to
 // the terminal and to test.log, then fetches its JSON result, if any.
 func work(ctx context.Context, e *Scope, c *remote.Client, script string, env map[string]string) (*receipt.TestOutcome, error) {
-	logPath := filepath.Join(e.EvidenceDir, "test.log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	out, err := e.Sink().Create(filepath.Join(e.EvidenceDir, "test.log"), 0o644, e.Stream)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var sinks io.Writer = f
-	if e.Stream != nil {
-		sinks = io.MultiWriter(f, e.Stream)
-	}
-	out := e.Redactor.Writer(sinks)
 	defer out.Close()
 
 	jctx, cancel := context.WithTimeout(ctx, e.jobTimeout())
@@ -176,7 +168,8 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 	} else {
 		close(watched)
 	}
-	err = c.Run(rctx, remote.Command{Script: full, Env: env, Stdout: out, Stderr: out})
+	// stdout and stderr are masked each on its own (see redact.File).
+	err = c.Run(rctx, remote.Command{Script: full, Env: env, Stdout: out.Stream(), Stderr: out.Stream()})
 	cause := context.Cause(rctx)
 	stopRun(nil)
 	<-watched
@@ -213,9 +206,8 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 }
 
 func fetchResult(e *Scope, c *remote.Client, res *receipt.TestOutcome) {
-	tmp := filepath.Join(e.runDir, "result.json.download")
-	defer os.Remove(tmp)
-	err := c.Download(ResultPath, tmp, 1<<20)
+	// Read into memory: the raw result never lies on this machine's disk.
+	b, err := c.ReadFile(ResultPath, 1<<20)
 	if errors.Is(err, remote.ErrRemoteMissing) {
 		return
 	}
@@ -223,10 +215,11 @@ func fetchResult(e *Scope, c *remote.Client, res *receipt.TestOutcome) {
 		res.ResultErr = err.Error()
 		return
 	}
-	b, _ := os.ReadFile(tmp)
 	b = e.maskResult(b)
-	os.WriteFile(filepath.Join(e.EvidenceDir, "result.json"), b, 0o644)
 	if err := json.Unmarshal(b, &res.Result); err != nil {
 		res.ResultErr = "result file is not a JSON object: " + err.Error()
+	}
+	if err := e.Sink().WriteJSON(filepath.Join(e.EvidenceDir, "result.json"), b, 0o644); err != nil && res.ResultErr == "" {
+		res.ResultErr = "the result could not be kept in the evidence: " + err.Error()
 	}
 }

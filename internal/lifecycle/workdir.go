@@ -89,7 +89,7 @@ func syncWorkdir(e *Scope, c uploader) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(e.EvidenceDir, "workdir.json"), append(b, '\n'), 0o644); err != nil {
+	if err := e.Sink().WriteJSON(filepath.Join(e.EvidenceDir, "workdir.json"), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("write workdir manifest: %w", err)
 	}
 	e.Infof("workdir %s: %d files, %s (%s compressed), SHA-256 checked on the instance; manifest in workdir.json",

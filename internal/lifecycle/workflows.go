@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,22 +21,18 @@ func gate(ctx context.Context, e *Scope) error {
 	}
 	t0 := e.Now()
 	defer func() { e.timings.add("gate", e.Now().Sub(t0)) }()
-	f, err := os.OpenFile(filepath.Join(e.EvidenceDir, "gate.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	out, err := e.Sink().Create(filepath.Join(e.EvidenceDir, "gate.log"), 0o644, e.Stream)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	var sink io.Writer = f
-	if e.Stream != nil {
-		sink = io.MultiWriter(f, e.Stream)
-	}
-	out := e.Redactor.Writer(sink)
 	defer out.Close()
+	// Each stream is masked on its own (see redact.File).
+	stdout, stderr := out.Stream(), out.Stream()
 	for _, command := range e.Frozen().Gate {
 		e.Infof("gate: %s", command)
 		fmt.Fprintf(out, "$ %s\n", command)
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
-		cmd.Dir, cmd.Stdout, cmd.Stderr = e.RepoDir, out, out
+		cmd.Dir, cmd.Stdout, cmd.Stderr = e.RepoDir, stdout, stderr
 		if err := cmd.Run(); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

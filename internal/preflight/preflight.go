@@ -2,7 +2,8 @@
 // created: no run directory, receipt or rental exists until it passes.
 //
 // Local checks (the image reference and its digest, upload paths, declared
-// secrets) need nothing but the config and the environment. Market checks
+// secrets, and that none of vastrun's own keys is handed to the workload)
+// need nothing but the config and the environment. Market checks
 // ask the marketplace's free offer search whether the policy's GPU names
 // exist (with a did-you-mean) and how many live offers meet the policy;
 // for none, they name the constraint that removed the last ones. A market
@@ -72,6 +73,17 @@ type Input struct {
 	Getenv  func(string) string
 	// Workflow is ci, up, train or canary: train has no upload/test step.
 	Workflow string
+	// OwnKeys are the keys vastrun itself holds (the Vast API key from
+	// wherever it is read, the storage credentials of team state): never
+	// a workload's, by name under secrets: or by value under secrets: or
+	// env:.
+	OwnKeys []OwnKey
+}
+
+// OwnKey is a key vastrun holds: Name is the variable it is read from
+// (empty for a file), Source says where it comes from, for people.
+type OwnKey struct {
+	Name, Source, Value string
 }
 
 // Local runs the checks that need no network.
@@ -92,9 +104,12 @@ func Local(in Input) error {
 			ps = append(ps, Problem{Field: d.field, Value: fmt.Sprintf("%q", d.path), What: "cannot be used: " + err.Error(), Fix: "point it at a directory vastrun may create and write"})
 		}
 	}
+	ps = append(ps, checkOwnKeys(in)...)
 	for _, name := range in.Config.Secrets {
 		v := in.Getenv(name)
 		switch {
+		case ownKey(in, name, v) != nil:
+			// Refused above; its other problems do not matter.
 		case v == "":
 			ps = append(ps, Problem{Field: "secrets", Value: name, What: "is declared but not set in the environment",
 				Fix: fmt.Sprintf("export %s (in CI: add it as a masked secret), or remove it from secrets:", name)})
@@ -110,6 +125,44 @@ func Local(in Input) error {
 		return &Error{Problems: ps}
 	}
 	return nil
+}
+
+// ownKeyFix is the way out of handing the workload one of vastrun's keys.
+const ownKeyFix = "give the workload a scoped key of its own, under another name (the instance already has its own CONTAINER_API_KEY, scoped to itself)"
+
+// ownKey is the key of vastrun's that the variable name with value v is,
+// or nil.
+func ownKey(in Input, name, v string) *OwnKey {
+	for i, k := range in.OwnKeys {
+		if (name != "" && k.Name == name) || (k.Value != "" && strings.TrimSpace(v) == k.Value) {
+			return &in.OwnKeys[i]
+		}
+	}
+	return nil
+}
+
+// checkOwnKeys refuses vastrun's own keys as workload secrets or env
+// values: the account key controls every instance and the team state's
+// credentials every run's record, so neither may reach an instance (nor a
+// log on it that prints it in hex).
+func checkOwnKeys(in Input) []Problem {
+	var ps []Problem
+	for _, name := range in.Config.Secrets {
+		if k := ownKey(in, name, in.Getenv(name)); k != nil {
+			ps = append(ps, Problem{Field: "secrets", Value: name, What: "is vastrun's own key (" + k.Source + "), which never reaches the instance", Fix: ownKeyFix})
+		}
+	}
+	names := make([]string, 0, len(in.Config.Env))
+	for name := range in.Config.Env {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if k := ownKey(in, "", in.Config.Env[name]); k != nil {
+			ps = append(ps, Problem{Field: "env", Value: name, What: "holds vastrun's own key (" + k.Source + "), which never reaches the instance", Fix: ownKeyFix})
+		}
+	}
+	return ps
 }
 
 var hex64 = regexp.MustCompile(`^[a-f0-9]{64}$`)

@@ -69,3 +69,42 @@ func TestDidYouMean(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnKeysNeverReachTheWorkload: vastrun's own keys are refused under
+// secrets: by name and by value, and under env: by value, without showing
+// the value; a workload's own key passes.
+func TestOwnKeysNeverReachTheWorkload(t *testing.T) {
+	const account, team = "acct-key-0123456789abcdef", "team-secret-0123456789"
+	cfg, err := config.Parse([]byte("image: r@sha256:" + strings.Repeat("a", 64) + "\ntest: t\nsecrets: [VAST_API_KEY, COPY_OF_KEY, AWS_SECRET_ACCESS_KEY, SCOPED]\nenv: {LITERAL: \"" + account + "\", FINE: \"1\"}\nbudget: {max_spend: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"VAST_API_KEY": account, "COPY_OF_KEY": " " + account + "\n", "AWS_SECRET_ACCESS_KEY": team, "SCOPED": "scoped-0123456789"}
+	own := []OwnKey{{Name: "VAST_API_KEY", Source: "VAST_API_KEY", Value: account}, {Source: "the key file", Value: "file-key-0123456789"},
+		{Name: "AWS_SECRET_ACCESS_KEY", Source: "the team state's", Value: team}}
+	err = Local(Input{Config: cfg, RepoDir: t.TempDir(), Getenv: func(k string) string { return env[k] }, OwnKeys: own})
+	var pe *Error
+	if !errors.As(err, &pe) || len(pe.Problems) != 4 {
+		t.Fatalf("want 4 problems, got %v", err)
+	}
+	got := err.Error()
+	for _, want := range []string{"secrets VAST_API_KEY: is vastrun's own key", "secrets COPY_OF_KEY: is vastrun's own key", "secrets AWS_SECRET_ACCESS_KEY: is vastrun's own key", "env LITERAL: holds vastrun's own key"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %s", want, got)
+		}
+	}
+	for _, fix := range pe.Fixes() {
+		if !strings.Contains(fix, "scoped key of its own") {
+			t.Errorf("fix %q", fix)
+		}
+	}
+	if strings.Contains(got, account) || strings.Contains(got, team) || strings.Contains(got, "SCOPED") {
+		t.Errorf("a key shown, or the workload's own key refused: %s", got)
+	}
+	// Without vastrun's keys in play (local state, another key in use) the
+	// same names are the workload's to declare.
+	err = Local(Input{Config: cfg, RepoDir: t.TempDir(), Getenv: func(k string) string { return env[k] }})
+	if err != nil {
+		t.Fatalf("refused without own keys: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package redact
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -10,9 +11,11 @@ import (
 	"unicode/utf8"
 )
 
-// Forms returns every form of v that is masked: the raw value, its lines,
-// and its encodings (see the package documentation). Fragments shorter
-// than a few bytes are left out: masking them would mask ordinary text.
+// Forms returns the text forms of v that are masked as they are: the raw
+// value, its lines, and its escapes (see the package documentation).
+// Fragments shorter than a few bytes are left out: masking them would mask
+// ordinary text. The encoded forms (base64, hex) are matched apart, in
+// views of the text that ignore how they are wrapped: see encodedForms.
 func Forms(v string) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -34,42 +37,134 @@ func Forms(v string) []string {
 		}
 	}
 	addLines(v, minPiece)
+	if !utf8.ValidString(v) {
+		// What a reader decoding it as UTF-8 shows: each bad byte, or each
+		// run of them, as U+FFFD (a JSON document decoded, say).
+		addLines(replaceBadUTF8(v), minPiece)
+		addLines(strings.ToValidUTF8(v, "\uFFFD"), minPiece)
+	}
 	if len(v) < MinSecretLen {
 		// Too short for its encodings to be told from ordinary text; the
 		// preflight refuses such a declared secret anyway.
 		return out
 	}
-	for _, enc := range []string{jsonString(v, true), jsonString(v, false), jsonASCII(v),
-		url.QueryEscape(v), url.PathEscape(v), percentAll(v, "%%%02X"), percentAll(v, "%%%02x"),
-		strings.ReplaceAll(v, "'", `'\''`), strings.ReplaceAll(v, "'", `'"'"'`),
-		bashBackslash(v), bashANSIC(v, true), bashANSIC(v, false), html.EscapeString(v)} {
+	forms := jsonForms(v)
+	forms = append(forms, urlForms(v)...)
+	forms = append(forms, shellForms(v)...)
+	forms = append(forms, htmlForms(v)...)
+	for _, enc := range forms {
 		addLines(enc, MinSecretLen)
 	}
-	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
-		raw := enc.WithPadding(base64.NoPadding)
-		// At each alignment the bytes of v that fill whole 3-byte groups
-		// encode to the same characters whatever surrounds them.
-		for i := 0; i < 3 && i < len(v); i++ {
-			chunk := v[i:]
-			chunk = chunk[:len(chunk)/3*3]
-			if len(chunk) < 6 {
-				continue
+	return out
+}
+
+// jsonForms is v inside a JSON string as the common encoders write it: Go
+// (with and without HTML escapes), minimal (JavaScript's JSON.stringify,
+// Python's ensure_ascii=False), Python's default ensure_ascii (\u00e9, in
+// either case) and PHP's default (also \/).
+func jsonForms(v string) []string {
+	ascii := jsonASCII(v)
+	return []string{jsonString(v, true), jsonString(v, false), jsonMinimal(v), ascii,
+		upperUnicodeEscapes(ascii), strings.ReplaceAll(ascii, "/", `\/`)}
+}
+
+// urlForms is v percent-encoded by the common encoders. Each keeps a
+// different set of characters as they are (besides letters and digits):
+// Go's QueryEscape and Python's quote_plus "-_.~" with space as '+'; Go's
+// PathEscape; RFC 3986 strictly (Python's quote(safe=""), PHP's
+// rawurlencode), in either case of hex digit; Python's quote "-_.~/";
+// JavaScript's encodeURIComponent "-_.!~*'()" and encodeURI also
+// ";,/?:@&=+$#"; and form encoding (URLSearchParams, Java's URLEncoder,
+// PHP's urlencode) "*-._" with space as '+'.
+func urlForms(v string) []string {
+	return []string{url.QueryEscape(v), url.PathEscape(v),
+		percent(v, "-_.~", false, false), percent(v, "-_.~", false, true),
+		percent(v, "-_.~/", false, false),
+		percent(v, "-_.!~*'()", false, false), percent(v, "-_.!~*'();,/?:@&=+$#", false, false),
+		percent(v, "*-._", true, false)}
+}
+
+// shellForms is the inside of v quoted for a shell: POSIX single quotes
+// (both ways of writing a quote inside them: close, \', reopen; and Python's
+// shlex.quote '"'"'), double quotes, bash's printf %q, and bash's $'...'.
+func shellForms(v string) []string {
+	return []string{strings.ReplaceAll(v, "'", `'\''`), strings.ReplaceAll(v, "'", `'"'"'`),
+		doubleQuoted(v), bashBackslash(v), bashANSIC(v, true), bashANSIC(v, false)}
+}
+
+// htmlForms is v HTML-escaped: & < > always, and the quotes as each
+// escaper writes them (Go's &#34; &#39;, Python's html.escape &quot;
+// &#x27;, &apos;), or left as they are (html.escape(quote=False)).
+func htmlForms(v string) []string {
+	base := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(v)
+	out := []string{html.EscapeString(v), base}
+	for _, dq := range []string{"&#34;", "&quot;", "&#x22;"} {
+		for _, sq := range []string{"&#39;", "&#x27;", "&apos;"} {
+			out = append(out, strings.NewReplacer(`"`, dq, "'", sq).Replace(base))
+		}
+	}
+	return out
+}
+
+// encodedForms are the base64 and hex forms of v, matched in views that
+// ignore line breaks and spaces (see view.go).
+//
+// base64: at each of the three byte alignments, the bytes of the value
+// that fill whole 3-byte groups encode to the same characters whatever
+// surrounds them and whatever the padding, so that stable middle is what
+// is matched; in both alphabets, of v and of its JSON-escaped forms (the
+// product itself base64-encodes JSON lines: agent-status.json's metrics).
+//
+// hex: the bytes of v in lowercase hex (the view lowercases), and as
+// 16-bit little-endian words (od -x, hexdump without -C) at both
+// alignments.
+//
+// Each form is also added without its first one or two characters: a
+// streamed writer may already have let a line ending in those through
+// before the rest arrives (see Writer).
+func encodedForms(v string) (b64, hexs []string) {
+	if len(v) < MinSecretLen {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	add := func(list *[]string, s string) {
+		if len(s) < MinSecretLen {
+			return
+		}
+		// Cut forms as short as 6 characters (36 bits of base64): the
+		// shortest forms are 8.
+		for cut := 0; cut < holdLen && len(s)-cut >= 6; cut++ {
+			if t := s[cut:]; !seen[t] {
+				seen[t] = true
+				*list = append(*list, t)
 			}
-			s := raw.EncodeToString([]byte(chunk))
-			add(s, MinSecretLen)
-			if i == 0 { // `base64` wraps at 76 columns, `openssl base64` at 64
-				for _, width := range []int{76, 64} {
-					for j := 0; j+width < len(s); j += width {
-						add(s[j:j+width], MinSecretLen)
-					}
-					if r := len(s) % width; len(s) > width && r > 0 {
-						add(s[len(s)-r:], MinSecretLen)
-					}
+		}
+	}
+	srcs := append([]string{v}, jsonForms(v)...)
+	for _, src := range srcs {
+		if seen["src:"+src] {
+			continue
+		}
+		seen["src:"+src] = true
+		for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+			for i := 0; i < 3 && i < len(src); i++ {
+				chunk := src[i:]
+				chunk = chunk[:len(chunk)/3*3]
+				if len(chunk) >= 6 {
+					add(&b64, enc.EncodeToString([]byte(chunk)))
 				}
 			}
 		}
 	}
-	return out
+	add(&hexs, hex.EncodeToString([]byte(v)))
+	for a := 0; a < 2; a++ {
+		var w strings.Builder
+		for i := a; i+1 < len(v); i += 2 {
+			fmt.Fprintf(&w, "%02x%02x", v[i+1], v[i])
+		}
+		add(&hexs, w.String())
+	}
+	return b64, hexs
 }
 
 // jsonString is v as the inside of a JSON string literal, as Go writes it.
@@ -83,10 +178,19 @@ func jsonString(v string, html bool) string {
 }
 
 // jsonASCII is v as Python's json.dumps writes it by default
-// (ensure_ascii): every non-ASCII character as \uXXXX.
+// (ensure_ascii): every non-ASCII character as \uXXXX, and a byte that is
+// not UTF-8 as Python reads it from the environment (surrogateescape:
+// \udcXX).
 func jsonASCII(v string) string {
 	var b strings.Builder
-	for _, r := range strings.ToValidUTF8(v, "\uFFFD") {
+	for i := 0; i < len(v); {
+		r, size := utf8.DecodeRuneInString(v[i:])
+		if r == utf8.RuneError && size == 1 {
+			fmt.Fprintf(&b, `\udc%02x`, v[i])
+			i++
+			continue
+		}
+		i += size
 		switch {
 		case r == '"':
 			b.WriteString(`\"`)
@@ -114,19 +218,83 @@ func jsonASCII(v string) string {
 	return b.String()
 }
 
-// percentAll escapes every byte but RFC 3986's unreserved characters, as
-// encodeURIComponent and Python's quote(safe="") do.
-func percentAll(v, format string) string {
+// percent escapes every byte but letters, digits and the safe ones, in
+// upper- or lowercase hex, and a space as '+' when plus is set.
+func percent(v, safe string, plus, lower bool) string {
+	const upperHex, lowerHexDigits = "0123456789ABCDEF", "0123456789abcdef"
+	digits := upperHex
+	if lower {
+		digits = lowerHexDigits
+	}
 	var b strings.Builder
 	for i := 0; i < len(v); i++ {
 		c := v[i]
-		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("-._~", c) >= 0 {
+		switch {
+		case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte(safe, c) >= 0:
 			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, format, c)
+		case c == ' ' && plus:
+			b.WriteByte('+')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(digits[c>>4])
+			b.WriteByte(digits[c&15])
 		}
 	}
 	return b.String()
+}
+
+// doubleQuoted is the inside of "..." for a POSIX shell.
+func doubleQuoted(v string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "$", `\$`, "`", "\\`").Replace(v)
+}
+
+// jsonMinimal escapes only what JSON requires: the quote, the backslash
+// and control characters (JavaScript's JSON.stringify).
+func jsonMinimal(v string) string {
+	var b strings.Builder
+	for _, r := range replaceBadUTF8(v) {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\b':
+			b.WriteString(`\b`)
+		case r == '\f':
+			b.WriteString(`\f`)
+		case r < 0x20:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// upperUnicodeEscapes writes the hex digits of \uXXXX escapes in uppercase.
+func upperUnicodeEscapes(s string) string {
+	b := []byte(s)
+	for i := 0; i+5 < len(b); i++ {
+		if b[i] == '\\' && b[i+1] == '\\' {
+			i++
+			continue
+		}
+		if b[i] == '\\' && b[i+1] == 'u' {
+			for j := i + 2; j < i+6; j++ {
+				if b[j] >= 'a' && b[j] <= 'f' {
+					b[j] -= 'a' - 'A'
+				}
+			}
+			i += 5
+		}
+	}
+	return string(b)
 }
 
 // bashBackslash is bash's printf %q for a printable string.
@@ -187,4 +355,19 @@ func Unmaskable(v string) bool {
 		}
 	}
 	return true
+}
+
+// replaceBadUTF8 replaces each byte of v that is not UTF-8 with U+FFFD, as
+// encoding/json does.
+func replaceBadUTF8(v string) string {
+	if utf8.ValidString(v) {
+		return v
+	}
+	var b strings.Builder
+	for i := 0; i < len(v); {
+		r, size := utf8.DecodeRuneInString(v[i:])
+		b.WriteRune(r) // utf8.RuneError for a bad byte
+		i += size
+	}
+	return b.String()
 }

@@ -772,6 +772,47 @@ func (c *Client) Download(remote, local string, limit int64) error {
 	})
 }
 
+// ReadFile reads one remote file (relative to the login directory) into
+// memory, at most limit bytes: what is read this way never lies on this
+// machine's disk (a result that may hold a secret, read to be masked).
+// A read cut off by a dropped connection is made again, whole.
+func (c *Client) ReadFile(remote string, limit int64) ([]byte, error) {
+	var out []byte
+	err := c.retry(context.Background(), func(cn *conn) (bool, error) {
+		b, err := readFile(cn, remote, limit)
+		if errors.Is(err, ErrRemoteMissing) {
+			return false, err
+		}
+		out = b
+		return transport(cn, err), err
+	})
+	return out, err
+}
+
+func readFile(cn *conn, remote string, limit int64) ([]byte, error) {
+	sc, err := sftp.NewClient(cn.c)
+	if err != nil {
+		return nil, fmt.Errorf("sftp: %w", err)
+	}
+	defer sc.Close() //nolint:errcheck // read side: the read's own error is reported
+	f, err := sc.Open(remote)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s: %w", remote, ErrRemoteMissing)
+		}
+		return nil, fmt.Errorf("sftp open %s: %w", remote, err)
+	}
+	defer f.Close() //nolint:errcheck // read-only remote file
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", remote, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", remote, limit)
+	}
+	return b, nil
+}
+
 func download(cn *conn, remote, local string, limit int64) error {
 	sc, err := sftp.NewClient(cn.c)
 	if err != nil {

@@ -18,6 +18,10 @@ type Local struct {
 	Dir string
 }
 
+// streamer is a log that takes each of a command's output streams on its
+// own (redact.File: each stream is masked before their lines interleave).
+type streamer interface{ Stream() io.Writer }
+
 // Run implements [Host]. When ctx ends, the whole process group is killed;
 // so is whatever the command left running in the background when it
 // ends: nothing a local step starts outlives it.
@@ -43,6 +47,9 @@ func (l Local) Start(ctx context.Context, script string, env map[string]string, 
 	cmd.Dir = l.Dir
 	cmd.Env = EnvList(env)
 	cmd.Stdout, cmd.Stderr = orDiscard(log), orDiscard(log)
+	if s, ok := log.(streamer); ok {
+		cmd.Stdout, cmd.Stderr = s.Stream(), s.Stream()
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// A grandchild that keeps the output pipe open must not hold Wait
 	// forever once the group has been signalled.

@@ -10,6 +10,7 @@ import (
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/team"
 	"github.com/vastrun/vastrun/internal/teamstate"
@@ -77,7 +78,7 @@ func TestReapUpdatesSummary(t *testing.T) {
 	if len(s.Live) != 0 || s.DPH != 0 || len(s.Instances) != 1 || s.Generation != 2 {
 		t.Fatalf("after the reap: live %v at $%g/h, instances %v, generation %d; want none, $0, [101], 2", s.Live, s.DPH, s.Instances, s.Generation)
 	}
-	recs, err := team.Materialize(ctx, b, "r1", t.TempDir())
+	recs, err := team.Materialize(ctx, b, "r1", t.TempDir(), redact.NewSink(redact.New()))
 	if err != nil {
 		t.Fatal(err)
 	}

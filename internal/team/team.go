@@ -34,6 +34,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/journal"
+	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/teamstate"
 )
@@ -51,6 +52,9 @@ type Options struct {
 	UI      Reporter
 	// Now stamps journal entries and summaries (the engine's clock).
 	Now func() time.Time
+	// Redactor masks what is copied from the bucket to this machine (the
+	// journal cache, the frozen manifest), with the run's secrets.
+	Redactor *redact.Redactor
 }
 
 // Controller drives one run under its lease.
@@ -244,7 +248,7 @@ func (c *Controller) Resume(ctx context.Context, runID, stateRoot string, wait t
 		break
 	}
 	dir := filepath.Join(stateRoot, "runs", runID)
-	recs, err := Materialize(ctx, c.o.Backend, runID, dir)
+	recs, err := Materialize(ctx, c.o.Backend, runID, dir, redact.NewSink(c.o.Redactor))
 	if err != nil {
 		c.Close(ctx, false) //nolint:errcheck // the materialize error is the one to report
 		return "", err
@@ -256,8 +260,9 @@ func (c *Controller) Resume(ctx context.Context, runID, stateRoot string, wait t
 }
 
 // Materialize writes the bucket's journal of runID (and its frozen
-// manifest) into dir, replacing the local cache, and returns the records.
-func Materialize(ctx context.Context, b teamstate.Backend, runID, dir string) ([]journal.Record, error) {
+// manifest) into dir through sink, replacing the local cache, and returns
+// the records.
+func Materialize(ctx context.Context, b teamstate.Backend, runID, dir string, sink redact.Sink) ([]journal.Record, error) {
 	entries, err := teamstate.ReadRunLog(ctx, b, runID)
 	if err != nil {
 		return nil, err
@@ -269,7 +274,7 @@ func Materialize(ctx context.Context, b teamstate.Backend, runID, dir string) ([
 	var lines []byte
 	for _, r := range recs {
 		line, _ := json.Marshal(r)
-		lines = append(append(lines, line...), '\n')
+		lines = append(append(lines, sink.Redactor().JSON(line)...), '\n') // masked after decoding: each line stays a record
 	}
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("run %s: %w: no journal records in %s", runID, ErrNoRun, b.URI())
@@ -277,11 +282,11 @@ func Materialize(ctx context.Context, b teamstate.Backend, runID, dir string) ([
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := writeAtomic(filepath.Join(dir, journal.FileName), lines); err != nil {
+	if err := sink.WriteFile(filepath.Join(dir, journal.FileName), lines, 0o600); err != nil {
 		return nil, err
 	}
 	if o, _, err := b.Get(ctx, ManifestKey(runID)); err == nil {
-		if err := writeAtomic(filepath.Join(dir, "manifest.json"), o.Data); err != nil {
+		if err := sink.WriteFile(filepath.Join(dir, "manifest.json"), o.Data, 0o600); err != nil {
 			return nil, err
 		}
 	} else if !errors.Is(err, teamstate.ErrNotExist) {
@@ -325,14 +330,6 @@ func (c *Controller) record(step, typ string, data any) error {
 
 // ErrNoRun: the bucket has no such run.
 var ErrNoRun = errors.New("no such run")
-
-func writeAtomic(p string, b []byte) error {
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
-}
 
 // Close stops renewing; with release (the run reached its outcome) it
 // hands the lease back so the run reads as finished, not abandoned.

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/vastrun/vastrun/internal/redact"
 )
 
 // ProbeSchema names a cached verdict's format.
@@ -188,10 +190,9 @@ func (c ProbeCache) Verify(ctx context.Context, b Backend, id string) (v Verdict
 	if c.Dir != "" {
 		if err := os.MkdirAll(c.Dir, 0o700); err == nil {
 			data, _ := json.MarshalIndent(v, "", "  ")
-			tmp := c.path(id) + ".tmp"
-			if os.WriteFile(tmp, data, 0o600) == nil {
-				os.Rename(tmp, c.path(id)) //nolint:errcheck // a cache: a verdict not saved is probed again
-			}
+			// A cache: a verdict not saved is probed again. It names no
+			// secret; the sink masks token shapes all the same.
+			redact.NewSink(nil).WriteJSON(c.path(id), data, 0o600) //nolint:errcheck // a cache: a verdict not saved is probed again
 		}
 	}
 	return v, true, v.Err()

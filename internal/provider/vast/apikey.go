@@ -14,17 +14,8 @@ var ErrNoAPIKey = errors.New("no Vast API key: pass --api-key, set VAST_API_KEY,
 // KeySource says where ResolveAPIKey found the key (never the key itself).
 type KeySource string
 
-// ResolveAPIKey finds the key in the official CLI's order: an explicit
-// value, $VAST_API_KEY, $XDG_CONFIG_HOME/vastai/vast_api_key (default
-// ~/.config/vastai/vast_api_key), then the legacy ~/.vast_api_key.
-// getenv and home are injected for tests.
-func ResolveAPIKey(explicit string, getenv func(string) string, home string) (string, KeySource, error) {
-	if k := strings.TrimSpace(explicit); k != "" {
-		return k, "--api-key", nil
-	}
-	if k := strings.TrimSpace(getenv("VAST_API_KEY")); k != "" {
-		return k, "VAST_API_KEY", nil
-	}
+// KeyFiles are the files the API key is read from, in order.
+func KeyFiles(getenv func(string) string, home string) []string {
 	cfg := getenv("XDG_CONFIG_HOME")
 	if cfg == "" && home != "" {
 		cfg = filepath.Join(home, ".config")
@@ -36,7 +27,21 @@ func ResolveAPIKey(explicit string, getenv func(string) string, home string) (st
 	if home != "" {
 		paths = append(paths, filepath.Join(home, ".vast_api_key"))
 	}
-	for _, p := range paths {
+	return paths
+}
+
+// ResolveAPIKey finds the key in the official CLI's order: an explicit
+// value, $VAST_API_KEY, $XDG_CONFIG_HOME/vastai/vast_api_key (default
+// ~/.config/vastai/vast_api_key), then the legacy ~/.vast_api_key.
+// getenv and home are injected for tests.
+func ResolveAPIKey(explicit string, getenv func(string) string, home string) (string, KeySource, error) {
+	if k := strings.TrimSpace(explicit); k != "" {
+		return k, "--api-key", nil
+	}
+	if k := strings.TrimSpace(getenv("VAST_API_KEY")); k != "" {
+		return k, "VAST_API_KEY", nil
+	}
+	for _, p := range KeyFiles(getenv, home) {
 		b, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue

@@ -54,7 +54,16 @@ func (e *flow) localContract(ctx context.Context, allowFailure bool) error {
 			return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: fmt.Errorf("%w: unit tests exited %d", ErrLocalFailed, code)}
 		}
 	}
-	resultPath, _ := filepath.Abs(filepath.Join(e.s.EvidenceDir, "local-result.json"))
+	// The smoke writes its result outside the evidence and the state, in a
+	// directory of its own that only this user can read; what the evidence
+	// keeps (local-result.json) is the masked copy, written through the
+	// sink (keepLocalResult).
+	resultDir, err := os.MkdirTemp("", "vastrun-local-result-")
+	if err != nil {
+		return &lifecycle.StepError{Step: "canary local", Outcome: receipt.OutcomeLocalFailed, Err: err}
+	}
+	defer os.RemoveAll(resultDir) //nolint:errcheck // a private temporary directory: a leftover costs only disk
+	resultPath := filepath.Join(resultDir, localResult)
 	env := map[string]string{"VASTRUN_DEVICE": "cpu", "VASTRUN_RESULT": resultPath}
 	if cc.IsServer() {
 		return e.localServerSmoke(ctx, env, resultPath, allowFailure)
@@ -119,10 +128,27 @@ func (e *flow) localRun(ctx context.Context, script, logName string, env map[str
 	return smoke.Local{Dir: e.s.RepoDir}.Run(ctx, script, full, w)
 }
 
+// localResult is the evidence file of the local smoke's result.
+const localResult = "local-result.json"
+
+// keepLocalResult copies the local smoke's result, masked, into the
+// evidence and returns the masked copy (nil when the smoke wrote none).
+func (e *flow) keepLocalResult(resultPath string) []byte {
+	b, err := os.ReadFile(resultPath)
+	if err != nil {
+		return nil
+	}
+	masked := e.s.Redactor.JSON(b)
+	if err := e.s.Sink().WriteJSON(filepath.Join(e.s.EvidenceDir, localResult), masked, 0o644); err != nil {
+		e.captureFailed("the local smoke's result ("+localResult+")", err)
+	}
+	return masked
+}
+
 func (e *flow) judgeSmoke(where string, code int, resultPath, log string) receipt.SmokeOutcome {
 	out := receipt.SmokeOutcome{Where: where, ExitCode: code, Log: log}
-	if b, err := os.ReadFile(resultPath); err == nil {
-		json.Unmarshal(e.s.Redactor.JSON(b), &out.Result) //nolint:errcheck // a result that is not JSON is none: expect_fields then reports them missing
+	if b := e.keepLocalResult(resultPath); b != nil {
+		json.Unmarshal(b, &out.Result) //nolint:errcheck // a result that is not a JSON object leaves Result empty: its expected fields are then missing
 	}
 	for _, f := range e.canarySpec().ExpectFields {
 		if _, ok := lookup(out.Result, f); !ok {
@@ -269,7 +295,7 @@ func (e *flow) collectFailureEvidence(ctx context.Context, c instanceShell, inst
 		body += "\n(capture failed: " + e.captureFailed("the GPU-only failure's environment (nvidia-smi, kernel, env names, disk)", err) + ")\n"
 	}
 	name := "gpu-failure-evidence.txt"
-	if os.WriteFile(filepath.Join(e.s.EvidenceDir, name), []byte(e.s.Redactor.String(body)), 0o644) == nil {
+	if e.s.Sink().WriteFile(filepath.Join(e.s.EvidenceDir, name), []byte(body), 0o644) == nil {
 		e.report.FailureEvidence = name
 	}
 }

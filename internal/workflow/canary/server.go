@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -109,16 +108,11 @@ func (e *flow) serverSpec(env map[string]string, log, probeLog io.Writer) smoke.
 
 // evidenceLog opens a redacted evidence log, also streamed to the terminal.
 func (e *flow) evidenceLog(name string) (io.Writer, func(), error) {
-	f, err := os.Create(filepath.Join(e.s.EvidenceDir, name))
+	f, err := e.s.Sink().Create(filepath.Join(e.s.EvidenceDir, name), 0o644, e.s.Stream)
 	if err != nil {
 		return nil, nil, err
 	}
-	var sink io.Writer = f
-	if e.s.Stream != nil {
-		sink = io.MultiWriter(f, e.s.Stream)
-	}
-	w := e.s.Redactor.Writer(sink)
-	return w, func() { w.Close(); f.Close() }, nil //nolint:errcheck // an evidence log: the step's outcome does not depend on it
+	return f, func() { f.Close() }, nil //nolint:errcheck // a log: what it could not take is not the smoke's outcome
 }
 
 // serverOutcome turns a server smoke report into the smoke outcome.
@@ -226,8 +220,8 @@ func (e *flow) localServerSmoke(ctx context.Context, extra map[string]string, re
 		return ctx.Err()
 	}
 	if result == nil && (!cc.Request.IsSet() || cc.Request.Command != "") {
-		if b, err := os.ReadFile(resultPath); err == nil {
-			json.Unmarshal(e.s.Redactor.JSON(b), &result) //nolint:errcheck // a result that is not JSON is none: expect_fields then reports them missing
+		if b := e.keepLocalResult(resultPath); b != nil {
+			json.Unmarshal(b, &result) //nolint:errcheck // a result that is not a JSON object leaves it empty: its expected fields are then missing
 		}
 	}
 	out := e.serverOutcome(where, rep, result, "local-smoke.log")

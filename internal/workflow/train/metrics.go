@@ -58,16 +58,16 @@ func (l *attemptLog) addMetrics(s *lifecycle.Scope, ch *agent.LogChunk) {
 			}
 		}
 		b, _ := json.Marshal(m)
-		out.Write(b)
+		out.Write(s.Redactor.JSON(b)) // each line stays one JSON object
 		out.WriteByte('\n')
 	}
 	if out.Len() == 0 {
 		return
 	}
 	os.MkdirAll(s.EvidenceDir, 0o755)
-	if f, err := os.OpenFile(filepath.Join(s.EvidenceDir, receipt.MetricsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
-		f.Write(s.Redactor.Bytes([]byte(out.String())))
-		f.Close()
+	if f, err := s.Sink().Append(filepath.Join(s.EvidenceDir, receipt.MetricsFile), 0o644); err == nil {
+		f.Write([]byte(out.String())) //nolint:errcheck // evidence beside the receipt, best effort: the run's progress does not hang on it
+		f.Close()                     //nolint:errcheck // as the write above
 	}
 	if step > 0 {
 		s.ObserveSteps(step, total)

@@ -1,10 +1,12 @@
 package train
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -286,6 +288,10 @@ type attemptLog struct {
 	skipMetrics int
 	// attempt is the attempt (1-based) whose instance this log collects.
 	attempt int
+	// mask masks the chunks as one stream into masked, holding back a line
+	// that may begin a secret wrapped over lines until the next chunk.
+	mask   io.Writer
+	masked bytes.Buffer
 }
 
 func (e *flow) newAttemptLog() *attemptLog {
@@ -299,7 +305,7 @@ func (e *flow) attemptLogFor(n int) *attemptLog {
 	// Truncated: a re-attached controller reads the remote log again from its
 	// start. Created now, so every attempt has its log in the evidence, with
 	// what the polls brought back before any interruption.
-	if f, err := os.Create(p); err == nil {
+	if f, err := e.s.Sink().Create(p, 0o644); err == nil {
 		f.Close()
 	}
 	return &attemptLog{path: p, attempt: n, skipMetrics: recordedMetrics(e.s.EvidenceDir, n)}
@@ -317,16 +323,20 @@ func (l *attemptLog) add(s *lifecycle.Scope, ch agent.LogChunk) {
 	} else if len(data) < logChunk {
 		return
 	}
-	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
+	if l.mask == nil {
+		l.mask = s.Redactor.Writer(&l.masked)
+	}
+	l.mask.Write(data) //nolint:errcheck // into a bytes.Buffer, which cannot fail
+	l.offset += int64(len(data))
+	if l.masked.Len() == 0 {
 		return
 	}
-	f.Write(s.Redactor.Bytes(data))
-	f.Close()
-	l.offset += int64(len(data))
-	if s.Stream != nil { // live, as the ci test's output is
-		s.Stream.Write(s.Redactor.Bytes(data))
+	// Live, as the ci test's output is.
+	if f, err := s.Sink().Append(l.path, 0o644, s.Stream); err == nil {
+		f.Write(l.masked.Bytes()) //nolint:errcheck // a live copy, best effort: the whole log is fetched again at the end
+		f.Close()                 //nolint:errcheck // as the write above
 	}
+	l.masked.Reset()
 }
 
 // noteStatus takes what the controller records from one status answer:
@@ -662,22 +672,21 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 	t := e.trainSpec()
 	os.MkdirAll(e.s.EvidenceDir, 0o755)
 	logPath := filepath.Join(e.s.EvidenceDir, "train.log")
-	if err := c.Download(agent.LogFile, logPath+".raw", 64<<20); err == nil {
-		b, _ := os.ReadFile(logPath + ".raw")
-		os.WriteFile(logPath, e.s.Redactor.Bytes(b), 0o644)
-		os.WriteFile(alog.path, e.s.Redactor.Bytes(b), 0o644)
-		os.Remove(logPath + ".raw")
+	// Read into memory and written through the sink: the raw logs never
+	// lie on this machine's disk.
+	if b, err := c.ReadFile(agent.LogFile, 64<<20); err == nil {
+		b = e.s.Redactor.Bytes(b)
+		e.s.Sink().WriteFile(logPath, b, 0o644)   //nolint:errcheck // evidence beside the receipt, best effort as before the sink
+		e.s.Sink().WriteFile(alog.path, b, 0o644) //nolint:errcheck // as above
 	}
-	if err := c.Download(agent.AgentLog, logPath+".raw", 16<<20); err == nil {
-		b, _ := os.ReadFile(logPath + ".raw")
-		os.WriteFile(filepath.Join(e.s.EvidenceDir, "agent.log"), e.s.Redactor.Bytes(b), 0o644)
-		os.Remove(logPath + ".raw")
+	if b, err := c.ReadFile(agent.AgentLog, 16<<20); err == nil {
+		e.s.Sink().WriteFile(filepath.Join(e.s.EvidenceDir, "agent.log"), b, 0o644) //nolint:errcheck // evidence beside the receipt, best effort
 	}
 	if st, err := e.askAgent(ctx, c, inst, 0); err == nil {
 		e.noteStatus(inst, st, map[string]bool{})
 		st.Log = agent.LogChunk{Data: []byte{}, Size: st.Log.Size}
 		if b, err := json.MarshalIndent(st, "", "  "); err == nil {
-			os.WriteFile(filepath.Join(e.s.EvidenceDir, "agent-status.json"), e.s.Redactor.Bytes(b), 0o644)
+			e.s.Sink().WriteJSON(filepath.Join(e.s.EvidenceDir, "agent-status.json"), b, 0o644) //nolint:errcheck // evidence beside the receipt, best effort
 		}
 	}
 	res := &receipt.TestOutcome{Log: "train.log", ExitCode: code}
