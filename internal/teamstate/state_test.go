@@ -8,6 +8,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,9 +61,9 @@ func endpoint(t *testing.T, endpointVar, requiredVar string) string {
 // realServer probes the server first: one that passes runs the whole
 // suite; one that fails must be refused by the probe, with the failing
 // checks named, and then nothing else may trust it.
-func realServer(t *testing.T, endpointVar, requiredVar string) {
+func realServer(t *testing.T, endpointVar, requiredVar string, tr http.RoundTripper) {
 	ep := endpoint(t, endpointVar, requiredVar)
-	v, err := teamstate.Probe(context.Background(), s3Backend(t, ep, nil))
+	v, err := teamstate.Probe(context.Background(), s3Backend(t, ep, tr))
 	if err != nil {
 		t.Fatalf("probe %s: %v", ep, err)
 	}
@@ -76,18 +77,37 @@ func realServer(t *testing.T, endpointVar, requiredVar string) {
 		t.Logf("server %s is refused by the probe; the suite does not run on it", ep)
 		return
 	}
-	statetest.Run(t, func(t *testing.T) teamstate.Backend { return s3Backend(t, ep, nil) })
+	statetest.Run(t, func(t *testing.T) teamstate.Backend { return s3Backend(t, ep, tr) })
+}
+
+// oneWriteAtATime lets one writing request reach the server at a time.
+// moto checks If-None-Match and If-Match, then writes, in two steps that
+// a concurrent write can fall between: under load 2 of 8 racing creates
+// (and swaps) won about once in 60 runs, where S3 is atomic. The suite
+// holds this client to S3's semantics, so moto gets the atomicity it
+// lacks; versitygw, which has it, is tested as it is.
+type oneWriteAtATime struct {
+	mu   sync.Mutex
+	next http.RoundTripper
+}
+
+func (o *oneWriteAtATime) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+	}
+	return o.next.RoundTrip(r)
 }
 
 // TestS3Moto: .ci/run starts moto_server and sets VASTRUN_TEST_S3_ENDPOINT.
 func TestS3Moto(t *testing.T) {
-	realServer(t, "VASTRUN_TEST_S3_ENDPOINT", "VASTRUN_TEST_S3_REQUIRED")
+	realServer(t, "VASTRUN_TEST_S3_ENDPOINT", "VASTRUN_TEST_S3_REQUIRED", &oneWriteAtATime{next: http.DefaultTransport})
 }
 
 // TestS3Versitygw: .ci/run starts versitygw (posix) and sets
 // VASTRUN_TEST_S3_ENDPOINT_VERSITYGW.
 func TestS3Versitygw(t *testing.T) {
-	realServer(t, "VASTRUN_TEST_S3_ENDPOINT_VERSITYGW", "VASTRUN_TEST_S3_VERSITYGW_REQUIRED")
+	realServer(t, "VASTRUN_TEST_S3_ENDPOINT_VERSITYGW", "VASTRUN_TEST_S3_VERSITYGW_REQUIRED", nil)
 }
 
 // TestProbeRefusesServerIgnoringConditions puts a real HTTP proxy in front
