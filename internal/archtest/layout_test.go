@@ -28,7 +28,7 @@ var layout = map[string][]string{
 	"internal/checkpoint":            {"internal/storage"},
 	"internal/cienv":                 {},
 	"internal/clock":                 {},
-	"internal/config":                {"internal/label", "internal/policy"}, // label: label_prefix is checked against the label rules when the file is read
+	"internal/config":                {"internal/label", "internal/policy", "internal/text"}, // label: label_prefix is checked against the label rules when the file is read; text: did you mean, for a misspelt key
 	"internal/image":                 {},
 	"internal/janitor":               {"internal/label", "internal/provider"},
 	"internal/journal":               {},

@@ -317,7 +317,7 @@ func Parse(b []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
-		return nil, err
+		return nil, typeErrors(err, &root)
 	}
 	explicit := map[string]bool{}
 	explicitKeys(&root, "", explicit)
@@ -549,11 +549,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 				names = append(names, f)
 			}
 			sort.Strings(names)
-			where := "at the top level"
-			if path != "" {
-				where = "in " + path
-			}
-			return fmt.Errorf("line %d: unknown key %q %s (allowed: %s)", k.Line, k.Value, where, strings.Join(names, ", "))
+			return newKeyError(k.Line, k.Value, path, names)
 		}
 		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(Duration(0)) {
 			if err := checkKeys(v, ft, strings.TrimPrefix(path+"."+k.Value, ".")); err != nil {
