@@ -19,6 +19,7 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/spec"
@@ -40,7 +41,7 @@ func confirmDestroy(f *Factory, yes bool, what string) error {
 		}
 		return &CancelledError{Msg: "cancelled — nothing destroyed"}
 	}
-	return lifecycle.ErrNeedsApproval
+	return &NeedsApprovalError{Doing: "destroying", Shown: "will be destroyed"}
 }
 
 type downResult struct {
@@ -125,7 +126,9 @@ func runDown(ctx context.Context, opts *DownOptions) error {
 		}
 		dir, err := runDir(cfg.StateDir, o.RunID)
 		if err != nil {
-			if errors.As(err, new(*NoRunError)) {
+			var noRun *NoRunError
+			if errors.As(err, &noRun) {
+				noRun.Also = "or destroy by id or label, which needs no run: vastrun down --instance ID --yes, or --label LABEL"
 				return err
 			}
 			return &UsageError{Err: err, Hint: "pass --instance ID or --label LABEL"}
@@ -278,6 +281,11 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 	var m provider.Marketplace
 	if !opts.Offline {
 		if m, err = f.Marketplace(ctx); err != nil {
+			if errors.Is(err, vast.ErrNoAPIKey) {
+				// A --sim run's simulator ended with its command: the
+				// journal is all there is to read, and needs no key.
+				return &hintedError{err: err, hint: fmt.Sprintf("read what the journal of run %s recorded, without the API: vastrun status --offline", st.RunID)}
+			}
 			return err
 		}
 	}
@@ -426,6 +434,10 @@ func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 		return err
 	}
 	u, err := m.CurrentUser(ctx)
+	if errors.Is(err, provider.ErrAuth) {
+		// The generic auth hint sends people to doctor: this is doctor.
+		return &hintedError{err: err, hint: "check VAST_API_KEY (or ~/.config/vastai/vast_api_key): Vast answers a key it does not know with 404 auth_error; make a new one on the Keys page, https://cloud.vast.ai/manage-keys/"}
+	}
 	if err != nil {
 		return err
 	}
@@ -461,9 +473,12 @@ func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 		return &ScopeError{Msg: msg}
 	}
 	f.IO.Infof("warning: %s", msg)
-	f.IO.Hintf(`create a CI key with {"api": {"misc": {}, "user_read": {}, "instance_read": {}, "instance_write": {}, "billing_read": {}}}`)
+	f.IO.Hintf("%s", ciKeyHint)
 	return nil
 }
+
+// ciKeyHint says how to make the key vastrun needs, and where.
+const ciKeyHint = `create a key with only what vastrun needs: save {"api": {"misc": {}, "user_read": {}, "instance_read": {}, "instance_write": {}, "billing_read": {}}} as perms.json and run 'vastai create api-key --name vastrun-ci --permission_file perms.json' (or use the Keys page, https://cloud.vast.ai/manage-keys/); then use that key as VAST_API_KEY`
 
 // ScopeError means the key holds more permission than allowed (--strict).
 type ScopeError struct{ Msg string }
@@ -474,7 +489,7 @@ func (e *ScopeError) Error() string { return e.Msg }
 func explainPolicy(ctx context.Context, f *Factory, path string, limit int) error {
 	cfg, err := config.Load(path)
 	if err != nil {
-		return &UsageError{Err: err}
+		return configError(path, err)
 	}
 	// As a run would judge: the policy the spec freezes, with its bound on
 	// how long the host must stay.

@@ -456,7 +456,7 @@ func (e *Run) Close() error {
 func CurrentRunDir(stateRoot string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(stateRoot, "current"))
 	if err != nil {
-		return "", fmt.Errorf("no current run in %s (run 'vastrun up' first, or pass --instance/--label): %w", stateRoot, err)
+		return "", fmt.Errorf("the current run of %s: %w", stateRoot, err)
 	}
 	return filepath.Join(stateRoot, "runs", strings.TrimSpace(string(b))), nil
 }
