@@ -47,8 +47,8 @@ func confirmDestroy(f *Factory, yes bool, what string) error {
 type downResult struct {
 	Schema    string                `json:"schema"`
 	Destroyed []provider.InstanceID `json:"destroyed_confirmed"`
-	// NotFound are requested ids the account does not have.
-	NotFound  []provider.InstanceID `json:"not_found,omitempty"`
+	// NotFound are requested ids the account does not have ([] when none).
+	NotFound  []provider.InstanceID `json:"not_found"`
 	Label     string                `json:"label,omitempty"`
 	RunID     string                `json:"run_id,omitempty"`
 	Simulated bool                  `json:"simulated"`
@@ -139,6 +139,13 @@ func runDown(ctx context.Context, opts *DownOptions) error {
 }
 
 func printDown(f *Factory, res downResult) {
+	// Lists are lists, [] when empty (docs/json.md), whichever path built res.
+	if res.Destroyed == nil {
+		res.Destroyed = []provider.InstanceID{}
+	}
+	if res.NotFound == nil {
+		res.NotFound = []provider.InstanceID{}
+	}
 	if f.JSON {
 		json.NewEncoder(f.IO.Out).Encode(res)
 		return
@@ -504,7 +511,7 @@ func explainPolicy(ctx context.Context, f *Factory, path string, limit int) erro
 	}
 	chosen, ds := policy.Select(p, offers)
 	if f.JSON {
-		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": receipt.DecisionRows(ds)})
+		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": receipt.ExplainSchema, "simulated": f.Sim, "decisions": receipt.DecisionRows(ds)})
 	}
 	receipt.WriteExplanation(f.IO.Out, ds)
 	if chosen == nil {

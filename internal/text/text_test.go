@@ -74,3 +74,25 @@ func TestSuggest(t *testing.T) {
 		t.Errorf("OneOf = %q", got)
 	}
 }
+
+func TestValue(t *testing.T) {
+	for _, c := range []struct {
+		in   any
+		want string
+	}{
+		{3.338335e+08, "333833500"},
+		{333833501.0, "333833501"},
+		{0.0000001, "0.0000001"},
+		{1.5, "1.5"},
+		{"fp32", "fp32"},
+		{true, "true"},
+		{nil, "null"},
+		{[]any{"cpu", 2.0, 1e21}, `["cpu",2,1000000000000000000000]`},
+		{map[string]any{"loss": 0.25, "gpus": []any{"A", "B"}, "a": map[string]any{}}, `{"a":{},"gpus":["A","B"],"loss":0.25}`},
+		{[]int{1, 2}, "[1,2]"},
+	} {
+		if got := Value(c.in); got != c.want {
+			t.Errorf("Value(%#v) = %s, want %s", c.in, got, c.want)
+		}
+	}
+}
