@@ -168,7 +168,7 @@ const catalogLimit = 1000
 // zero matching offers is reported, not an error: the market moves.
 func Market(ctx context.Context, m provider.OfferSearcher, cfg *config.Config) (*MarketReport, error) {
 	p := cfg.Policy()
-	rep := &MarketReport{}
+	rep := &MarketReport{Funnel: []policy.Stage{}} // a list, [] until the search runs
 	if len(p.Models) > 0 {
 		all, err := m.SearchOffers(ctx, provider.Query{"rentable": map[string]any{"eq": true}, "external": map[string]any{"eq": false}, "limit": catalogLimit})
 		if err != nil {
