@@ -176,7 +176,8 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 	} else {
 		close(watched)
 	}
-	err = c.Run(rctx, remote.Command{Script: full, Env: env, Stdout: out, Stderr: out})
+	// One stream, joined on the instance: test.log keeps the program's order.
+	err = c.Run(rctx, remote.Command{Script: full, Env: env, Output: out})
 	cause := context.Cause(rctx)
 	stopRun(nil)
 	<-watched
