@@ -127,6 +127,7 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Redactor: red, Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
+		Notify: notifications(f, cfg),
 	})
 	e.Approve = approver(f.IO, o.Yes, func() string { return e.Workflow })
 	if o.applying != nil {

@@ -162,3 +162,19 @@ func TestWrongTypeNamesTheKey(t *testing.T) {
 		}
 	}
 }
+
+func TestNotify(t *testing.T) {
+	c, err := Parse([]byte(good + "notify: {webhook_env: SLACK_WEBHOOK_URL, events: [start, done, failed]}\n"))
+	if err != nil || c.Notify.WebhookEnv != "SLACK_WEBHOOK_URL" || len(c.Notify.Events) != 3 {
+		t.Fatalf("%v %+v", err, c)
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"notify: {webhook_env: SLACK, events: [strat]}", `"strat" is not an event: did you mean start?`},
+		{"notify: {events: [done]}", "notify.events needs notify.webhook_env"},
+		{"notify: {webhook_env: 'https://hooks.slack.com/services/T/B/x'}", "names an environment variable, not the URL itself"},
+	} {
+		if _, err := Parse([]byte(good + bad.yaml + "\n")); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want %q", bad.yaml, err, bad.want)
+		}
+	}
+}

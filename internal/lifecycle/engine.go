@@ -129,6 +129,8 @@ type Deps struct {
 	// (journaled with the approval, and in the receipt): see propose.go.
 	PreferOffer provider.OfferID
 	PlanSHA256  string
+	// Notify, when set, is the run's webhook for its events (notify.go).
+	Notify *Notifications
 }
 
 // Run is one run: its journal, the state replayed from it, its frozen spec
@@ -274,6 +276,7 @@ var ErrJournal = errors.New("the run's journal could not be written")
 // perform.
 func (e *Run) Record(typ, step string, data any) error {
 	defer e.observeRecord(typ, step, data)
+	defer e.notifyRecord(typ, step, data)
 	if e.state == nil {
 		e.state = &runstate.State{}
 	}
