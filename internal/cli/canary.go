@@ -106,6 +106,9 @@ func runCanary(ctx context.Context, opts *CanaryOptions) error {
 	if ok, err := checkTrust(f, o, env); !ok || err != nil {
 		return err
 	}
+	if err := checkBaseImages(ctx, f, cfg); err != nil {
+		return err
+	}
 	if _, err := checkBeforeRenting(ctx, f, cfg, "canary"); err != nil {
 		return err
 	}

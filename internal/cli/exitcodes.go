@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vastrun/vastrun/internal/container"
 	"github.com/vastrun/vastrun/internal/image"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/preflight"
@@ -106,7 +107,8 @@ func exitCode(err error) int {
 		return ExitNoOffer
 	case errors.Is(err, context.Canceled):
 		return ExitInterrupted
-	case errors.As(err, &usage), errors.As(err, &qe), errors.As(err, new(*preflight.Error)), errors.As(err, new(*NoRunError)):
+	case errors.As(err, &usage), errors.As(err, &qe), errors.As(err, new(*preflight.Error)), errors.As(err, new(*NoRunError)),
+		errors.As(err, new(*container.MissingImageError)):
 		return ExitUsage
 	case errors.Is(err, vast.ErrNoAPIKey), errors.Is(err, provider.ErrAuth), errors.As(err, new(*ScopeError)):
 		return ExitAuth
@@ -135,6 +137,7 @@ func hints(err error) []string {
 	var hinted *hintedError
 	var finished *lifecycle.FinishedError
 	var needs *NeedsApprovalError
+	var missing *container.MissingImageError
 	switch {
 	case errors.As(err, &hinted):
 		return []string{hinted.hint}
@@ -154,6 +157,8 @@ func hints(err error) []string {
 		return []string{fmt.Sprintf("destroy them as soon as the API answers: vastrun down --label %s --yes", ce.Label)}
 	case errors.As(err, &finished):
 		return []string{fmt.Sprintf("a finished run is never run again: start a new one (vastrun %s --yes); read its receipt with: vastrun report %s", finished.Workflow, finished.RunID)}
+	case errors.As(err, &missing):
+		return []string{fmt.Sprintf("fetch it where its registry can be reached: %s — then run the canary again; or build FROM an image '%s images' lists", missing.PullCommand(), missing.Engine)}
 	case errors.As(err, new(*ScopeError)):
 		return []string{ciKeyHint}
 	case errors.As(err, &needs):

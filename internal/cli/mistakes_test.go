@@ -19,6 +19,7 @@ type mistake struct {
 	env     map[string]string // beside the simulator's VAST_URL and key
 	api     string            // "" no API; "sim": the simulator's URL and key; "badkey"
 	instant bool              // retry backoff on a clock that never waits
+	podman  string            // when set, a fake podman on PATH runs this script
 	before  [][]string        // command lines run first (they must succeed)
 	args    []string
 	code    int
@@ -51,6 +52,8 @@ func TestMistakes(t *testing.T) {
 	good := ci("version: 1", "version: 1")
 	noCanary := good
 	canaryUnset := ci("budget:", "secrets: [HF_TOKEN]\ncanary:\n  smoke: sh examples/gpu-test.sh\nbudget:")
+	offlineBase := ci("budget:", "canary:\n  smoke: sh examples/gpu-test.sh\nbudget:")
+	offlineBase["Containerfile"] = "FROM registry.example/acme/base:1\nCOPY examples/gpu-test.sh /t.sh\n"
 	validate := []string{"validate", "--sim"}
 	mistakes := []mistake{
 		{name: "no config file", args: []string{"ci", "--sim", "--yes"},
@@ -127,6 +130,10 @@ func TestMistakes(t *testing.T) {
 			code: ExitUsage, first: `unknown field "gpu_nam" (did you mean gpu_name?`, hint: "gpu_name=RTX_4090"},
 		{name: "offers --limit 0", args: []string{"offers", "--sim", "--limit", "0"},
 			code: ExitUsage, first: "--limit must be positive", hint: "--limit 20"},
+		{name: "canary whose base image cannot be pulled", files: offlineBase, env: map[string]string{"VASTRUN_CONTAINER_ENGINE": "podman"},
+			podman: `case "$1 $2" in "info ") exit 0;; "image exists") exit 1;; "pull registry.example/acme/base:1") echo "Error: initializing source docker://registry.example/acme/base:1: dial tcp: lookup registry.example: no such host" >&2; exit 125;; esac; exit 2`,
+			args:   []string{"canary", "--sim", "--yes"},
+			code:   ExitUsage, first: "Containerfile builds FROM registry.example/acme/base:1, which podman does not have and could not pull", hint: "podman pull registry.example/acme/base:1"},
 		{name: "status of a --sim run without a key", files: good, before: [][]string{{"ci", "--sim", "--yes"}}, args: []string{"status"},
 			code: ExitAuth, first: "no Vast API key", hint: "vastrun status --offline"},
 	}
@@ -147,6 +154,13 @@ func TestMistakes(t *testing.T) {
 				}
 			}
 			t.Chdir(dir)
+			if m.podman != "" {
+				bin := t.TempDir()
+				if err := os.WriteFile(filepath.Join(bin, "podman"), []byte("#!/bin/sh\n"+m.podman+"\n"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+			}
 			env := map[string]string{"VASTRUN_CONTAINER_ENGINE": "none"}
 			switch m.api {
 			case "sim":
