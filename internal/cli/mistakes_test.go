@@ -171,21 +171,22 @@ func TestMistakes(t *testing.T) {
 			for k, v := range m.env {
 				env[k] = v
 			}
-			run := func(args []string) (error, *Factory, *bytes.Buffer) {
+			run := func(args []string) (*Factory, *bytes.Buffer, error) {
 				var out, errOut bytes.Buffer
 				f := &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
 					Getenv: func(k string) string { return env[k] }, HomeDir: dir}
 				if m.instant {
 					f.Clock = instantClock{}
 				}
-				return execute(context.Background(), f, args), f, &errOut
+				err := execute(context.Background(), f, args)
+				return f, &errOut, err
 			}
 			for _, args := range m.before {
-				if err, _, errOut := run(args); err != nil {
+				if _, errOut, err := run(args); err != nil {
 					t.Fatalf("vastrun %s: %v\n%s", strings.Join(args, " "), err, errOut)
 				}
 			}
-			err, f, errOut := run(m.args)
+			f, errOut, err := run(m.args)
 			if err == nil {
 				t.Fatalf("vastrun %s succeeded; stderr:\n%s", strings.Join(m.args, " "), errOut)
 			}
