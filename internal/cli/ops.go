@@ -305,8 +305,14 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 		rows = append(rows, r)
 	}
 	if f.JSON {
+		un := st.Unconfirmed()
+		if un == nil {
+			un = []provider.InstanceID{} // a list, [] when none
+		}
+		// unconfirmed_instance_ids is the receipt's and state.json's name;
+		// unconfirmed, the same list, stays: status/v1 promised it.
 		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
-			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": st.Unconfirmed()})
+			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": un, "unconfirmed_instance_ids": un})
 	}
 	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, text.OrDash(string(st.Outcome)))
 	tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
