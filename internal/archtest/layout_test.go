@@ -28,7 +28,7 @@ var layout = map[string][]string{
 	"internal/checkpoint":            {"internal/storage"},
 	"internal/cienv":                 {"internal/redact"}, // redact: the CI system's files are written through the sink
 	"internal/clock":                 {},
-	"internal/config":                {"internal/label", "internal/policy"}, // label: label_prefix is checked against the label rules when the file is read
+	"internal/config":                {"internal/label", "internal/notify", "internal/policy", "internal/text"}, // label: label_prefix is checked against the label rules when the file is read; text: did you mean, for a misspelt key; notify: the event names
 	"internal/image":                 {},
 	"internal/janitor":               {"internal/label", "internal/provider"},
 	"internal/journal":               {"internal/redact"}, // redact: every record is masked before it is written
@@ -48,12 +48,13 @@ var layout = map[string][]string{
 	"internal/provider/vast":         {"internal/clock", "internal/poll", "internal/provider", "internal/text"},
 	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/policy", "internal/provider", "internal/text"}, // the schema names the canary's server report and field delta, the checkpoint's skips, the instance ids, the offer verdicts of selection.json
 	"internal/redact":                {},
-	"internal/redact/redacttest":     {}, // finds forms of a secret apart from the masking code: imports none of it
+	"internal/notify":                {"internal/clock"}, // a run's events to a webhook: it knows no run, only events
+	"internal/redact/redacttest":     {},                 // finds forms of a secret apart from the masking code: imports none of it
 	"internal/remote":                {"internal/clock", "internal/text"},
-	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate"}, // the runs listing and the HTML report: both read receipts and replayed journals
+	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate", "internal/text"}, // the runs listing and the HTML report: both read receipts and replayed journals; text: values as people read
 	// agent: every rental's dead-man switch is armed and beaten by the core (deadman.go).
 	"internal/lifecycle": {"internal/agent", "internal/cienv", "internal/clock", "internal/config", "internal/journal",
-		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
+		"internal/label", "internal/notify", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
 		"internal/redact", "internal/runstate", "internal/remote", "internal/spec", "internal/storage", "internal/workdir", "internal/text"},
 	"internal/runstate":            {"internal/journal", "internal/provider", "internal/receipt"}, // the replayed state holds the receipt's attempts and outcome
 	"internal/spec":                {"internal/config", "internal/policy"},                        // spec.Build: the one place a config becomes a spec

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,7 @@ import (
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/image"
+	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/smoke"
 	canaryflow "github.com/vastrun/vastrun/internal/workflow/canary"
 )
@@ -102,6 +104,9 @@ func runCanary(ctx context.Context, opts *CanaryOptions) error {
 	}
 	env := cienv.Detect(f.Getenv)
 	if ok, err := checkTrust(f, o, env); !ok || err != nil {
+		return err
+	}
+	if err := checkBaseImages(ctx, f, cfg); err != nil {
 		return err
 	}
 	if _, err := checkBeforeRenting(ctx, f, cfg, "canary"); err != nil {
@@ -244,7 +249,7 @@ func runCanaryValidate(_ context.Context, opts *CanaryValidateOptions) error {
 	f, file := opts.f, opts.File
 	cfg, err := config.Load(file)
 	if err != nil {
-		return &UsageError{Err: err}
+		return configError(file, err)
 	}
 	problems := smoke.Validate(cfg, f.Getenv)
 	if f.JSON {
@@ -254,7 +259,7 @@ func runCanaryValidate(_ context.Context, opts *CanaryValidateOptions) error {
 		}
 	}
 	if len(problems) > 0 {
-		return &UsageError{Err: errors.New("canary contract: " + strings.Join(problems, "; ")), Hint: "put the names the image needs under env: (an empty value is allowed) or secrets:, and export each declared secret before validating"}
+		return &UsageError{Err: errors.New("canary contract: " + strings.Join(problems, "; ")), Hint: canaryFixes(cfg, file, f.Getenv)}
 	}
 	f.IO.Infof("canary contract in %s is valid: smoke %q, expect exit %d, fields %v", file, cfg.Canary.Smoke, cfg.Canary.ExpectExit, cfg.Canary.ExpectFields)
 	return nil
@@ -271,4 +276,36 @@ func topLevelKeys(b []byte) (map[string]bool, error) {
 		have[k] = true
 	}
 	return have, nil
+}
+
+// canaryFixes are the fixes for what smoke.Validate found, one a line:
+// each kind of problem has its own, never a fix for a problem not there.
+func canaryFixes(cfg *config.Config, file string, getenv func(string) string) string {
+	var fixes []string
+	if !cfg.IsCanary() {
+		fixes = append(fixes, fmt.Sprintf("%s has no canary: section: propose one from this repository with 'vastrun canary init --write -f %s' (docs/config.md, canary.*)", file, file))
+	}
+	if image.CheckPinned(cfg.Image) != nil {
+		fixes = append(fixes, "pin image: by digest (repo@sha256:…): 'vastrun canary --resolve --yes' resolves the tag through its registry first")
+	}
+	envProblem := false
+	for _, name := range cfg.Canary.EnvNames {
+		if _, inEnv := cfg.Env[name]; !inEnv && !slices.Contains(cfg.Secrets, name) {
+			envProblem = true
+		}
+	}
+	for _, name := range cfg.Secrets {
+		if len(getenv(name)) < redact.MinSecretLen {
+			envProblem = true
+		}
+	}
+	if envProblem {
+		fixes = append(fixes, "put the names the image needs under env: (an empty value is allowed) or secrets:, and export each declared secret (8 bytes at least) before validating")
+	}
+	for _, ig := range append(append([]string{}, cfg.Canary.IgnoreFields...), cfg.Canary.Compare.Ignore...) {
+		if slices.Contains(cfg.Canary.ExpectFields, ig) {
+			fixes = append(fixes, fmt.Sprintf("field %q: keep it in canary.expect_fields or in canary.ignore_fields, not both", ig))
+		}
+	}
+	return strings.Join(fixes, "\n")
 }

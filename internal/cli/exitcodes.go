@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"syscall"
 
+	"github.com/vastrun/vastrun/internal/container"
 	"github.com/vastrun/vastrun/internal/image"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/preflight"
@@ -57,6 +59,18 @@ type UsageError struct {
 func (e *UsageError) Error() string { return e.Err.Error() }
 func (e *UsageError) Unwrap() error { return e.Err }
 
+// NeedsApprovalError is lifecycle.ErrNeedsApproval for something other
+// than renting: what the command is about to do, said in its own verb.
+type NeedsApprovalError struct {
+	Doing string // "destroying"
+	Shown string // what the person reads above: "will be destroyed"
+}
+
+func (e *NeedsApprovalError) Error() string {
+	return e.Doing + " needs approval: pass --yes, or run at a terminal and answer yes"
+}
+func (e *NeedsApprovalError) Unwrap() error { return lifecycle.ErrNeedsApproval }
+
 // NoOfferError means the search or policy left nothing to rent.
 type NoOfferError struct{ Msg string }
 
@@ -93,7 +107,8 @@ func exitCode(err error) int {
 		return ExitNoOffer
 	case errors.Is(err, context.Canceled):
 		return ExitInterrupted
-	case errors.As(err, &usage), errors.As(err, &qe), errors.As(err, new(*preflight.Error)):
+	case errors.As(err, &usage), errors.As(err, &qe), errors.As(err, new(*preflight.Error)), errors.As(err, new(*NoRunError)),
+		errors.As(err, new(*container.MissingImageError)):
 		return ExitUsage
 	case errors.Is(err, vast.ErrNoAPIKey), errors.Is(err, provider.ErrAuth), errors.As(err, new(*ScopeError)):
 		return ExitAuth
@@ -121,11 +136,13 @@ func hints(err error) []string {
 	var pathErr *fs.PathError
 	var hinted *hintedError
 	var finished *lifecycle.FinishedError
+	var needs *NeedsApprovalError
+	var missing *container.MissingImageError
 	switch {
 	case errors.As(err, &hinted):
 		return []string{hinted.hint}
 	case errors.As(err, &usage) && usage.Hint != "":
-		return []string{usage.Hint}
+		return strings.Split(usage.Hint, "\n") // one fix a line
 	case errors.As(err, &pe):
 		return pe.Fixes()
 	case errors.As(err, &qe):
@@ -140,6 +157,12 @@ func hints(err error) []string {
 		return []string{fmt.Sprintf("destroy them as soon as the API answers: vastrun down --label %s --yes", ce.Label)}
 	case errors.As(err, &finished):
 		return []string{fmt.Sprintf("a finished run is never run again: start a new one (vastrun %s --yes); read its receipt with: vastrun report %s", finished.Workflow, finished.RunID)}
+	case errors.As(err, &missing):
+		return []string{fmt.Sprintf("fetch it where its registry can be reached: %s — then run the canary again; or build FROM an image '%s images' lists", missing.PullCommand(), missing.Engine)}
+	case errors.As(err, new(*ScopeError)):
+		return []string{ciKeyHint}
+	case errors.As(err, &needs):
+		return []string{fmt.Sprintf("read what %s above, then re-run with --yes", needs.Shown)}
 	case errors.Is(err, lifecycle.ErrNeedsApproval):
 		return []string{"read the plan above, then re-run with --yes"}
 	case errors.Is(err, lifecycle.ErrNoOffer):
@@ -159,7 +182,11 @@ func hints(err error) []string {
 		}
 		return []string{"clean up by label (it is in the receipt and the CI state): vastrun down --label LABEL --yes"}
 	case errors.As(err, &noRun):
-		return []string{fmt.Sprintf("no run yet in %s: run 'vastrun ci' or 'vastrun up' first, or pass --state-dir / --run", noRun.StateDir)}
+		h := []string{fmt.Sprintf("start one with 'vastrun ci', 'vastrun train' or 'vastrun up'; if the runs live elsewhere, pass --state-dir DIR ('vastrun runs' lists what %s holds)", noRun.StateDir)}
+		if noRun.Also != "" {
+			h = append(h, noRun.Also)
+		}
+		return h
 	case errors.Is(err, syscall.EADDRINUSE):
 		return []string{"the port is in use: pick another --listen address (127.0.0.1:0 picks a free one), or stop what listens there"}
 	case errors.As(err, &pathErr):

@@ -62,10 +62,8 @@ func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
 	if err != nil {
 		if o.allowMissingConfigs && errors.Is(err, os.ErrNotExist) {
 			c = config.Defaults()
-		} else if errors.Is(err, fs.ErrNotExist) {
-			return nil, &UsageError{Err: err, Hint: "write a vastrun.yaml (see docs/config.md and examples/ci.yaml), or pass -f FILE"}
 		} else {
-			return nil, &UsageError{Err: err, Hint: fmt.Sprintf("fix it in %s; docs/config.md lists every key, its type and its range", o.ConfigPath)}
+			return nil, configError(o.ConfigPath, err)
 		}
 	}
 	if o.StateDir != "" {
@@ -135,6 +133,7 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Redactor: red, Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
+		Notify: notifications(f, cfg),
 	})
 	// The dead-man switch on every instance destroys it through this API.
 	e.APIURL = f.APIURL()

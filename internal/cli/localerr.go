@@ -17,13 +17,19 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 )
 
-// NoRunError means the state directory holds no run to act on.
+// NoRunError means the state directory holds no run to act on. It is a
+// usage error: the command was run where no run lives.
 type NoRunError struct {
 	StateDir string
 	Err      error
+	// Also is a fix the command itself offers besides a run (down:
+	// --instance / --label), said in the hint.
+	Also string
 }
 
-func (e *NoRunError) Error() string { return e.Err.Error() }
+func (e *NoRunError) Error() string {
+	return fmt.Sprintf("no run to act on in %s: nothing has been run from here yet", e.StateDir)
+}
 func (e *NoRunError) Unwrap() error { return e.Err }
 
 // LockedError means another process drives the run.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/vast"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // OffersOptions are the inputs of `vastrun offers`.
@@ -54,6 +56,9 @@ Prices ($/HR) include storage for --disk GB, as Vast bills it.`,
 			opts.Query = strings.Join(args, " ")
 			if opts.Limit <= 0 {
 				return &UsageError{Err: fmt.Errorf("--limit must be positive, got %d", opts.Limit), Hint: "ask for at least one offer, e.g. --limit 20 (the default)"}
+			}
+			if err := checkOfferType(opts.Type); err != nil {
+				return err
 			}
 			if opts.DiskGB <= 0 {
 				return &UsageError{Err: fmt.Errorf("--disk must be positive, got %v", opts.DiskGB), Hint: "give the disk the run needs in GB, e.g. --disk 10 (the default)"}
@@ -164,4 +169,25 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// offerTypes are --type's values (the query parser's, with its aliases).
+var offerTypes = []string{"on-demand", "ondemand", "interruptible", "bid", "reserved"}
+
+// checkOfferType refuses a --type Vast has no market for as a flag
+// mistake, naming the market the word usually means.
+func checkOfferType(t string) error {
+	if t == "" || slices.Contains(offerTypes, strings.ToLower(t)) {
+		return nil
+	}
+	hint := "write --type on-demand (the default), interruptible (a bid; alias bid) or reserved"
+	switch strings.ToLower(t) {
+	case "spot", "preemptible", "interruptable":
+		hint = "Vast's spot market is --type interruptible (a bid: the instance stops when outbid); the others are on-demand and reserved"
+	default:
+		if s := text.Suggest(t, []string{"on-demand", "interruptible", "reserved"}, 1); len(s) > 0 {
+			hint = fmt.Sprintf("did you mean --type %s? (on-demand, interruptible or reserved)", s[0])
+		}
+	}
+	return &UsageError{Err: fmt.Errorf("--type %s: no such offer type", t), Hint: hint}
 }

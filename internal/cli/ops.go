@@ -19,6 +19,7 @@ import (
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/provider/vast"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/spec"
@@ -40,14 +41,14 @@ func confirmDestroy(f *Factory, yes bool, what string) error {
 		}
 		return &CancelledError{Msg: "cancelled — nothing destroyed"}
 	}
-	return lifecycle.ErrNeedsApproval
+	return &NeedsApprovalError{Doing: "destroying", Shown: "will be destroyed"}
 }
 
 type downResult struct {
 	Schema    string                `json:"schema"`
 	Destroyed []provider.InstanceID `json:"destroyed_confirmed"`
-	// NotFound are requested ids the account does not have.
-	NotFound  []provider.InstanceID `json:"not_found,omitempty"`
+	// NotFound are requested ids the account does not have ([] when none).
+	NotFound  []provider.InstanceID `json:"not_found"`
 	Label     string                `json:"label,omitempty"`
 	RunID     string                `json:"run_id,omitempty"`
 	Simulated bool                  `json:"simulated"`
@@ -125,7 +126,9 @@ func runDown(ctx context.Context, opts *DownOptions) error {
 		}
 		dir, err := runDir(cfg.StateDir, o.RunID)
 		if err != nil {
-			if errors.As(err, new(*NoRunError)) {
+			var noRun *NoRunError
+			if errors.As(err, &noRun) {
+				noRun.Also = "or destroy by id or label, which needs no run: vastrun down --instance ID --yes, or --label LABEL"
 				return err
 			}
 			return &UsageError{Err: err, Hint: "pass --instance ID or --label LABEL"}
@@ -136,6 +139,13 @@ func runDown(ctx context.Context, opts *DownOptions) error {
 }
 
 func printDown(f *Factory, res downResult) {
+	// Lists are lists, [] when empty (docs/json.md), whichever path built res.
+	if res.Destroyed == nil {
+		res.Destroyed = []provider.InstanceID{}
+	}
+	if res.NotFound == nil {
+		res.NotFound = []provider.InstanceID{}
+	}
 	if f.JSON {
 		json.NewEncoder(f.IO.Out).Encode(res)
 		return
@@ -278,6 +288,11 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 	var m provider.Marketplace
 	if !opts.Offline {
 		if m, err = f.Marketplace(ctx); err != nil {
+			if errors.Is(err, vast.ErrNoAPIKey) {
+				// A --sim run's simulator ended with its command: the
+				// journal is all there is to read, and needs no key.
+				return &hintedError{err: err, hint: fmt.Sprintf("read what the journal of run %s recorded, without the API: vastrun status --offline", st.RunID)}
+			}
 			return err
 		}
 	}
@@ -293,8 +308,14 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 		renewLease(ctx, f, o, cfg, dir)
 	}
 	if f.JSON {
+		un := st.Unconfirmed()
+		if un == nil {
+			un = []provider.InstanceID{} // a list, [] when none
+		}
+		// unconfirmed_instance_ids is the receipt's and state.json's name;
+		// unconfirmed, the same list, stays: status/v1 promised it.
 		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
-			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": st.Unconfirmed()})
+			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": un, "unconfirmed_instance_ids": un})
 	}
 	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, text.OrDash(string(st.Outcome)))
 	tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
@@ -457,6 +478,10 @@ func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 		return err
 	}
 	u, err := m.CurrentUser(ctx)
+	if errors.Is(err, provider.ErrAuth) {
+		// The generic auth hint sends people to doctor: this is doctor.
+		return &hintedError{err: err, hint: "check VAST_API_KEY (or ~/.config/vastai/vast_api_key): Vast answers a key it does not know with 404 auth_error; make a new one on the Keys page, https://cloud.vast.ai/manage-keys/"}
+	}
 	if err != nil {
 		return err
 	}
@@ -492,9 +517,12 @@ func runDoctor(ctx context.Context, opts *DoctorOptions) error {
 		return &ScopeError{Msg: msg}
 	}
 	f.IO.Infof("warning: %s", msg)
-	f.IO.Hintf(`create a CI key with {"api": {"misc": {}, "user_read": {}, "instance_read": {}, "instance_write": {}, "billing_read": {}}}`)
+	f.IO.Hintf("%s", ciKeyHint)
 	return nil
 }
+
+// ciKeyHint says how to make the key vastrun needs, and where.
+const ciKeyHint = `create a key with only what vastrun needs: save {"api": {"misc": {}, "user_read": {}, "instance_read": {}, "instance_write": {}, "billing_read": {}}} as perms.json and run 'vastai create api-key --name vastrun-ci --permission_file perms.json' (or use the Keys page, https://cloud.vast.ai/manage-keys/); then use that key as VAST_API_KEY`
 
 // ScopeError means the key holds more permission than allowed (--strict).
 type ScopeError struct{ Msg string }
@@ -505,7 +533,7 @@ func (e *ScopeError) Error() string { return e.Msg }
 func explainPolicy(ctx context.Context, f *Factory, path string, limit int) error {
 	cfg, err := config.Load(path)
 	if err != nil {
-		return &UsageError{Err: err}
+		return configError(path, err)
 	}
 	// As a run would judge: the policy the spec freezes, with its bound on
 	// how long the host must stay.
@@ -520,7 +548,7 @@ func explainPolicy(ctx context.Context, f *Factory, path string, limit int) erro
 	}
 	chosen, ds := policy.Select(p, offers)
 	if f.JSON {
-		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.explain/v1", "simulated": f.Sim, "decisions": receipt.DecisionRows(ds)})
+		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": receipt.ExplainSchema, "simulated": f.Sim, "decisions": receipt.DecisionRows(ds)})
 	}
 	receipt.WriteExplanation(f.IO.Out, ds)
 	if chosen == nil {

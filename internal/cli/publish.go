@@ -68,7 +68,7 @@ func runPublishCmd(ctx context.Context, o *PublishOptions) error {
 	f := o.f
 	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
-		return &UsageError{Err: err, Hint: fmt.Sprintf("fix it in %s, or pass -f FILE", o.ConfigPath)}
+		return configError(o.ConfigPath, err)
 	}
 	res, err := runPublish(ctx, f, o, cfg)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 // cmdRegistry serves a real OCI registry on 127.0.0.1 for a script:
 //
-//	registry start                 sets $REGISTRY to its host:port
+//	registry start                 sets $REGISTRY to its host:port, $REGISTRY_PORT to its port
 //	registry start wrong-digest    one that answers a wrong digest for tags
 //	registry start auth USER PASS  one that requires basic auth
 func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
@@ -32,7 +32,9 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	srv := registrytest.Start(o)
 	ts.Defer(srv.Close)
-	ts.Setenv("REGISTRY", registrytest.Host(srv))
+	host := registrytest.Host(srv)
+	ts.Setenv("REGISTRY", host)
+	ts.Setenv("REGISTRY_PORT", host[strings.LastIndexByte(host, ':')+1:])
 }
 
 // cmdOCILayout builds an image in the test (no engine) and writes it as an

@@ -32,6 +32,16 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // Run executes one command line with the given factory. Tests call it
 // directly; it never calls os.Exit.
 func Run(ctx context.Context, f *Factory, args []string) int {
+	err := execute(ctx, f, args)
+	if err == nil {
+		return ExitOK
+	}
+	reportError(f, err)
+	return exitCode(err)
+}
+
+// execute runs one command line and returns its error, unprinted.
+func execute(ctx context.Context, f *Factory, args []string) error {
 	ctx, f.stopRun = context.WithCancel(ctx) // a lost team lease stops the command (team.go)
 	defer f.stopRun()
 	defer f.Close()
@@ -41,17 +51,19 @@ func Run(ctx context.Context, f *Factory, args []string) int {
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return ExitOK
-	}
-	if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, context.Canceled) {
 		err = fmt.Errorf("%w: %w", context.Canceled, err)
 	}
+	return err
+}
+
+// reportError tells a person what failed and how to fix it: the error,
+// then one "hint:" line a fix (exitcodes.go decides both by type).
+func reportError(f *Factory, err error) {
 	f.IO.Infof("%s", err)
 	for _, h := range hints(err) {
 		f.IO.Hintf("%s", h)
 	}
-	return exitCode(err)
 }
 
 // NewRootCmd builds the command tree.
@@ -112,6 +124,15 @@ Exit codes are documented in docs/exit-codes.md.`,
 	pf.StringVar(&f.URL, "url", "", "Vast API base URL (default $VAST_URL or https://console.vast.ai)")
 	pf.StringVar(&f.APIKey, "api-key", "", "Vast API key (prefer $VAST_API_KEY: flags are visible in the process list)")
 	root.SetFlagErrorFunc(flagError)
+	// No command defines its own persistent pre-run: this one runs first
+	// for every command.
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if len(f.SimFaults) > 0 && !f.Sim {
+			return &UsageError{Err: errors.New("--sim-fault needs --sim: faults are injected into the embedded simulator, and without --sim this command would run against the real API with none"),
+				Hint: "add --sim, or drop --sim-fault (a 'vastrun sim serve' simulator takes faults on POST /_sim/faults)"}
+		}
+		return nil
+	}
 	showVersion := root.Flags().Bool("version", false, "print the vastrun version (as 'vastrun version')")
 
 	root.AddCommand(NewCmdVersion(f, nil), NewCmdOffers(f, nil), NewCmdSim(f),

@@ -79,7 +79,7 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Condition: scriptCondition,
-		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "s3": cmdS3, "teams3": cmdTeamS3, "repocopy": cmdRepoCopy, "simtouch": cmdSimTouch, "s3proxy": cmdS3Proxy, "pty": cmdPty, "simready": cmdSimReady, "planage": cmdPlanAge, "noforms": cmdNoForms},
+		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "s3": cmdS3, "teams3": cmdTeamS3, "repocopy": cmdRepoCopy, "simtouch": cmdSimTouch, "s3proxy": cmdS3Proxy, "pty": cmdPty, "simready": cmdSimReady, "planage": cmdPlanAge, "jsonschema": cmdJSONSchema, "noforms": cmdNoForms},
 	})
 }
 
@@ -275,6 +275,7 @@ type hookRecorder struct {
 //
 //	webhook start        serve a receiver; sets VASTRUN_ALERT_WEBHOOK
 //	webhook received N   assert N alerts; prints them to stdout
+//	webhook all          print every body received so far, one a line
 func cmdWebhook(ts *testscript.TestScript, neg bool, args []string) {
 	switch args[0] {
 	case "start":
@@ -291,7 +292,10 @@ func cmdWebhook(ts *testscript.TestScript, neg bool, args []string) {
 		hooksMu.Lock()
 		hooks = append(hooks, rec)
 		hooksMu.Unlock()
-	case "received":
+	case "received", "all":
+		if args[0] == "all" {
+			args = append(args, "0")
+		}
 		id, _ := strconv.Atoi(ts.Getenv("WEBHOOK_ID"))
 		hooksMu.Lock()
 		rec := hooks[id]
@@ -299,6 +303,9 @@ func cmdWebhook(ts *testscript.TestScript, neg bool, args []string) {
 		want, _ := strconv.Atoi(args[1])
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
+		if args[0] == "all" {
+			want = len(rec.bodies)
+		}
 		if len(rec.bodies) != want {
 			ts.Fatalf("webhook received %d alerts, want %d", len(rec.bodies), want)
 		}

@@ -36,7 +36,7 @@ func trainEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*lifecycl
 // trainEngineFor is trainEngine for a loaded config (sweep children).
 func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config) (*lifecycle.Scope, error) {
 	if !cfg.IsTrain() {
-		return nil, &UsageError{Err: fmt.Errorf("%s has no train.command", o.ConfigPath), Hint: "see examples/train/train.yaml and docs/config.md"}
+		return nil, &UsageError{Err: fmt.Errorf("%s has no train.command", o.ConfigPath), Hint: "add a train: section (docs/train.md) — 'vastrun init train' writes a config with one — or pass -f FILE"}
 	}
 	e, err := newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
 	if err != nil {

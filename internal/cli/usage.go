@@ -6,6 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // flagError turns cobra's flag errors into usage errors (exit 2) with a
@@ -14,10 +16,31 @@ import (
 func flagError(c *cobra.Command, err error) error {
 	hint := fmt.Sprintf("see '%s --help'", c.CommandPath())
 	var unknown *pflag.NotExistError // pflag's typed "unknown flag" error
-	if takesCommand(c) && errors.As(err, &unknown) {
+	switch {
+	case takesCommand(c) && errors.As(err, &unknown):
 		hint = fmt.Sprintf("flags after the command belong to it: put -- before the command, e.g. '%s -- nvidia-smi -L'", c.CommandPath())
+	case errors.As(err, &unknown) && unknown.GetSpecifiedName() != "":
+		if s := text.Suggest(unknown.GetSpecifiedName(), flagNames(c), 2); len(s) > 0 {
+			for i := range s {
+				s[i] = "--" + s[i]
+			}
+			hint = fmt.Sprintf("did you mean %s? (see '%s --help')", text.OneOf(s), c.CommandPath())
+		}
 	}
 	return &UsageError{Err: err, Hint: hint}
+}
+
+// flagNames are the long flags c takes, its inherited ones included.
+func flagNames(c *cobra.Command) []string {
+	var names []string
+	add := func(f *pflag.Flag) {
+		if !f.Hidden {
+			names = append(names, f.Name)
+		}
+	}
+	c.LocalFlags().VisitAll(add)
+	c.InheritedFlags().VisitAll(add)
+	return names
 }
 
 // takesCommand reports commands whose arguments are a command line to run.

@@ -42,7 +42,7 @@ func TestInterruptibleKeysRefused(t *testing.T) {
 		{"gpu: {interruptible: true, max_bid: 0.4, bid: {margin: -1}}\n", "", "gpu.bid.margin -1 is outside 0..10"},
 		{"gpu: {interruptible: true, max_bid: 0.4}\n", "on_outbid: pray, ", `train.on_outbid "pray" is not replace, rebid or wait`},
 		{"gpu: {}\n", "on_outbid: rebid, ", "train.on_outbid and train.outbid_wait apply to interruptible rentals"},
-		{"gpu: {interruptible: true, max_bid: 0.4, bid: {marginn: 1}}\n", "", `unknown key "marginn" in gpu.bid (allowed: margin)`},
+		{"gpu: {interruptible: true, max_bid: 0.4, bid: {marginn: 1}}\n", "", `unknown key "marginn" in gpu.bid: did you mean margin? (allowed: margin)`},
 	}
 	for _, tc := range cases {
 		y := strings.Replace(trainBase, "train: {", "train: {"+tc.train, 1) + tc.gpu

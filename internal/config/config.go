@@ -12,13 +12,16 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/vastrun/vastrun/internal/notify"
 	"github.com/vastrun/vastrun/internal/policy"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // Duration is a time.Duration written as "10m", "90s", "1h30m".
@@ -61,6 +64,7 @@ type Config struct {
 	StateDir    string            `yaml:"state_dir"`
 	LabelPrefix string            `yaml:"label_prefix"`
 	Alert       Alert             `yaml:"alert"`
+	Notify      Notify            `yaml:"notify"`
 	Verify      Verify            `yaml:"verify"`
 	Train       Train             `yaml:"train"`
 	Canary      Canary            `yaml:"canary"`
@@ -270,6 +274,14 @@ type Alert struct {
 	Webhook string `yaml:"webhook"`
 }
 
+// Notify sends the run's events to a webhook as Slack-compatible JSON
+// (docs/config.md, notify.*). The URL is a secret: it is read from the
+// environment variable WebhookEnv names, never from this file.
+type Notify struct {
+	WebhookEnv string   `yaml:"webhook_env"`
+	Events     []string `yaml:"events"` // notify.Events; empty: notify.DefaultEvents
+}
+
 // Verify tunes the checks made before the test.
 type Verify struct {
 	MinFreeDiskGB float64 `yaml:"min_free_disk_gb"`
@@ -325,7 +337,7 @@ func Parse(b []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
-		return nil, err
+		return nil, typeErrors(err, &root)
 	}
 	explicit := map[string]bool{}
 	explicitKeys(&root, "", explicit)
@@ -406,6 +418,7 @@ func (c *Config) Validate() error { return c.validate(c.checkValues(nil)) }
 
 func (c *Config) validate(valueErrs []string) error {
 	var errs []string
+	errs = append(errs, c.Notify.problems()...)
 	if c.Version != 1 {
 		errs = append(errs, fmt.Sprintf("version %d is not supported (use 1)", c.Version))
 	}
@@ -560,11 +573,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 				names = append(names, f)
 			}
 			sort.Strings(names)
-			where := "at the top level"
-			if path != "" {
-				where = "in " + path
-			}
-			return fmt.Errorf("line %d: unknown key %q %s (allowed: %s)", k.Line, k.Value, where, strings.Join(names, ", "))
+			return newKeyError(k.Line, k.Value, path, names)
 		}
 		if ft.Kind() == reflect.Struct && ft != reflect.TypeOf(Duration(0)) {
 			if err := checkKeys(v, ft, strings.TrimPrefix(path+"."+k.Value, ".")); err != nil {
@@ -617,4 +626,30 @@ func CheckStepFrom(s string) error {
 		return nil
 	}
 	return fmt.Errorf("%q is neither json:FIELD nor regex:RE", s)
+}
+
+// problems are what is wrong with notify:, each naming the fix.
+func (n Notify) problems() []string {
+	var errs []string
+	switch {
+	case n.WebhookEnv == "" && len(n.Events) > 0:
+		errs = append(errs, "notify.events needs notify.webhook_env: the name of the environment variable that holds the webhook URL")
+	case n.WebhookEnv != "" && !envName.MatchString(n.WebhookEnv):
+		if strings.Contains(n.WebhookEnv, "://") {
+			errs = append(errs, "notify.webhook_env names an environment variable, not the URL itself (a webhook URL is a secret): write e.g. webhook_env: SLACK_WEBHOOK_URL and export the URL there")
+		} else {
+			errs = append(errs, fmt.Sprintf("notify.webhook_env %q is not an environment variable name", n.WebhookEnv))
+		}
+	}
+	for _, ev := range n.Events {
+		if slices.Contains(notify.Events, ev) {
+			continue
+		}
+		msg := fmt.Sprintf("notify.events: %q is not an event (%s)", ev, strings.Join(notify.Events, ", "))
+		if s := text.Suggest(ev, notify.Events, 1); len(s) > 0 {
+			msg = fmt.Sprintf("notify.events: %q is not an event: did you mean %s? (%s)", ev, s[0], strings.Join(notify.Events, ", "))
+		}
+		errs = append(errs, msg)
+	}
+	return errs
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -46,9 +47,9 @@ func TestParseGood(t *testing.T) {
 
 func TestUnknownKeysAreNamed(t *testing.T) {
 	cases := []struct{ yaml, want string }{
-		{strings.Replace(good, "max_dph", "max_dhp", 1), `line 15: unknown key "max_dhp" in gpu (allowed: bid, count, countries, datacenter, disk_gb, interruptible, matrix, matrix_pass, max_bid, max_dph,`},
+		{strings.Replace(good, "max_dph", "max_dhp", 1), `line 15: unknown key "max_dhp" in gpu: did you mean max_dph? (allowed: bid, count, countries, datacenter, disk_gb, interruptible, matrix, matrix_pass, max_bid, max_dph,`},
 		{good + "timeoutz: {}\n", `unknown key "timeoutz" at the top level`},
-		{strings.Replace(good, "allow:", "alow:", 1), `unknown key "alow" in gpu.countries (allowed: allow, deny)`},
+		{strings.Replace(good, "allow:", "alow:", 1), `unknown key "alow" in gpu.countries: did you mean allow? (allowed: allow, deny)`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.yaml))
@@ -127,5 +128,53 @@ func TestDiskUnderVastMinimumIsRefused(t *testing.T) {
 	}
 	if _, err := Parse([]byte(strings.Replace(good, "disk_gb: 30", "disk_gb: 8", 1))); err != nil {
 		t.Fatalf("disk_gb 8 (the minimum): %v", err)
+	}
+}
+
+func TestUnknownKeySuggestsTheKeyMeant(t *testing.T) {
+	for _, c := range []struct{ yaml, key, want string }{
+		{strings.Replace(good, "budget:", "bugdet:", 1), "bugdet", "budget"},
+		{strings.Replace(good, "max_dph", "max_dhp", 1), "max_dhp", "max_dph"},
+		{strings.Replace(good, "timeouts:", "timeout:", 1), "timeout", "timeouts"},
+	} {
+		_, err := Parse([]byte(c.yaml))
+		var ke *KeyError
+		if !errors.As(err, &ke) || ke.Key != c.key || len(ke.DidYouMean) == 0 || ke.DidYouMean[0] != c.want {
+			t.Errorf("%s: err = %v (%#v), want a KeyError suggesting %s", c.key, err, ke, c.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), "did you mean "+c.want+"?") {
+			t.Errorf("the message does not say it: %v", err)
+		}
+	}
+}
+
+func TestWrongTypeNamesTheKey(t *testing.T) {
+	for _, c := range []struct{ from, to, want string }{
+		{"disk_gb: 30", "disk_gb: thirty", `gpu.disk_gb is "thirty", but it must be a number`},
+		{"max_dph: 0.6", "max_dph: cheap", `gpu.max_dph is "cheap", but it must be a number`},
+		{"gate: [\"go vet ./...\"]", "gate: {a: b}", `gate is a mapping, but it must be a list`},
+	} {
+		_, err := Parse([]byte(strings.Replace(good, c.from, c.to, 1)))
+		var te *TypeError
+		if !errors.As(err, &te) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "unmarshal") {
+			t.Errorf("%s: err = %v, want a TypeError saying %q", c.to, err, c.want)
+		}
+	}
+}
+
+func TestNotify(t *testing.T) {
+	c, err := Parse([]byte(good + "notify: {webhook_env: SLACK_WEBHOOK_URL, events: [start, done, failed]}\n"))
+	if err != nil || c.Notify.WebhookEnv != "SLACK_WEBHOOK_URL" || len(c.Notify.Events) != 3 {
+		t.Fatalf("%v %+v", err, c)
+	}
+	for _, bad := range []struct{ yaml, want string }{
+		{"notify: {webhook_env: SLACK, events: [strat]}", `"strat" is not an event: did you mean start?`},
+		{"notify: {events: [done]}", "notify.events needs notify.webhook_env"},
+		{"notify: {webhook_env: 'https://hooks.slack.com/services/T/B/x'}", "names an environment variable, not the URL itself"},
+	} {
+		if _, err := Parse([]byte(good + bad.yaml + "\n")); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want %q", bad.yaml, err, bad.want)
+		}
 	}
 }

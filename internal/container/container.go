@@ -14,6 +14,10 @@
 //   - Serve starts a named container in the background (docker or podman);
 //     it is signalled, exec'd into and removed by that name, and its Done
 //     closes when the engine's client ends.
+//   - Build fetches base images as a plain build does (missing ones are
+//     pulled); EnsureBaseImages does it first and, where a base image
+//     cannot be pulled, returns *MissingImageError with the exact pull to
+//     run, before anything else is built or rented.
 package container
 
 import (
@@ -130,9 +134,10 @@ func (e *Engine) Save(ctx context.Context, image, dest string) error {
 func (e *Engine) Build(ctx context.Context, dir, file, tag string, w io.Writer) error {
 	args := []string{"build", "-t", tag}
 	if e.Name == "podman" {
-		// No network on these machines, and a base image is never pulled
-		// behind the user's back: it must already be local.
-		args = append(args, "--pull=never", "--network", "none")
+		// Base images as the engine fetches them for a plain build: a
+		// missing one is pulled (EnsureBaseImages does it first, and says
+		// what to run where it cannot). The build's own steps stay offline.
+		args = append(args, "--pull=missing", "--network", "none")
 	}
 	if file != "" {
 		args = append(args, "-f", file)

@@ -134,6 +134,8 @@ type Deps struct {
 	// (journaled with the approval, and in the receipt): see propose.go.
 	PreferOffer provider.OfferID
 	PlanSHA256  string
+	// Notify, when set, is the run's webhook for its events (notify.go).
+	Notify *Notifications
 }
 
 // Run is one run: its journal, the state replayed from it, its frozen spec
@@ -280,6 +282,7 @@ var ErrJournal = errors.New("the run's journal could not be written")
 // perform.
 func (e *Run) Record(typ, step string, data any) error {
 	defer e.observeRecord(typ, step, data)
+	defer e.notifyRecord(typ, step, data)
 	if e.state == nil {
 		e.state = &runstate.State{}
 	}
@@ -463,7 +466,7 @@ func (e *Run) Close() error {
 func CurrentRunDir(stateRoot string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(stateRoot, "current"))
 	if err != nil {
-		return "", fmt.Errorf("no current run in %s (run 'vastrun up' first, or pass --instance/--label): %w", stateRoot, err)
+		return "", fmt.Errorf("the current run of %s: %w", stateRoot, err)
 	}
 	return filepath.Join(stateRoot, "runs", strings.TrimSpace(string(b))), nil
 }

@@ -136,6 +136,9 @@ func chargedAttempts(attempts []*receipt.Attempt, byID map[provider.InstanceID]f
 // crash between the two leaves a run that resume gives the same receipt
 // back for (finished.go).
 func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error) *receipt.Receipt {
+	if !unapproved(e, outcome) { // nothing happened when nothing was approved
+		e.notifyOutcome(outcome, runErr)
+	}
 	charged := chargesFor(ctx, e)
 	e.cost.EstimateUSD = round6(e.SpentSoFar())
 	e.cost.MaxSpendUSD = e.Frozen().MaxSpendUSD
@@ -187,6 +190,7 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 	}
 	r.Cleanup.Warnings = e.cleanupWarnings
 	r.Cleanup.LateInstanceIDs = st.Late
+	r.Notify = e.closeNotify(ctx)
 	if unapproved(e, outcome) {
 		terminalRecord(e, runstate.OutcomeData{Outcome: outcome})
 		e.writeStateFile(e.runDir, st, e.EvidenceDir)

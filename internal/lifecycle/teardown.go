@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/notify"
 	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/runstate"
@@ -486,6 +487,9 @@ func escalate(ctx context.Context, e *Scope, ce *CleanupError) {
 				e.Infof("alert webhook failed: %v", err)
 			}
 		}
+	}
+	if e.Notify != nil && e.Notify.Sender != nil {
+		e.notify(notify.CleanupUnconfirmed, 0, "", nil, msg)
 	}
 	e.Record("event", stepAlert, map[string]any{"instances": ce.Instances, "webhook_sent": sent})
 	e.cost.AlertSent = sent

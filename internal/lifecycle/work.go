@@ -168,8 +168,8 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 	} else {
 		close(watched)
 	}
-	// stdout and stderr are masked each on its own (see redact.File).
-	err = c.Run(rctx, remote.Command{Script: full, Env: env, Stdout: out.Stream(), Stderr: out.Stream()})
+	// One stream, joined on the instance: test.log keeps the program's order.
+	err = c.Run(rctx, remote.Command{Script: full, Env: env, Output: out})
 	cause := context.Cause(rctx)
 	stopRun(nil)
 	<-watched

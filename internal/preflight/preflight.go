@@ -206,7 +206,11 @@ type MarketReport struct {
 // Unknown is a policy model no offer carries.
 type Unknown struct {
 	Model      string `json:"model"`
-	DidYouMean string `json:"did_you_mean,omitempty"`
+	DidYouMean string `json:"did_you_mean,omitempty"` // the best of Suggestions
+	// Suggestions are the models on offer it most likely meant, best
+	// first: its family ("H100" → "H100 NVL", "H100 SXM") before names a
+	// few edits away.
+	Suggestions []string `json:"suggestions,omitempty"`
 }
 
 // catalogLimit bounds the name search: enough to see every model on offer.
@@ -217,7 +221,7 @@ const catalogLimit = 1000
 // zero matching offers is reported, not an error: the market moves.
 func Market(ctx context.Context, m provider.OfferSearcher, cfg *config.Config) (*MarketReport, error) {
 	p := cfg.Policy()
-	rep := &MarketReport{}
+	rep := &MarketReport{Funnel: []policy.Stage{}} // a list, [] until the search runs
 	if len(p.Models) > 0 {
 		all, err := m.SearchOffers(ctx, provider.Query{"rentable": map[string]any{"eq": true}, "external": map[string]any{"eq": false}, "limit": catalogLimit})
 		if err != nil {
@@ -237,15 +241,23 @@ func Market(ctx context.Context, m provider.OfferSearcher, cfg *config.Config) (
 		sort.Strings(names)
 		for _, model := range p.Models {
 			if !containsFold(names, model) {
-				rep.Unknown = append(rep.Unknown, Unknown{Model: model, DidYouMean: closest(model, names)})
+				u := Unknown{Model: model, Suggestions: text.Suggest(model, names, 3)}
+				if len(u.Suggestions) > 0 {
+					u.DidYouMean = u.Suggestions[0]
+				}
+				rep.Unknown = append(rep.Unknown, u)
 			}
 		}
 		if len(rep.Unknown) == len(p.Models) && len(names) > 0 {
 			var ps []Problem
 			for _, u := range rep.Unknown {
 				fix := "write a GPU name as Vast spells it (list them: vastrun offers)"
-				if u.DidYouMean != "" {
-					fix = fmt.Sprintf("did you mean %q? (write it as %s)", u.DidYouMean, strings.ReplaceAll(u.DidYouMean, " ", "_"))
+				if len(u.Suggestions) > 0 {
+					quoted, written := make([]string, len(u.Suggestions)), make([]string, len(u.Suggestions))
+					for i, n := range u.Suggestions {
+						quoted[i], written[i] = fmt.Sprintf("%q", n), strings.ReplaceAll(n, " ", "_")
+					}
+					fix = fmt.Sprintf("did you mean %s? (write it as %s)", text.OneOf(quoted), text.OneOf(written))
 				}
 				ps = append(ps, Problem{Field: "gpu.models", Value: fmt.Sprintf("%q", strings.ReplaceAll(u.Model, " ", "_")),
 					What: fmt.Sprintf("no offer on the marketplace is a %q (%d models on offer now)", u.Model, len(names)), Fix: fix})
@@ -288,18 +300,4 @@ func containsFold(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// closest is the name nearest to s by edit distance, when near enough.
-func closest(s string, names []string) string {
-	best, bestD := "", 1<<30
-	for _, n := range names {
-		if d := text.Distance(strings.ToLower(s), strings.ToLower(n)); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	if bestD <= max(2, len(s)/3) {
-		return best
-	}
-	return ""
 }

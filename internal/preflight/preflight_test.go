@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/provider"
 )
 
 func TestImageReferences(t *testing.T) {
@@ -61,11 +63,33 @@ func TestLocalNamesFieldValueAndFix(t *testing.T) {
 	}
 }
 
-func TestDidYouMean(t *testing.T) {
-	names := []string{"RTX 3090", "RTX 4090", "A100 SXM4", "H100 SXM"}
-	for in, want := range map[string]string{"RTX 4009": "RTX 4090", "rtx 3090": "RTX 3090", "H100 SMX": "H100 SXM", "Banana": ""} {
-		if got := closest(in, names); got != want {
-			t.Errorf("%s: got %q, want %q", in, got, want)
+// offersOf answers every search with one offer per model.
+type offersOf []string
+
+func (o offersOf) SearchOffers(context.Context, provider.Query) ([]provider.Offer, error) {
+	var out []provider.Offer
+	for i, n := range o {
+		out = append(out, provider.Offer{ID: provider.OfferID(i + 1), GPUName: n, NumGPUs: 1})
+	}
+	return out, nil
+}
+
+func TestDidYouMeanByFamily(t *testing.T) {
+	market := offersOf{"RTX 3090", "RTX 4090", "A100 SXM4", "H100 NVL", "H100 SXM", "H200"}
+	for in, want := range map[string]string{
+		"RTX_4009": `did you mean "RTX 4090"? (write it as RTX_4090)`,
+		"H100":     `did you mean "H100 NVL" or "H100 SXM"? (write it as H100_NVL or H100_SXM)`, // the family, not H200
+		"H100_SMX": `did you mean "H100 SXM"? (write it as H100_SXM)`,
+		"Banana":   `write a GPU name as Vast spells it (list them: vastrun offers)`,
+	} {
+		cfg, err := config.Parse([]byte("image: a@sha256:" + strings.Repeat("0", 64) + "\ntest: t\ngpu: {models: [" + in + "]}\nbudget: {max_spend: 1}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Market(context.Background(), market, cfg)
+		var pe *Error
+		if !errors.As(err, &pe) || len(pe.Fixes()) != 1 || !strings.HasSuffix(pe.Fixes()[0], want) {
+			t.Errorf("%s: %v, fixes %v; want the fix %q", in, err, pe.Fixes(), want)
 		}
 	}
 }

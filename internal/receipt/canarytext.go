@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // SummaryRows is the canary part of the Markdown summary (and so of
@@ -73,12 +75,12 @@ func (c *CanaryReport) Story(string) []Section {
 		gpu := "—"
 		if c.GPU != nil {
 			if v, ok := c.GPU.Result[k]; ok {
-				gpu = fmt.Sprint(v)
+				gpu = text.Value(v)
 			}
 		}
 		local := "—"
 		if v, ok := c.Local.Result[k]; ok {
-			local = fmt.Sprint(v)
+			local = text.Value(v)
 		}
 		s.Rows = append(s.Rows, [2]string{k, fmt.Sprintf("cpu %s · gpu %s", local, gpu)})
 	}

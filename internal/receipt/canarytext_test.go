@@ -29,14 +29,16 @@ func TestSummaryShowsTheCanaryDelta(t *testing.T) {
 
 func TestStoryCanaryShowsComparedFieldsAndValues(t *testing.T) {
 	c := &CanaryReport{Comparison: CanaryMatch,
-		Local: SmokeOutcome{Result: map[string]any{"checksum": 333833500.0, "device": "cpu"}},
-		GPU:   &SmokeOutcome{Result: map[string]any{"checksum": 333833500.0, "device": "gpu"}}}
+		Local: SmokeOutcome{Result: map[string]any{"checksum": 333833500.0, "device": "cpu", "gpus": []any{}}},
+		GPU:   &SmokeOutcome{Result: map[string]any{"checksum": 333833501.0, "device": "gpu", "gpus": []any{"RTX 4090"}}}}
 	st := c.Story("")
 	if len(st) != 1 || st[0].Title != "Canary comparison: match" {
 		t.Fatalf("story: %+v", st)
 	}
-	want := [][2]string{{"checksum", "cpu 3.338335e+08 · gpu 3.338335e+08"}, {"device", "cpu cpu · gpu gpu"}}
-	if len(st[0].Rows) != len(want) || st[0].Rows[0] != want[0] || st[0].Rows[1] != want[1] {
+	// Exact integers (two checksums a digit apart look different), JSON
+	// for lists, never Go's notation.
+	want := [][2]string{{"checksum", "cpu 333833500 · gpu 333833501"}, {"device", "cpu cpu · gpu gpu"}, {"gpus", `cpu [] · gpu ["RTX 4090"]`}}
+	if len(st[0].Rows) != len(want) || st[0].Rows[0] != want[0] || st[0].Rows[1] != want[1] || st[0].Rows[2] != want[2] {
 		t.Fatalf("rows: %q, want %q", st[0].Rows, want)
 	}
 }

@@ -9,24 +9,39 @@ import (
 	"github.com/vastrun/vastrun/internal/provider"
 )
 
+// ExplainSchema is `offers --explain --json`'s document. v2 names an
+// offer's GPU and price as every other document does (gpu_name,
+// dph_total); v1's gpu and total_dph stay beside them, with the same
+// values, because docs/json.md promised them.
+const ExplainSchema = "vastrun.explain/v2"
+
 // DecisionRow is one offer's verdict, as selection.json and
 // `offers --explain --json` show it.
 type DecisionRow struct {
 	OfferID   provider.OfferID `json:"offer_id"`
 	MachineID int64            `json:"machine_id"`
-	GPU       string           `json:"gpu"`
+	GPUName   string           `json:"gpu_name"`
 	NumGPUs   int              `json:"num_gpus"`
-	TotalDPH  float64          `json:"total_dph"`
+	DPHTotal  float64          `json:"dph_total"`
 	Chosen    bool             `json:"chosen"`
 	Eligible  bool             `json:"eligible"`
 	Reasons   []string         `json:"reasons"`
+	// Deprecated: v1's names for GPUName and DPHTotal.
+	GPU      string  `json:"gpu"`
+	TotalDPH float64 `json:"total_dph"`
 }
 
 // DecisionRows turns policy decisions into rows.
 func DecisionRows(ds []policy.Decision) []DecisionRow {
 	rows := make([]DecisionRow, 0, len(ds))
 	for _, d := range ds {
-		rows = append(rows, DecisionRow{d.Offer.ID, d.Offer.MachineID, d.Offer.GPUName, d.Offer.NumGPUs, round6(d.TotalDPH), d.Chosen, d.Eligible, d.Reasons})
+		reasons := d.Reasons
+		if reasons == nil {
+			reasons = []string{}
+		}
+		dph := round6(d.TotalDPH)
+		rows = append(rows, DecisionRow{OfferID: d.Offer.ID, MachineID: d.Offer.MachineID, GPUName: d.Offer.GPUName, NumGPUs: d.Offer.NumGPUs,
+			DPHTotal: dph, Chosen: d.Chosen, Eligible: d.Eligible, Reasons: reasons, GPU: d.Offer.GPUName, TotalDPH: dph})
 	}
 	return rows
 }
@@ -38,7 +53,8 @@ func WriteExplanation(w io.Writer, ds []policy.Decision) {
 		if d.Chosen {
 			mark = "=>"
 		}
-		fmt.Fprintf(w, "%s %d  %s x%d  $%.4f/h  %s\n", mark, d.Offer.ID, d.Offer.GPUName, d.Offer.NumGPUs, d.TotalDPH, strings.Join(d.Reasons, "; "))
+		fmt.Fprintf(w, "%s %d  %s x%d  $%.4f/h  %s\n", mark, //nolint:errcheck // a table for people on stdout: nothing to do about a failed write
+			d.Offer.ID, d.Offer.GPUName, d.Offer.NumGPUs, d.TotalDPH, strings.Join(d.Reasons, "; "))
 	}
 }
 

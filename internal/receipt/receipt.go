@@ -40,6 +40,28 @@ type Receipt struct {
 	// SimTime is set when the simulator ran scaled: the receipt's own times
 	// and timings are wall-clock, these are the simulated ones.
 	SimTime *SimTime `json:"sim_time,omitempty"`
+	// Notify is what the run's notifications did (notify: in the config).
+	Notify *Notify `json:"notify,omitempty"`
+}
+
+// Notify records the run's webhook notifications: the setting, and what
+// became of each event (docs/config.md, notify.*).
+type Notify struct {
+	WebhookEnv string           `json:"webhook_env"`
+	Events     []string         `json:"events"`
+	Deliveries []NotifyDelivery `json:"deliveries"`
+	Dropped    int              `json:"dropped,omitempty"` // events that found the queue full
+	Error      string           `json:"error,omitempty"`   // why nothing was sent
+}
+
+// NotifyDelivery is one event's delivery.
+type NotifyDelivery struct {
+	Event     string    `json:"event"`
+	At        time.Time `json:"at"`
+	Delivered bool      `json:"delivered"`
+	Attempts  int       `json:"attempts"`
+	Status    int       `json:"status,omitempty"`
+	Error     string    `json:"error,omitempty"`
 }
 
 // SimTime labels the figures of a scaled simulator run in simulated time.

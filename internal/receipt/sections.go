@@ -2,7 +2,6 @@ package receipt
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,11 +61,11 @@ func mdValue(v any) string {
 	if v == nil {
 		return "(absent)"
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return MDCell(fmt.Sprint(v))
+	s := text.Value(v)
+	if str, ok := v.(string); ok {
+		b, _ := json.Marshal(str) // quoted: "" and a missing field differ
+		s = string(b)
 	}
-	s := string(b)
 	if len(s) > 200 {
 		s = s[:200] + "…"
 	}

@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/vastrun/vastrun/internal/provider"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // Summary renders a receipt as Markdown for people and CI step summaries.
@@ -43,7 +47,7 @@ func Summary(r *Receipt) string {
 		charged = fmt.Sprintf("$%.4f", *r.Cost.ChargedUSD)
 	}
 	fmt.Fprintf(&b, "| cost | estimate $%.4f, charged %s, budget $%.2f |\n", r.Cost.EstimateUSD, charged, r.Cost.MaxSpendUSD)
-	fmt.Fprintf(&b, "| cleanup | %s |\n", map[bool]string{true: "all instances confirmed destroyed", false: fmt.Sprintf("**NOT CONFIRMED: %v**", r.Cleanup.Unconfirmed)}[r.Cleanup.Confirmed])
+	fmt.Fprintf(&b, "| cleanup | %s |\n", map[bool]string{true: "all instances confirmed destroyed", false: fmt.Sprintf("**NOT CONFIRMED: %s**", instanceList(r.Cleanup.Unconfirmed))}[r.Cleanup.Confirmed])
 	for _, row := range CleanupRows(r.Cleanup) {
 		fmt.Fprintf(&b, "| %s | %s |\n", row[0], row[1])
 	}
@@ -53,6 +57,31 @@ func Summary(r *Receipt) string {
 	}
 	b.WriteString(storyMarkdown(r))
 	return b.String()
+}
+
+// resultPairs is a workload's JSON result as "key value" pairs in key
+// order, each value as people read it (text.Value: no exponent, no Go
+// notation for lists and objects).
+func resultPairs(m map[string]any) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+" "+text.Value(m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// instanceList is ids as people read them: "30511001, 30511002".
+func instanceList(ids []provider.InstanceID) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.FormatInt(int64(id), 10)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // TimingsLine is a receipt's timings as people read them: each phase in

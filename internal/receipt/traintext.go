@@ -33,7 +33,7 @@ func (t *TrainReport) Story(evidenceDir string) []Section {
 		s.Rows = append(s.Rows, [2]string{"last committed", "no checkpoint"})
 	}
 	if len(t.Result) > 0 {
-		s.Rows = append(s.Rows, [2]string{"final metrics", sortedPairs(t.Result, "%s %v")})
+		s.Rows = append(s.Rows, [2]string{"final metrics", resultPairs(t.Result)})
 	}
 	if t.ExitCode != nil && *t.ExitCode != 0 {
 		if tail := LogTail(evidenceDir, "train.log", 20); tail != "" {

@@ -482,6 +482,11 @@ type Command struct {
 	Stdin  []byte
 	Stdout io.Writer
 	Stderr io.Writer
+	// Output, when set, receives the command's stdout and stderr as one
+	// stream, joined on the instance (2>&1): one pipe, so a log holds the
+	// lines in the order the program wrote them, which two SSH channels
+	// copied into one writer do not keep. Stdout and Stderr are then unused.
+	Output io.Writer
 }
 
 // ExitError reports a command that ran and exited non-zero (or by signal).
@@ -513,14 +518,18 @@ func (cmd Command) script(pidFile string) string {
 		fmt.Fprintf(&b, "export %s=%s\n", k, ShellQuote(cmd.Env[k]))
 	}
 	fmt.Fprintf(&b, "mkdir -p .vastrun && echo $$ > %s\n", pidFile)
+	joined := ""
+	if cmd.Output != nil {
+		joined = " 2>&1"
+	}
 	if cmd.Stdin == nil {
-		fmt.Fprintf(&b, "exec /bin/sh -c %s\n", ShellQuote(cmd.Script))
+		fmt.Fprintf(&b, "exec /bin/sh -c %s%s\n", ShellQuote(cmd.Script), joined)
 		return b.String()
 	}
 	// A quoted delimiter keeps the document literal; a random one that no
 	// line of it equals ends it exactly there.
 	end := hereEnd(cmd.Stdin)
-	fmt.Fprintf(&b, "exec /bin/sh -c %s <<'%s'\n", ShellQuote(cmd.Script), end)
+	fmt.Fprintf(&b, "exec /bin/sh -c %s%s <<'%s'\n", ShellQuote(cmd.Script), joined, end)
 	b.Write(cmd.Stdin)
 	if !bytes.HasSuffix(cmd.Stdin, []byte("\n")) {
 		b.WriteByte('\n')
@@ -580,8 +589,14 @@ func (c *Client) runOn(ctx context.Context, cn *conn, cmd Command) (started bool
 	defer sess.Close() //nolint:errcheck // teardown: the session's own result is what counts
 	pidFile := ".vastrun/job-" + randomToken() + ".pid"
 	sess.Stdin = strings.NewReader(cmd.script(pidFile))
-	sess.Stdout = orDiscard(cmd.Stdout)
-	sess.Stderr = orDiscard(cmd.Stderr)
+	sess.Stdout, sess.Stderr = orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
+	if cmd.Output != nil {
+		// The command's own stderr arrives on stdout; what the wrapper
+		// shell says before it execs it still comes on stderr, into the
+		// same writer, one write at a time.
+		w := &lockedWriter{w: cmd.Output}
+		sess.Stdout, sess.Stderr = w, w
+	}
 	// Start returns once the exec request is answered, before stdin (the
 	// script) is sent: if it fails, the shell has read nothing to run.
 	if err := sess.Start("/bin/sh -s"); err != nil {
@@ -965,4 +980,16 @@ func (s *Stream) end() {
 		}
 		s.sess.Close() //nolint:errcheck // closing the stream: its commands' answers were read already
 	})
+}
+
+// lockedWriter serialises the writes of a session's two channels.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -3,6 +3,7 @@ package remote_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -251,5 +252,33 @@ func TestRunStdin(t *testing.T) {
 	}
 	if err := c.Run(ctx, remote.Command{Stdin: []byte("a\x00b"), Script: "cat"}); !errors.Is(err, remote.ErrBinaryStdin) {
 		t.Fatalf("a NUL byte: %v, want ErrBinaryStdin", err)
+	}
+}
+
+// Output joins stdout and stderr on the instance: the program writes both
+// to one pipe, so the log holds its lines in the order it wrote them.
+func TestRunOutputIsOneStreamInOrder(t *testing.T) {
+	_, _, _, eps, kp, dir := instance(t)
+	ctx := context.Background()
+	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: filepath.Join(dir, "known_hosts")}
+	c, err := d.Dial(ctx, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var out strings.Builder
+	script := `[ "$(readlink /proc/$$/fd/1)" = "$(readlink /proc/$$/fd/2)" ] && echo one-pipe || echo two-pipes
+for i in 1 2 3 4 5 6 7 8 9 10; do echo "out $i"; echo "err $i" >&2; done; exit 3`
+	err = c.Run(ctx, remote.Command{Script: script, Output: &out})
+	var ee *remote.ExitError
+	if !errors.As(err, &ee) || ee.Code != 3 {
+		t.Fatalf("run: %v, want exit 3", err)
+	}
+	want := "one-pipe\n"
+	for i := 1; i <= 10; i++ {
+		want += fmt.Sprintf("out %d\nerr %d\n", i, i)
+	}
+	if out.String() != want {
+		t.Fatalf("output %q, want %q", out.String(), want)
 	}
 }

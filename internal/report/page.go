@@ -12,6 +12,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/receipt"
+	"github.com/vastrun/vastrun/internal/text"
 )
 
 // Segment is one phase of an attempt on the timeline.
@@ -504,6 +505,8 @@ func HTML(w io.Writer, p *Page) error { return page.Execute(w, p) }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"usd": usd,
+	// JSON values as people read them: no exponent, no Go notation.
+	"value": text.Value,
 	"ptr": func(f *float64) string {
 		if f == nil {
 			return "n/a"
@@ -595,13 +598,13 @@ pre{background:#fff;border:1px solid #d8dde6;padding:8px;overflow:auto;max-heigh
 {{with .Receipt.Train}}<h2>Training</h2><div class="wide"><table id="train"><tr><th>checkpoint store</th><td><code>{{.CheckpointURI}}</code></td></tr>
 {{with .LastCheckpoint}}<tr><th>last committed</th><td>step {{.Step}} · <code>{{.ManifestSHA256}}</code></td></tr>{{end}}
 {{range .Resumes}}<tr><th>resume on {{.Instance}}</th><td>restored {{.RestoredStep}}, workload reported {{if .ReportedStep}}{{.ReportedStep}}{{else if .Interrupted}}nothing before the instance was interrupted ({{.Interrupted}}){{else}}nothing{{end}} — {{if .Proven}}proven{{else}}NOT proven{{end}}</td></tr>{{end}}
-{{range $k, $v := .Result}}<tr><th>result: {{$k}}</th><td>{{$v}}</td></tr>{{end}}
+{{range $k, $v := .Result}}<tr><th>result: {{$k}}</th><td>{{value $v}}</td></tr>{{end}}
 </table></div>{{end}}
 {{if .Checkpoints}}<h2>Checkpoints</h2><ul id="checkpoints">{{range .Checkpoints}}<li>{{.Label}} at {{.At.Format "15:04:05"}}</li>{{end}}</ul>{{end}}
 {{with .Receipt.Verify}}<h2>Verify checks</h2><div class="wide"><table id="verify">{{range .Checks}}<tr><th>{{.Name}}</th><td class="{{if .OK}}ok{{else}}notok{{end}}">{{if .OK}}ok{{else}}FAILED{{end}}</td><td>{{.Detail}}</td></tr>{{end}}</table></div>{{end}}
 {{with .Receipt.Test}}<h2>Test</h2><p id="test">exit status {{.ExitCode}}{{if .TimedOut}} (timed out){{end}}</p>{{end}}
 {{if .LogTail}}<h2>Last lines of {{.LogName}}</h2><pre id="log-tail">{{.LogTail}}</pre>{{end}}
-{{with .Receipt.Canary}}<h2>Canary</h2><p id="canary">comparison: <strong>{{.Comparison}}</strong></p>{{if .Delta}}<table>{{range .Delta}}<tr><th>{{.Field}}</th><td>cpu: {{.Local}}</td><td>gpu: {{.GPU}}</td></tr>{{end}}</table>{{end}}{{end}}
+{{with .Receipt.Canary}}<h2>Canary</h2><p id="canary">comparison: <strong>{{.Comparison}}</strong></p>{{if .Delta}}<table>{{range .Delta}}<tr><th>{{.Field}}</th><td>cpu: {{value .Local}}</td><td>gpu: {{value .GPU}}</td></tr>{{end}}</table>{{end}}{{end}}
 
 <h2>Receipt</h2>
 <pre id="receipt">{{.ReceiptJSON}}</pre>

@@ -272,7 +272,7 @@ func (e *flow) cudaCheck(ctx context.Context, c instanceShell, env map[string]st
 	chk.Passed = chk.CaptureError != "" || (len(chk.GPUs) > 0 && chk.CUDA > 0)
 	if chk.Command != "" {
 		var buf strings.Builder
-		err := c.Run(ctx, remote.Command{Script: chk.Command, Env: env, Stdout: &buf, Stderr: &buf})
+		err := c.Run(ctx, remote.Command{Script: chk.Command, Env: env, Output: &buf})
 		var ee *remote.ExitError
 		if errors.As(err, &ee) {
 			chk.ExitCode = ee.Code

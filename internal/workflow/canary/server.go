@@ -24,7 +24,7 @@ import (
 type remoteHost struct{ c *remote.Client }
 
 func (h remoteHost) Run(ctx context.Context, script string, env map[string]string, log io.Writer) (int, error) {
-	err := h.c.Run(ctx, remote.Command{Script: script, Env: env, Stdout: log, Stderr: log})
+	err := h.c.Run(ctx, remote.Command{Script: script, Env: env, Output: log})
 	var ee *remote.ExitError
 	if errors.As(err, &ee) {
 		return ee.Code, nil
