@@ -30,8 +30,9 @@ const echoFormsEnv = "VASTRUN_TEST_ECHO_FORMS"
 // encodeURIComponent), base64 (at each byte offset, wrapped like
 // base64(1)), hex (bare, upper case, spaced like od), shell-quoted (POSIX
 // and bash's printf %q), HTML-escaped, and base64 of a JSON line; each
-// line half on stdout and half on stderr with a line of the other stream
-// between; and in its JSON result, as a value and as a key.
+// line in two writes on stdout or stderr in turn, a line of the other
+// stream after it (they are one pipe on the instance); and in its JSON
+// result, as a value and as a key.
 func echoForms() int {
 	s := os.Getenv("FUZZ_SECRET")
 	j, _ := json.Marshal(s)
@@ -73,8 +74,8 @@ func echoForms() int {
 			one, other = other, one
 		}
 		one.WriteString(text[:len(text)/2])
-		other.WriteString("(the other stream)\n")
 		one.WriteString(text[len(text)/2:])
+		other.WriteString("(the other stream)\n")
 	}
 	fmt.Fprintf(os.Stdout, "forms: %d\n", len(forms))
 	res, _ := json.Marshal(map[string]any{"secret": s, s: "as a key", "nested": map[string]any{"list": []any{s, "x" + s}}, "passed": 1})
