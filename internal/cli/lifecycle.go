@@ -109,6 +109,7 @@ func approver(io *IOStreams, yes bool, workflow func() string) func(lifecycle.Pl
 
 // newEngine wires an engine from the factory and flags.
 func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, env cienv.Env) (*lifecycle.Scope, error) {
+	cfg.ExpandVars(f.Getenv) // the one place: every engine's store URIs (config/vars.go)
 	m, err := f.Marketplace(ctx)
 	if err != nil {
 		return nil, err

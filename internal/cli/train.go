@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -25,6 +24,18 @@ import (
 var storageVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
 	"AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_S3_FORCE_PATH_STYLE", "AWS_PROFILE"}
 
+// storageEnv is what the agent gets of vastrun's environment for the
+// checkpoint store: the preflight probes the store with exactly these.
+func storageEnv(f *Factory) map[string]string {
+	env := map[string]string{}
+	for _, k := range storageVars {
+		if v := f.Getenv(k); v != "" {
+			env[k] = v
+		}
+	}
+	return env
+}
+
 func trainEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*lifecycle.Scope, error) {
 	cfg, err := o.loadConfig()
 	if err != nil {
@@ -42,28 +53,11 @@ func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *co
 	if err != nil {
 		return nil, err
 	}
-	// ${VAR} in the store URIs comes from vastrun's environment (${PWD}:
-	// the working directory), so configs need no machine paths.
-	expand := func(uri string) string {
-		return os.Expand(uri, func(k string) string {
-			if k == "PWD" {
-				if wd, err := os.Getwd(); err == nil {
-					return wd
-				}
-			}
-			return f.Getenv(k)
-		})
-	}
-	cfg.Train.CheckpointURI, cfg.Train.OutputURI = expand(cfg.Train.CheckpointURI), expand(cfg.Train.OutputURI)
+	// newEngine expanded the store URIs' ${NAME}s (config/vars.go).
 	if _, err := storage.Open(cfg.Train.CheckpointURI, storage.Options{Getenv: f.Getenv}); err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("train.checkpoint_uri: %w", err)}
 	}
-	e.StorageEnv = map[string]string{}
-	for _, k := range storageVars {
-		if v := f.Getenv(k); v != "" {
-			e.StorageEnv[k] = v
-		}
-	}
+	e.StorageEnv = storageEnv(f)
 	e.APIURL = f.APIURL()
 	return e, nil
 }
