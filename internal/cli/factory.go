@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
@@ -48,6 +49,9 @@ type Factory struct {
 	simHTTP *http.Server
 	closers []func() // run by Close, last first (team.go)
 	stopRun func()   // cancels the command's context
+
+	runMu sync.Mutex
+	run   *runWatch // the workflow running now, for the signal handler (interrupt.go)
 }
 
 func (f *Factory) onClose(fn func()) { f.closers = append(f.closers, fn) }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,8 +75,9 @@ func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
 var credentialVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "VAST_API_KEY"}
 
 // approver prints the plan and asks, unless --yes. Without a terminal and
-// without --yes it refuses, so that nothing is rented by accident.
-func approver(io *IOStreams, yes bool, workflow func() string) func(lifecycle.Plan) (bool, error) {
+// without --yes it refuses, so that nothing is rented by accident. A
+// Ctrl-C at the prompt (ctx ends) is a no, at once: nothing is rented.
+func approver(ctx context.Context, io *IOStreams, yes bool, workflow func() string) func(lifecycle.Plan) (bool, error) {
 	return func(p lifecycle.Plan) (bool, error) {
 		if d := io.progress(); d != nil && !yes { // keep the status line off the prompt
 			d.Hold(true)
@@ -98,9 +98,7 @@ func approver(io *IOStreams, yes bool, workflow func() string) func(lifecycle.Pl
 		if !io.InTTY {
 			return false, nil
 		}
-		fmt.Fprint(io.ErrOut, "vastrun: rent it? [y/N] ")
-		line, _ := bufio.NewReader(io.In).ReadString('\n')
-		if strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes") {
+		if ok, _ := askYes(ctx, io, "rent it?"); ok {
 			return true, nil
 		}
 		return false, lifecycle.ErrDeclined
@@ -131,13 +129,14 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
 	})
-	e.Approve = approver(f.IO, o.Yes, func() string { return e.Workflow })
+	e.Approve = approver(ctx, f.IO, o.Yes, func() string { return e.Workflow })
 	if o.applying != nil {
-		e.Approve = o.applying.approver(f, o.Yes, e)
+		e.Approve = o.applying.approver(ctx, f, o.Yes, e)
 	}
 	if d := f.startProgress(env); d != nil {
 		e.Observer, e.Stream = d, d.Writer()
 	}
+	e.Observer = f.watchRun(e.Observer) // what a Ctrl-C stops (interrupt.go)
 	if s := f.SimServer(); s != nil {
 		e.SimInstance = s.InstanceRuntime(cfg.Image)
 	}
@@ -274,7 +273,7 @@ func runCI(ctx context.Context, opts *CIOptions) error {
 		return err
 	}
 	r, runErr := ci.Run(ctx, e)
-	return reportRun(f, r, withRunHints(f, o, runErr))
+	return reportRun(f, r, withRunHints(f, o, interruptedRun(o, r, runErr)))
 }
 
 // UpOptions are `vastrun up`'s parsed flags and dependencies.

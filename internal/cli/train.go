@@ -106,7 +106,7 @@ func runTrain(ctx context.Context, opts *TrainOptions) error {
 		return err
 	}
 	r, runErr := trainflow.Run(ctx, e)
-	return reportRun(f, r, withRunHints(f, o, runErr))
+	return reportRun(f, r, withRunHints(f, o, interruptedRun(o, r, runErr)))
 }
 
 // ResumeOptions are `vastrun resume`'s parsed flags, argument and
@@ -198,5 +198,5 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 	if errors.As(runErr, &cc) {
 		return &UsageError{Err: runErr, Hint: fmt.Sprintf("resume with the configuration the run was started with (%s), or pass --accept-config-change to go on with the new one (journaled)", filepath.Join(dir, "manifest.json"))}
 	}
-	return reportRun(f, r, runErr)
+	return reportRun(f, r, interruptedRun(o, r, runErr))
 }

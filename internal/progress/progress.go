@@ -47,6 +47,7 @@ const (
 type Event struct {
 	Phase    string
 	Workflow string
+	Run      string // the run's id
 	Instance int64
 	Attempt  int // 1-based; 0 before renting
 	// Deadline bounds the phase (zero: none).
@@ -217,7 +218,7 @@ func (d *Display) foldLocked(ev Event) {
 		d.group = ""
 		if ev.Phase != PhaseDone {
 			d.group = ev.Phase
-			d.printf("::group::vastrun: %s\n", d.o.Redact(title(ev)))
+			d.printf("::group::vastrun: %s\n", d.o.Redact(Title(ev)))
 		}
 	case ModeGitLab:
 		// https://docs.gitlab.com/ci/jobs/job_logs/#custom-collapsible-sections
@@ -227,7 +228,7 @@ func (d *Display) foldLocked(ev Event) {
 		d.group = ""
 		if ev.Phase != PhaseDone {
 			d.group = strings.ReplaceAll(ev.Phase, " ", "_")
-			d.printf("%ssection_start:%d:vastrun_%s[collapsed=true]\r%svastrun: %s\n", ansi.EraseEntireLine, now.Unix(), d.group, ansi.EraseEntireLine, d.o.Redact(title(ev)))
+			d.printf("%ssection_start:%d:vastrun_%s[collapsed=true]\r%svastrun: %s\n", ansi.EraseEntireLine, now.Unix(), d.group, ansi.EraseEntireLine, d.o.Redact(Title(ev)))
 		}
 	}
 }
@@ -269,8 +270,8 @@ func (d *Display) clearLocked() {
 	}
 }
 
-// title is what a phase is doing, in words.
-func title(ev Event) string {
+// Title is what a phase is doing, in words ("testing on instance 7").
+func Title(ev Event) string {
 	inst := ""
 	if ev.Instance != 0 {
 		inst = fmt.Sprintf(" instance %d", ev.Instance)
@@ -309,7 +310,7 @@ func (d *Display) statusLocked(styled bool) string {
 	now := d.o.Clock.Now()
 	st := styles(styled && d.o.Color)
 	var parts []string
-	head := title(ev)
+	head := Title(ev)
 	if styled {
 		head = st.spin.Render(spinner[d.frame%len(spinner)]) + " " + st.phase.Render(head)
 	}
