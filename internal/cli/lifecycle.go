@@ -397,8 +397,8 @@ func runExec(ctx context.Context, opts *ExecOptions) error {
 			return err
 		}
 	}
-	if res.ExitCode != 0 {
-		return &lifecycle.TestFailedError{Code: res.ExitCode}
+	if !res.Passed() {
+		return &lifecycle.TestFailedError{Code: res.Code()}
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 		row(cr[0], cr[1])
 	}
 	if r.Test != nil {
-		row("test", fmt.Sprintf("exit %d", r.Test.ExitCode))
+		row("test", r.Test.Status())
 	}
 	row("timings", receipt.TimingsLine(r.Timings))
 	if err := tw.Flush(); err != nil {

@@ -36,7 +36,7 @@ func Summary(r *Receipt) string {
 		fmt.Fprintf(&b, "; destroyed: %s |\n", map[bool]string{true: "confirmed", false: "**NOT CONFIRMED**"}[a.Confirmed])
 	}
 	if r.Test != nil {
-		fmt.Fprintf(&b, "| test | exit %d |\n", r.Test.ExitCode)
+		fmt.Fprintf(&b, "| test | %s |\n", r.Test.Status())
 	}
 	charged := "n/a"
 	if r.Cost.ChargedUSD != nil {

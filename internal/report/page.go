@@ -599,7 +599,7 @@ pre{background:#fff;border:1px solid #d8dde6;padding:8px;overflow:auto;max-heigh
 </table></div>{{end}}
 {{if .Checkpoints}}<h2>Checkpoints</h2><ul id="checkpoints">{{range .Checkpoints}}<li>{{.Label}} at {{.At.Format "15:04:05"}}</li>{{end}}</ul>{{end}}
 {{with .Receipt.Verify}}<h2>Verify checks</h2><div class="wide"><table id="verify">{{range .Checks}}<tr><th>{{.Name}}</th><td class="{{if .OK}}ok{{else}}notok{{end}}">{{if .OK}}ok{{else}}FAILED{{end}}</td><td>{{.Detail}}</td></tr>{{end}}</table></div>{{end}}
-{{with .Receipt.Test}}<h2>Test</h2><p id="test">exit status {{.ExitCode}}{{if .TimedOut}} (timed out){{end}}</p>{{end}}
+{{with .Receipt.Test}}<h2>Test</h2><p id="test">{{.Status}}</p>{{end}}
 {{if .LogTail}}<h2>Last lines of {{.LogName}}</h2><pre id="log-tail">{{.LogTail}}</pre>{{end}}
 {{with .Receipt.Canary}}<h2>Canary</h2><p id="canary">comparison: <strong>{{.Comparison}}</strong></p>{{if .Delta}}<table>{{range .Delta}}<tr><th>{{.Field}}</th><td>cpu: {{.Local}}</td><td>gpu: {{.GPU}}</td></tr>{{end}}</table>{{end}}{{end}}
 

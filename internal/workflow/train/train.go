@@ -677,7 +677,7 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 			os.WriteFile(filepath.Join(e.s.EvidenceDir, "agent-status.json"), e.s.Redactor.Bytes(b), 0o644)
 		}
 	}
-	res := &receipt.TestOutcome{Log: "train.log", ExitCode: code}
+	res := &receipt.TestOutcome{Log: "train.log", ExitCode: &code}
 	e.s.FetchResult(c, res)
 	e.report.Result = res.Result
 	if code != 0 {
