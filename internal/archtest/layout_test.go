@@ -49,7 +49,7 @@ var layout = map[string][]string{
 	"internal/receipt":               {"internal/smoke", "internal/checkpoint", "internal/policy", "internal/provider", "internal/text"}, // the schema names the canary's server report and field delta, the checkpoint's skips, the instance ids, the offer verdicts of selection.json
 	"internal/redact":                {},
 	"internal/remote":                {"internal/clock", "internal/text"},
-	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate"}, // the runs listing and the HTML report: both read receipts and replayed journals
+	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate", "internal/spec"}, // the runs listing and the HTML report: both read receipts and replayed journals; spec: a receipt rebuilt after a crash takes commit, image and budget from the frozen manifest
 	"internal/lifecycle": {"internal/cienv", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",
 		"internal/redact", "internal/runstate", "internal/remote", "internal/spec", "internal/storage", "internal/workdir", "internal/text"},

@@ -291,7 +291,11 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
 			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": st.Unconfirmed()})
 	}
-	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, text.OrDash(string(st.Outcome)))
+	outcome := receipt.Outcome(outcomeOrUnfinished(string(st.Outcome)))
+	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, outcome)
+	if n := (&receipt.Receipt{RunID: st.RunID, Workflow: st.Workflow, Outcome: outcome}).Next(); n != "" {
+		defer f.IO.Infof("next: %s", n)
+	}
 	tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
 	for _, r := range rows {

@@ -32,6 +32,9 @@ func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 	if r.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", r.Error)
 	}
+	if n := r.Next(); n != "" {
+		fmt.Fprintf(w, "next: %s\n", n)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
 	row("run", r.RunID)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/runstate"
@@ -161,9 +162,20 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 		}
 		return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(cfg.StateDir, "current")}
 	}
-	st, err := runstate.LoadState(dir)
+	recs, err := journal.Read(dir)
+	if err != nil {
+		return fmt.Errorf("read run %s: %w", dir, err)
+	}
+	st, err := runstate.Replay(recs)
 	if err != nil {
 		return err
+	}
+	if n := len(recs); n > 0 && f.Sim {
+		// The embedded simulator's clock runs 30× the wall clock from when
+		// a process starts it: the journal's records would go back in time
+		// at the resume (and its timeline with them). It goes on from the
+		// last record instead.
+		f.simFrom = recs[n-1].Time
 	}
 	var e *lifecycle.Scope
 	resume := func(e *lifecycle.Scope, ctx context.Context) (*receipt.Receipt, error) {

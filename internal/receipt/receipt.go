@@ -34,8 +34,8 @@ type Receipt struct {
 	Timings        map[string]float64 `json:"timings_s"`
 	Cost           Cost               `json:"cost"`
 	Cleanup        Cleanup            `json:"cleanup"`
-	StartedAt      time.Time          `json:"started_at"`
-	FinishedAt     time.Time          `json:"finished_at"`
+	StartedAt      time.Time          `json:"started_at,omitzero"`
+	FinishedAt     time.Time          `json:"finished_at,omitzero"`
 	EvidenceDir    string             `json:"evidence_dir"`
 	EvidenceUpload *EvidenceUpload    `json:"evidence_upload,omitempty"` // evidence.uri's copy (evidence.go)
 	// SimTime is set when the simulator ran scaled: the receipt's own times
@@ -47,8 +47,8 @@ type Receipt struct {
 type SimTime struct {
 	Speed      float64            `json:"speed"`
 	Timings    map[string]float64 `json:"timings_s"`
-	StartedAt  time.Time          `json:"started_at"`
-	FinishedAt time.Time          `json:"finished_at"`
+	StartedAt  time.Time          `json:"started_at,omitzero"`
+	FinishedAt time.Time          `json:"finished_at,omitzero"`
 }
 
 // CI identifies the CI run.
@@ -175,4 +175,17 @@ type EvidenceUpload struct {
 	Bytes          int64  `json:"bytes"`
 	Uploaded       bool   `json:"uploaded"` // manifest and files are at URI
 	Error          string `json:"error,omitempty"`
+}
+
+// Next says how a run that did not finish goes on, for people: resumed
+// from its journal, or torn down. "" when its outcome is final.
+func (r *Receipt) Next() string {
+	if !r.Outcome.Resumable() || r.RunID == "" {
+		return ""
+	}
+	switch r.Workflow {
+	case "train", "ci", "canary":
+		return fmt.Sprintf("continue it with `vastrun resume %s --yes` (and the -f config it started with), or tear it down with `vastrun down --run %s --yes`", r.RunID, r.RunID)
+	}
+	return fmt.Sprintf("tear it down with `vastrun down --run %s --yes`", r.RunID)
 }

@@ -24,6 +24,9 @@ func Summary(r *Receipt) string {
 	if r.Error != "" {
 		fmt.Fprintf(&b, "**Error:** %s\n\n", r.Error)
 	}
+	if n := r.Next(); n != "" {
+		fmt.Fprintf(&b, "**Next:** %s\n\n", n)
+	}
 	fmt.Fprintf(&b, "| | |\n|---|---|\n| run | `%s` |\n| label | `%s` |\n| commit | `%s` |\n| image | `%s` |\n", r.RunID, r.Label, r.Commit, r.Image)
 	for i, a := range r.Attempts {
 		fmt.Fprintf(&b, "| attempt %d | offer %d → instance %d on machine %d: %s x%d at $%.4f/h, cost %s", i+1, a.OfferID, a.InstanceID, a.MachineID, a.GPUName, a.NumGPUs, a.DPHTotal, attemptCost(r, a))
