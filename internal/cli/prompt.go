@@ -14,7 +14,7 @@ import (
 // for Enter, and whatever is typed afterwards is never read as an answer.
 // The read is left blocked; only a process that is ending abandons one.
 func askYes(ctx context.Context, io *IOStreams, question string) (bool, error) {
-	fmt.Fprintf(io.ErrOut, "vastrun: %s [y/N] ", question)
+	fmt.Fprintf(io.ErrOut, "vastrun: %s [y/N] ", question) //nolint:errcheck // stderr is for people: a refused write cannot be reported
 	answer := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(io.In).ReadString('\n')
@@ -22,7 +22,7 @@ func askYes(ctx context.Context, io *IOStreams, question string) (bool, error) {
 	}()
 	select {
 	case <-ctx.Done():
-		fmt.Fprintln(io.ErrOut) // end the prompt's line (the terminal echoed ^C on it)
+		fmt.Fprintln(io.ErrOut) //nolint:errcheck // ends the prompt's line (the terminal echoed ^C on it); for people
 		return false, ctx.Err()
 	case a := <-answer:
 		return strings.EqualFold(a, "y") || strings.EqualFold(a, "yes"), nil

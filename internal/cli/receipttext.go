@@ -33,7 +33,7 @@ func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 		fmt.Fprintf(w, "error: %s\n", r.Error)
 	}
 	if n := r.Next(); n != "" {
-		fmt.Fprintf(w, "next: %s\n", n)
+		fmt.Fprintf(w, "next: %s\n", n) //nolint:errcheck // w is for people: a refused write cannot be reported
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }

@@ -64,7 +64,7 @@ const ProbePrefix = ".vastrun-preflight-"
 // *ProbeError; the probe object is deleted on every path it was written.
 func Probe(ctx context.Context, s Store) (err error) {
 	var id [8]byte
-	rand.Read(id[:]) //nolint:errcheck // crypto/rand.Read never fails (Go 1.24+)
+	rand.Read(id[:]) // never fails (Go 1.24+)
 	key := ProbePrefix + hex.EncodeToString(id[:])
 	body := []byte("vastrun preflight probe " + key + "\n")
 	fail := func(op string, err error) error { return &ProbeError{URI: s.URI(), Key: key, Op: op, Err: err} }
@@ -76,12 +76,7 @@ func Probe(ctx context.Context, s Store) (err error) {
 			err = fail("delete", derr)
 		}
 	}()
-	r, err := s.Get(ctx, key)
-	if err != nil {
-		return fail("read back", err)
-	}
-	got, err := io.ReadAll(io.LimitReader(r, int64(len(body))+1))
-	r.Close()
+	got, err := readAll(ctx, s, key, int64(len(body))+1)
 	if err != nil {
 		return fail("read back", err)
 	}
@@ -89,6 +84,16 @@ func Probe(ctx context.Context, s Store) (err error) {
 		return fail("read back", ErrReadBack)
 	}
 	return nil
+}
+
+// readAll reads at most limit bytes of key.
+func readAll(ctx context.Context, s Store, key string, limit int64) ([]byte, error) {
+	r, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close() //nolint:errcheck // a body read to its end or given up on: its Close error says nothing the read did not
+	return io.ReadAll(io.LimitReader(r, limit))
 }
 
 // Classify names why a store operation failed: ErrDenied,
