@@ -37,7 +37,7 @@ var layout = map[string][]string{
 	"internal/plan":                  {"internal/spec"}, // a saved plan binds the spec the run will freeze, and names the fields that changed
 	"internal/mcpserver":             {"internal/plan"}, // the tools run commands through the CLI's Runner; apply reads the plan it asks the operator about
 	"internal/poll":                  {"internal/clock", "internal/provider"},
-	"internal/preflight":             {"internal/config", "internal/policy", "internal/provider", "internal/redact", "internal/text", "internal/workdir"}, // workdir: uploads must lie inside the repository
+	"internal/preflight":             {"internal/config", "internal/policy", "internal/provider", "internal/redact", "internal/storage", "internal/text", "internal/workdir"}, // workdir: uploads must lie inside the repository; storage: the stores a run writes to are probed before renting
 	"internal/progress":              {"internal/clock"},
 	"internal/provider":              {},
 	"internal/publish":               {"internal/container", "internal/image"},
@@ -51,7 +51,7 @@ var layout = map[string][]string{
 	"internal/notify":                {"internal/clock"}, // a run's events to a webhook: it knows no run, only events
 	"internal/redact/redacttest":     {},                 // finds forms of a secret apart from the masking code: imports none of it
 	"internal/remote":                {"internal/clock", "internal/text"},
-	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate", "internal/text"}, // the runs listing and the HTML report: both read receipts and replayed journals; text: values as people read
+	"internal/report":                {"internal/journal", "internal/provider", "internal/receipt", "internal/runstate", "internal/spec", "internal/text"}, // the runs listing and the HTML report: both read receipts and replayed journals; text: values as people read
 	// agent: every rental's dead-man switch is armed and beaten by the core (deadman.go).
 	"internal/lifecycle": {"internal/agent", "internal/cienv", "internal/clock", "internal/config", "internal/journal",
 		"internal/label", "internal/notify", "internal/policy", "internal/poll", "internal/progress", "internal/provider", "internal/provider/retry", "internal/receipt",

@@ -117,7 +117,7 @@ func runCanary(ctx context.Context, opts *CanaryOptions) error {
 		return err
 	}
 	r, runErr := canaryflow.Run(ctx, e, opts.AllowLocalFailure)
-	return reportRun(f, r, withRunHints(f, o, runErr))
+	return reportRun(f, r, withRunHints(f, o, interruptedRun(o, r, runErr)))
 }
 
 // CanaryInitOptions are `vastrun canary init`'s flags.

@@ -68,7 +68,7 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	}
 	defer e.Close()
 	st := e.State()
-	if err := confirmDestroy(f, o.Yes, fmt.Sprintf("run %s: instances %v and anything labelled %s", st.RunID, st.Unconfirmed(), st.Label)); err != nil {
+	if err := confirmDestroy(ctx, f, o.Yes, fmt.Sprintf("run %s: instances %v and anything labelled %s", st.RunID, st.Unconfirmed(), st.Label)); err != nil {
 		return err
 	}
 	before := make([]*receipt.Attempt, len(st.Attempts))
@@ -140,7 +140,7 @@ func downAll(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	for i, r := range live {
 		ids[i] = r.RunID
 	}
-	if err := confirmDestroy(f, o.Yes, fmt.Sprintf("the instances of %d runs: %s", len(live), strings.Join(ids, ", "))); err != nil {
+	if err := confirmDestroy(ctx, f, o.Yes, fmt.Sprintf("the instances of %d runs: %s", len(live), strings.Join(ids, ", "))); err != nil {
 		return err
 	}
 	yes := *o

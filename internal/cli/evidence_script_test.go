@@ -18,6 +18,7 @@ import (
 //
 //	s3 bucket NAME           create a fresh bucket; sets $BUCKET and the
 //	                         AWS_* variables vastrun reads
+//	s3 list URI              print the keys under URI, one a line
 //	s3 fetch URI DIR         download every object under URI into DIR
 //
 // A scenario guards itself with `[!s3] skip`; the condition is true when
@@ -26,7 +27,7 @@ import (
 func cmdS3(ts *testscript.TestScript, neg bool, args []string) {
 	endpoint := os.Getenv("VASTRUN_TEST_S3_ENDPOINT")
 	if len(args) < 2 {
-		ts.Fatalf("usage: s3 bucket NAME | s3 fetch URI DIR")
+		ts.Fatalf("usage: s3 bucket NAME | s3 list URI | s3 fetch URI DIR")
 	}
 	if endpoint == "" {
 		ts.Fatalf("no real S3 server: set VASTRUN_TEST_S3_ENDPOINT (.ci/run starts moto)")
@@ -46,6 +47,15 @@ func cmdS3(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Setenv(k, v)
 		}
 		ts.Setenv("BUCKET", bucket)
+	case "list": // the keys under URI, one a line (none: nothing printed)
+		yes := true
+		st, err := storage.Open(args[1], storage.Options{Endpoint: endpoint, Region: "us-east-1", PathStyle: &yes, AccessKey: "testkey", SecretKey: "testsecret"})
+		ts.Check(err)
+		objs, err := st.List(ctx, "")
+		ts.Check(err)
+		for _, o := range objs {
+			fmt.Fprintln(ts.Stdout(), o.Key)
+		}
 	case "fetch":
 		if len(args) != 3 {
 			ts.Fatalf("usage: s3 fetch URI DIR")
@@ -69,7 +79,7 @@ func cmdS3(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Check(os.WriteFile(dst, b, 0o644))
 		}
 	default:
-		ts.Fatalf("usage: s3 bucket NAME | s3 fetch URI DIR")
+		ts.Fatalf("usage: s3 bucket NAME | s3 list URI | s3 fetch URI DIR")
 	}
 }
 

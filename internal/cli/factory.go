@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
@@ -48,6 +49,14 @@ type Factory struct {
 	simHTTP *http.Server
 	closers []func() // run by Close, last first (team.go)
 	stopRun func()   // cancels the command's context
+
+	// simFrom, when later than now, is where the embedded simulator's
+	// clock starts: a resumed run's journal goes on from its last record
+	// instead of going back to a new process's start (train.go).
+	simFrom time.Time
+
+	runMu sync.Mutex
+	run   *runWatch // the workflow running now, for the signal handler (interrupt.go)
 }
 
 func (f *Factory) onClose(fn func()) { f.closers = append(f.closers, fn) }
@@ -149,7 +158,7 @@ func (f *Factory) APIURL() string { return f.apiURL }
 func (f *Factory) startSim() (url, key string, err error) {
 	// Under --sim everything runs on the simulator's clock, so deadlines,
 	// timings and cost estimates agree with what the simulator bills.
-	simClock := clock.NewScaled(time.Now(), SimSpeed)
+	simClock := clock.NewScaled(latest(time.Now(), f.simFrom), SimSpeed)
 	if f.Clock == nil {
 		f.Clock = simClock
 	}
@@ -225,4 +234,11 @@ func (f *Factory) Close() {
 		}
 		f.simSrv.Close()
 	}
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

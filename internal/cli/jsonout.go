@@ -25,7 +25,7 @@ type execJSON struct {
 }
 
 func execResult(e *lifecycle.Scope, instance int64, res *receipt.TestOutcome) execJSON {
-	out := execJSON{Schema: "vastrun.exec/v1", Instance: provider.InstanceID(instance), ExitCode: res.ExitCode, Signal: res.Signal,
+	out := execJSON{Schema: "vastrun.exec/v1", Instance: provider.InstanceID(instance), ExitCode: res.Code(), Signal: res.Signal,
 		TimedOut: res.TimedOut, Result: res.Result, Log: filepath.Join(e.EvidenceDir, res.Log)}
 	if st := e.State(); st != nil {
 		out.RunID = st.RunID

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,8 +78,9 @@ func (o *WorkflowOptions) loadConfig() (*config.Config, error) {
 var credentialVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "VAST_API_KEY"}
 
 // approver prints the plan and asks, unless --yes. Without a terminal and
-// without --yes it refuses, so that nothing is rented by accident.
-func approver(io *IOStreams, yes bool, workflow func() string) func(lifecycle.Plan) (bool, error) {
+// without --yes it refuses, so that nothing is rented by accident. A
+// Ctrl-C at the prompt (ctx ends) is a no, at once: nothing is rented.
+func approver(ctx context.Context, io *IOStreams, yes bool, workflow func() string) func(lifecycle.Plan) (bool, error) {
 	return func(p lifecycle.Plan) (bool, error) {
 		if d := io.progress(); d != nil && !yes { // keep the status line off the prompt
 			d.Hold(true)
@@ -101,9 +101,7 @@ func approver(io *IOStreams, yes bool, workflow func() string) func(lifecycle.Pl
 		if !io.InTTY {
 			return false, nil
 		}
-		fmt.Fprint(io.ErrOut, "vastrun: rent it? [y/N] ")
-		line, _ := bufio.NewReader(io.In).ReadString('\n')
-		if strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes") {
+		if ok, _ := askYes(ctx, io, "rent it?"); ok {
 			return true, nil
 		}
 		return false, lifecycle.ErrDeclined
@@ -112,6 +110,7 @@ func approver(io *IOStreams, yes bool, workflow func() string) func(lifecycle.Pl
 
 // newEngine wires an engine from the factory and flags.
 func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, env cienv.Env) (*lifecycle.Scope, error) {
+	cfg.ExpandVars(f.Getenv) // the one place: every engine's store URIs (config/vars.go)
 	m, err := f.Marketplace(ctx)
 	if err != nil {
 		return nil, err
@@ -137,13 +136,14 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 	})
 	// The dead-man switch on every instance destroys it through this API.
 	e.APIURL = f.APIURL()
-	e.Approve = approver(f.IO, o.Yes, func() string { return e.Workflow })
+	e.Approve = approver(ctx, f.IO, o.Yes, func() string { return e.Workflow })
 	if o.applying != nil {
-		e.Approve = o.applying.approver(f, o.Yes, e)
+		e.Approve = o.applying.approver(ctx, f, o.Yes, e)
 	}
 	if d := f.startProgress(env); d != nil {
 		e.Observer, e.Stream = d, d.Writer()
 	}
+	e.Observer = f.watchRun(e.Observer) // what a Ctrl-C stops (interrupt.go)
 	if s := f.SimServer(); s != nil {
 		e.SimInstance = s.InstanceRuntime(cfg.Image)
 	}
@@ -280,7 +280,7 @@ func runCI(ctx context.Context, opts *CIOptions) error {
 		return err
 	}
 	r, runErr := ci.Run(ctx, e)
-	return reportRun(f, r, withRunHints(f, o, runErr))
+	return reportRun(f, r, withRunHints(f, o, interruptedRun(o, r, runErr)))
 }
 
 // UpOptions are `vastrun up`'s parsed flags and dependencies.
@@ -423,8 +423,8 @@ func runExec(ctx context.Context, opts *ExecOptions) error {
 			return err
 		}
 	}
-	if res.ExitCode != 0 {
-		return &lifecycle.TestFailedError{Code: res.ExitCode}
+	if !res.Passed() {
+		return &lifecycle.TestFailedError{Code: res.Code()}
 	}
 	return nil
 }

@@ -64,8 +64,8 @@ type ManyReceipt struct {
 	Concurrency int             `json:"concurrency"`
 	BudgetUSD   float64         `json:"budget_usd,omitempty"`
 	Children    []ChildResult   `json:"children"`
-	StartedAt   time.Time       `json:"started_at"`
-	FinishedAt  time.Time       `json:"finished_at"`
+	StartedAt   time.Time       `json:"started_at,omitzero"`
+	FinishedAt  time.Time       `json:"finished_at,omitzero"`
 }
 
 // runMany drives the children with at most concurrency at once and, when

@@ -26,17 +26,15 @@ import (
 	"github.com/vastrun/vastrun/internal/text"
 )
 
-// confirmDestroy asks before destroying, like approver before renting.
-func confirmDestroy(f *Factory, yes bool, what string) error {
+// confirmDestroy asks before destroying, like approver before renting; a
+// Ctrl-C at the prompt cancels as a no does.
+func confirmDestroy(ctx context.Context, f *Factory, yes bool, what string) error {
 	f.IO.Infof("will destroy %s", what)
 	if yes {
 		return nil
 	}
 	if f.IO.InTTY {
-		fmt.Fprint(f.IO.ErrOut, "vastrun: destroy? [y/N] ")
-		var answer string
-		fmt.Fscanln(f.IO.In, &answer)
-		if strings.EqualFold(answer, "y") || strings.EqualFold(answer, "yes") {
+		if ok, _ := askYes(ctx, f.IO, "destroy?"); ok {
 			return nil
 		}
 		return &CancelledError{Msg: "cancelled — nothing destroyed"}
@@ -174,7 +172,7 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	if lbl != "" {
 		// A label sweep: a listing can lag a fresh rental, so vastrun keeps
 		// looking until the label has stayed clean for a while.
-		if err := confirmDestroy(f, o.Yes, fmt.Sprintf("every instance labelled %s", lbl)); err != nil {
+		if err := confirmDestroy(ctx, f, o.Yes, fmt.Sprintf("every instance labelled %s", lbl)); err != nil {
 			return err
 		}
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
@@ -201,7 +199,7 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		return nil
 	}
 	keys := t.IDs()
-	if err := confirmDestroy(f, o.Yes, fmt.Sprintf("instances %v", keys)); err != nil {
+	if err := confirmDestroy(ctx, f, o.Yes, fmt.Sprintf("instances %v", keys)); err != nil {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
@@ -317,7 +315,11 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.status/v1", "run_id": st.RunID, "label": st.Label,
 			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": un, "unconfirmed_instance_ids": un})
 	}
-	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, text.OrDash(string(st.Outcome)))
+	outcome := receipt.Outcome(outcomeOrUnfinished(string(st.Outcome)))
+	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, outcome)
+	if n := (&receipt.Receipt{RunID: st.RunID, Workflow: st.Workflow, Outcome: outcome}).Next(); n != "" {
+		defer f.IO.Infof("next: %s", n)
+	}
 	tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
 	for _, r := range rows {

@@ -401,7 +401,7 @@ func runApply(ctx context.Context, opts *ApplyOptions) error {
 	pr.e.PreferOffer, pr.e.PlanSHA256 = provider.OfferID(p.Offer.ID), p.SHA256
 	f.IO.Infof("applying plan %s (%s, made %s)", p.SHA256, p.Workflow, p.CreatedAt.Format(time.RFC3339))
 	r, runErr := pr.run(ctx)
-	return reportRun(f, r, withRunHints(f, o, runErr))
+	return reportRun(f, r, withRunHints(f, o, interruptedRun(o, r, runErr)))
 }
 
 // appliedPlan is the saved plan a run applies.
@@ -415,9 +415,9 @@ type appliedPlan struct {
 // against the saved plan (still fresh, the frozen commit and image the
 // planned ones, the price within its ceiling and worst case) before the
 // operator is asked — or --yes answers — as at any other approval.
-func (a *appliedPlan) approver(f *Factory, yes bool, e *lifecycle.Scope) func(lifecycle.Plan) (bool, error) {
+func (a *appliedPlan) approver(ctx context.Context, f *Factory, yes bool, e *lifecycle.Scope) func(lifecycle.Plan) (bool, error) {
 	p, configPath, now := a.plan, a.configPath, a.now
-	ask := approver(f.IO, yes, func() string { return e.Workflow })
+	ask := approver(ctx, f.IO, yes, func() string { return e.Workflow })
 	return func(lp lifecycle.Plan) (bool, error) {
 		m := e.Frozen()
 		for _, err := range []error{p.CheckFresh(now()), p.CheckRun(m.Commit, m.Image), p.Admit(int64(lp.Offer.ID), lp.TotalDPH, lp.WorstCase)} {

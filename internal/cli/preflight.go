@@ -16,13 +16,19 @@ import (
 )
 
 // checkBeforeRenting is the one step before anything is created (run
-// directory, receipt, rental): the local checks, then the live market.
-// Only a log line is written. An API failure during the market checks is
+// directory, receipt, rental): the local checks, the stores the run writes
+// to (a probe object, deleted), then the live market. Only a log line is
+// written. An API failure during the market checks is
 // reported and left to the run's own search, which retries it, except a
 // refused key, which no retry fixes.
 func checkBeforeRenting(ctx context.Context, f *Factory, cfg *config.Config, workflow string) (*preflight.MarketReport, error) {
 	repo, _ := os.Getwd()
-	if err := preflight.Local(preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv, Workflow: workflow, OwnKeys: ownKeys(f, cfg)}); err != nil {
+	cfg.ExpandVars(f.Getenv) // as newEngine does (config/vars.go)
+	in := preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv, Workflow: workflow, AgentEnv: storageEnv(f), OwnKeys: ownKeys(f, cfg)}
+	if err := preflight.Local(in); err != nil {
+		return nil, err
+	}
+	if err := preflight.Stores(ctx, in); err != nil {
 		return nil, err
 	}
 	if w := cfg.InterruptibleWarning(workflow); w != "" {
@@ -91,20 +97,24 @@ func NewCmdValidate(f *Factory, runF func(context.Context, *ValidateOptions) err
 	o := &ValidateOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "validate",
-		Short: "Run the preflight alone: config, image digest, uploads, secrets, GPU names and live offers",
-		Long: `Check everything 'vastrun ci' checks before it creates anything: every config
-value, the image reference and its digest, that upload paths exist, that
-declared secrets are set and long enough to mask, that the policy's GPU
+		Short: "Run the preflight alone: config, image digest, uploads, secrets, stores, GPU names and live offers",
+		Long: `Check everything 'vastrun ci' or 'vastrun train' checks before it creates
+anything: every config value, the image reference and its digest, that
+upload paths exist, that declared secrets and the ${NAME}s of store URIs
+are set, that every store the run writes to (train.checkpoint_uri,
+train.output_uri, evidence.uri) takes an object written, read back and
+deleted with the credentials that will write it, that the policy's GPU
 names exist on the marketplace, and how many live offers meet the policy
-(for none: which constraint removed the last ones). Nothing is written.
-Without an API key (or with --offline) only the local checks run.
+(for none: which constraint removed the last ones). Nothing is left
+behind. Without an API key only the local and store checks run; with
+--offline only the local ones.
 Exit 0 when everything passes, 2 when something must be fixed.`,
 		Example: "  vastrun validate\n  vastrun validate -f ci/vastrun.yaml --json\n  vastrun validate --sim",
 		Args:    usageArgs(cobra.NoArgs),
 		RunE:    runCmd(o, nil, runF, runValidate),
 	}
 	cmd.Flags().StringVarP(&o.ConfigPath, "file", "f", "vastrun.yaml", "config file (docs/config.md)")
-	cmd.Flags().BoolVar(&o.Offline, "offline", false, "run only the local checks")
+	cmd.Flags().BoolVar(&o.Offline, "offline", false, "run only the local checks (no store probe, no market)")
 	return cmd
 }
 
@@ -117,12 +127,22 @@ func runValidate(ctx context.Context, o *ValidateOptions) error {
 	}
 	res := validateResult{Schema: "vastrun.validate/v1", Problems: []preflight.Problem{}, Simulated: f.Sim}
 	repo, _ := os.Getwd()
-	lerr := preflight.Local(preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv, OwnKeys: ownKeys(f, cfg)})
+	cfg.ExpandVars(f.Getenv)
+	in := preflight.Input{Config: cfg, RepoDir: repo, Getenv: f.Getenv, AgentEnv: storageEnv(f), OwnKeys: ownKeys(f, cfg)}
+	lerr := preflight.Local(in)
 	var pe *preflight.Error
 	if errors.As(lerr, &pe) {
 		res.Problems = append(res.Problems, pe.Problems...)
 	} else if lerr != nil {
 		return lerr
+	}
+	if !o.Offline { // the stores are probed over the network, as the run writes them
+		serr := preflight.Stores(ctx, in)
+		if errors.As(serr, &pe) {
+			res.Problems = append(res.Problems, pe.Problems...)
+		} else if serr != nil {
+			return serr
+		}
 	}
 	var merr error
 	switch m, err := f.Marketplace(ctx); {

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vastrun/vastrun/internal/cienv"
+	"github.com/vastrun/vastrun/internal/clock"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/progress"
 )
@@ -35,8 +36,12 @@ func (f *Factory) startProgress(env cienv.Env) *progress.Display {
 	}
 	mode := progressMode(f.IO, f.Quiet, env)
 	red := f.IO.Redactor()
+	speed := 0.0
+	if sc, ok := f.clock().(*clock.Scaled); ok {
+		speed = sc.Factor // the embedded simulator's clock: people read wall time
+	}
 	d := progress.New(progress.Options{
-		Out: f.IO.ErrOut, Clock: f.clock(), Mode: mode,
+		Out: f.IO.ErrOut, Clock: f.clock(), Mode: mode, Speed: speed,
 		Color:  mode == progress.ModeTerminal && f.Getenv("NO_COLOR") == "" && f.Getenv("TERM") != "dumb",
 		Width:  func() int { return errWidth(f.IO) },
 		Redact: red.String,

@@ -23,27 +23,33 @@ var ptyEnv = []string{"PATH", "HOME", "TMPDIR", "VAST_API_KEY", "VAST_URL", "GIT
 // terminal shows them, becomes the command's stdout; $PTY_EXIT holds its
 // exit status:
 //
-//	pty [-answer PROMPT TEXT]... [-env NAME]... PROG ARGS...
+//	pty [-answer PROMPT TEXT]... [-interrupt PROMPT] [-env NAME]... PROG ARGS...
 //
-// -answer types TEXT and a newline once PROMPT has appeared.
+// -answer types TEXT and a newline once PROMPT has appeared; -interrupt
+// types Ctrl-C there instead (the terminal sends the program SIGINT) and
+// nothing after it.
 func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 	type answer struct{ prompt, text string }
+	const ctrlC = "\x03"
 	var answers []answer
 	names := append([]string(nil), ptyEnv...)
 	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
 		switch {
 		case args[0] == "-answer" && len(args) >= 3:
-			answers = append(answers, answer{args[1], args[2]})
+			answers = append(answers, answer{args[1], args[2] + "\n"})
 			args = args[3:]
+		case args[0] == "-interrupt" && len(args) >= 2:
+			answers = append(answers, answer{args[1], ctrlC})
+			args = args[2:]
 		case args[0] == "-env" && len(args) >= 2:
 			names = append(names, args[1])
 			args = args[2:]
 		default:
-			ts.Fatalf("usage: pty [-answer PROMPT TEXT]... [-env NAME]... PROG ARGS...")
+			ts.Fatalf("usage: pty [-answer PROMPT TEXT]... [-interrupt PROMPT] [-env NAME]... PROG ARGS...")
 		}
 	}
 	if len(args) == 0 {
-		ts.Fatalf("usage: pty [-answer PROMPT TEXT]... [-env NAME]... PROG ARGS...")
+		ts.Fatalf("usage: pty [-answer PROMPT TEXT]... [-interrupt PROMPT] [-env NAME]... PROG ARGS...")
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = ts.Getenv("WORK")
@@ -86,7 +92,7 @@ func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 				seen := strings.Contains(out.String(), a.prompt)
 				mu.Unlock()
 				if seen {
-					master.Write([]byte(a.text + "\n"))
+					master.Write([]byte(a.text))
 					break
 				}
 				select {

@@ -32,6 +32,9 @@ func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 	if r.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", r.Error)
 	}
+	if n := r.Next(); n != "" {
+		fmt.Fprintf(w, "next: %s\n", n) //nolint:errcheck // w is for people: a refused write cannot be reported
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
 	row("run", r.RunID)
@@ -52,7 +55,7 @@ func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 		row(cr[0], cr[1])
 	}
 	if r.Test != nil {
-		row("test", fmt.Sprintf("exit %d", r.Test.ExitCode))
+		row("test", r.Test.Status())
 	}
 	row("timings", receipt.TimingsLine(r.Timings))
 	if err := tw.Flush(); err != nil {

@@ -13,19 +13,18 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 )
 
-// Main runs vastrun with the process's signals wired to cancellation and
-// returns the exit code.
+// Main runs vastrun with the process's signals wired to cancellation (a
+// second Ctrl-C leaves at once: interrupt.go) and returns the exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	home, _ := os.UserHomeDir()
 	f := &Factory{IO: NewIOStreams(stdin, stdout, stderr), Getenv: os.Getenv, HomeDir: home}
+	defer f.watchSignals(cancel, os.Exit)()
 	return Run(ctx, f, args)
 }
 
@@ -42,6 +41,7 @@ func Run(ctx context.Context, f *Factory, args []string) int {
 
 // execute runs one command line and returns its error, unprinted.
 func execute(ctx context.Context, f *Factory, args []string) error {
+	signalled := ctx                         // cancelled by a signal (Main), as opposed to by the command itself
 	ctx, f.stopRun = context.WithCancel(ctx) // a lost team lease stops the command (team.go)
 	defer f.stopRun()
 	defer f.Close()
@@ -51,8 +51,16 @@ func execute(ctx context.Context, f *Factory, args []string) error {
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	err := root.ExecuteContext(ctx)
-	if err != nil && ctx.Err() != nil && !errors.Is(err, context.Canceled) {
-		err = fmt.Errorf("%w: %w", context.Canceled, err)
+	if err == nil {
+		return nil
+	}
+	switch {
+	case signalled.Err() != nil:
+		err = asInterrupted(err) // never "context canceled" (interrupt.go)
+	case ctx.Err() != nil && !errors.Is(err, context.Canceled):
+		// The command stopped itself (a lost team lease): it exits as
+		// interrupted, in its own words.
+		err = &interruptedError{msg: err.Error(), err: errors.Join(context.Canceled, err)}
 	}
 	return err
 }

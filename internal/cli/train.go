@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
+	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/runstate"
@@ -24,6 +24,18 @@ import (
 // workload for the checkpoint store. The Vast key is never among them.
 var storageVars = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
 	"AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_S3_FORCE_PATH_STYLE", "AWS_PROFILE"}
+
+// storageEnv is what the agent gets of vastrun's environment for the
+// checkpoint store: the preflight probes the store with exactly these.
+func storageEnv(f *Factory) map[string]string {
+	env := map[string]string{}
+	for _, k := range storageVars {
+		if v := f.Getenv(k); v != "" {
+			env[k] = v
+		}
+	}
+	return env
+}
 
 func trainEngine(ctx context.Context, f *Factory, o *WorkflowOptions) (*lifecycle.Scope, error) {
 	cfg, err := o.loadConfig()
@@ -42,28 +54,11 @@ func trainEngineFor(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *co
 	if err != nil {
 		return nil, err
 	}
-	// ${VAR} in the store URIs comes from vastrun's environment (${PWD}:
-	// the working directory), so configs need no machine paths.
-	expand := func(uri string) string {
-		return os.Expand(uri, func(k string) string {
-			if k == "PWD" {
-				if wd, err := os.Getwd(); err == nil {
-					return wd
-				}
-			}
-			return f.Getenv(k)
-		})
-	}
-	cfg.Train.CheckpointURI, cfg.Train.OutputURI = expand(cfg.Train.CheckpointURI), expand(cfg.Train.OutputURI)
+	// newEngine expanded the store URIs' ${NAME}s (config/vars.go).
 	if _, err := storage.Open(cfg.Train.CheckpointURI, storage.Options{Getenv: f.Getenv}); err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("train.checkpoint_uri: %w", err)}
 	}
-	e.StorageEnv = map[string]string{}
-	for _, k := range storageVars {
-		if v := f.Getenv(k); v != "" {
-			e.StorageEnv[k] = v
-		}
-	}
+	e.StorageEnv = storageEnv(f)
 	e.APIURL = f.APIURL()
 	return e, nil
 }
@@ -112,7 +107,7 @@ func runTrain(ctx context.Context, opts *TrainOptions) error {
 		return err
 	}
 	r, runErr := trainflow.Run(ctx, e)
-	return reportRun(f, r, withRunHints(f, o, runErr))
+	return reportRun(f, r, withRunHints(f, o, interruptedRun(o, r, runErr)))
 }
 
 // ResumeOptions are `vastrun resume`'s parsed flags, argument and
@@ -167,9 +162,20 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 		}
 		return &UsageError{Err: err, Hint: "the run id is in the receipt, GITHUB_OUTPUT, or " + filepath.Join(cfg.StateDir, "current")}
 	}
-	st, err := runstate.LoadState(dir)
+	recs, err := journal.Read(dir)
+	if err != nil {
+		return fmt.Errorf("read run %s: %w", dir, err)
+	}
+	st, err := runstate.Replay(recs)
 	if err != nil {
 		return err
+	}
+	if n := len(recs); n > 0 && f.Sim {
+		// The embedded simulator's clock runs 30× the wall clock from when
+		// a process starts it: the journal's records would go back in time
+		// at the resume (and its timeline with them). It goes on from the
+		// last record instead.
+		f.simFrom = recs[n-1].Time
 	}
 	var e *lifecycle.Scope
 	resume := func(e *lifecycle.Scope, ctx context.Context) (*receipt.Receipt, error) {
@@ -204,5 +210,5 @@ func runResume(ctx context.Context, opts *ResumeOptions) error {
 	if errors.As(runErr, &cc) {
 		return &UsageError{Err: runErr, Hint: fmt.Sprintf("resume with the configuration the run was started with (%s), or pass --accept-config-change to go on with the new one (journaled)", filepath.Join(dir, "manifest.json"))}
 	}
-	return reportRun(f, r, runErr)
+	return reportRun(f, r, interruptedRun(o, r, runErr))
 }

@@ -80,6 +80,11 @@ type Config struct {
 	// default) or s3://bucket/prefix, shared by a team (docs/teams.md).
 	State string `yaml:"state"`
 	Team  Team   `yaml:"team"`
+
+	// Unset are the ${NAME}s of the store URIs that vastrun's environment
+	// did not set (ExpandVars, vars.go): the preflight refuses each.
+	Unset        []UnsetVar `yaml:"-"`
+	varsExpanded bool
 }
 
 // Team tunes team state on S3 (docs/teams.md).
@@ -499,6 +504,7 @@ func (c *Config) validate(valueErrs []string) error {
 			errs = append(errs, fmt.Sprintf("image_login.registry %q is not the image's registry %q", l.Registry, ImageRegistry(c.Image)))
 		}
 	}
+	errs = append(errs, c.checkVarSyntax()...) // vars.go
 	if u := c.Evidence.URI; u != "" && !strings.HasPrefix(u, "s3://") && !strings.HasPrefix(u, "file://") {
 		errs = append(errs, fmt.Sprintf("evidence.uri %q must be s3://bucket/prefix or file:///absolute/path", u))
 	}

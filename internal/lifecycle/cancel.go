@@ -1,12 +1,14 @@
 package lifecycle
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/vastrun/vastrun/internal/progress"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/runstate"
 )
@@ -17,6 +19,36 @@ const OutcomeCancelled = receipt.Cancelled
 // ErrDeclined is what an Approve func returns when the person answered no:
 // it is a choice, not a failure, and nothing was rented.
 var ErrDeclined = errors.New("cancelled — nothing rented")
+
+// InterruptedError is a run a signal stopped (Ctrl-C, a CI cancellation),
+// in the words a person reads: what the run was doing, never Go's
+// "context canceled". It is context.Canceled (errors.Is), so the outcome
+// stays interrupted.
+type InterruptedError struct {
+	During string // e.g. "testing on instance 7"; "" when unknown
+	Err    error
+}
+
+func (e *InterruptedError) Error() string {
+	if e.During == "" {
+		return "interrupted"
+	}
+	return "interrupted while " + e.During
+}
+
+func (e *InterruptedError) Unwrap() error { return e.Err }
+
+// asInterrupted words err when it is a signal's cancellation.
+func asInterrupted(e *Scope, err error) error {
+	if err == nil || !errors.Is(err, context.Canceled) || errors.As(err, new(*InterruptedError)) {
+		return err
+	}
+	during := ""
+	if ph := e.lastEvent.Phase; ph != "" && ph != progress.PhaseDone {
+		during = progress.Title(e.lastEvent)
+	}
+	return &InterruptedError{During: during, Err: err}
+}
 
 // unapproved reports an outcome that ends a run before anything was
 // rented, because nobody said yes. Such a run writes no receipt and does

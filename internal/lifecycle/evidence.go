@@ -75,22 +75,9 @@ type EvidenceManifest struct {
 // receiptFiles are written after the manifest and uploaded last.
 var receiptFiles = []string{"receipt.json", "summary.md"}
 
-// evidenceBase is evidence.uri with ${VAR} and ${PWD} expanded from
-// vastrun's environment, as draft freezes it into the manifest.
-func evidenceBase(e *Scope) string {
-	u := e.Config.Evidence.URI
-	if u == "" {
-		return ""
-	}
-	return os.Expand(u, func(k string) string {
-		if k == "PWD" {
-			if wd, err := os.Getwd(); err == nil {
-				return wd
-			}
-		}
-		return e.Getenv(k)
-	})
-}
+// evidenceBase is evidence.uri as draft freezes it into the manifest: its
+// ${NAME}s were expanded when the engine was built (config.ExpandVars).
+func evidenceBase(e *Scope) string { return e.Config.Evidence.URI }
 
 // evidenceURI is where this run's evidence goes: <base>/<run id>.
 func evidenceURI(e *Scope) string {

@@ -100,6 +100,7 @@ func (e *Run) progressEvent() progress.Event {
 	}
 	ev.Workflow, ev.At, ev.BudgetUSD = e.Workflow, e.Now(), e.Frozen().MaxSpendUSD
 	if e.state != nil {
+		ev.Run = e.state.RunID
 		ev.SpentUSD = e.SpentSoFar()
 		ev.Attempt = len(e.state.Attempts)
 		if a := e.state.Current(); a != nil && !a.RentedAt.IsZero() && a.ConfirmedAt.IsZero() {

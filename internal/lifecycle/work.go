@@ -186,20 +186,23 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 		}
 	}
 	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		res.ExitCode, res.Signal = ee.Code, ee.Signal
-	case ctx.Err() != nil:
+	case ctx.Err() != nil: // interrupted: whatever the session said, the test did not end on its own
+		res.Interrupted = true
 		return res, ctx.Err()
+	case err == nil:
+		res.Exited(0)
+	case errors.As(err, &ee):
+		res.Exited(ee.Code)
+		res.Signal = ee.Signal
 	case jctx.Err() != nil:
-		res.TimedOut, res.ExitCode = true, -1
+		res.TimedOut = true
 		jerr := e.Record("failed", stepWork, map[string]any{"timeout": e.jobTimeout().String()})
 		return res, errors.Join(&StepError{Step: stepWork, Outcome: OutcomeTimeout, Err: fmt.Errorf("the test ran past the job timeout %s", e.jobTimeout())}, jerr)
 	default:
 		return res, &StepError{Step: stepWork, Err: err}
 	}
 	fetchResult(e, c, res)
-	if err := e.Record("done", stepWork, map[string]any{"exit_code": res.ExitCode}); err != nil {
+	if err := e.Record("done", stepWork, map[string]any{"exit_code": res.Code()}); err != nil {
 		return res, &StepError{Step: stepWork, Err: err}
 	}
 	return res, nil

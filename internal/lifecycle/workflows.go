@@ -124,6 +124,7 @@ func settle(ctx context.Context, e *Scope, recovered any, keep bool, err error) 
 		e.Conn.Close()
 		e.Conn = nil
 	}
+	err = asInterrupted(e, err) // cancel.go: words, not "context canceled"
 	outcome := e.workflow().outcome(err, Outcome(err))
 	// A run whose journal could not be written never counts as a success,
 	// even if the step that hit it did not report it.

@@ -2,8 +2,10 @@
 // created: no run directory, receipt or rental exists until it passes.
 //
 // Local checks (the image reference and its digest, upload paths, declared
-// secrets, and that none of vastrun's own keys is handed to the workload)
-// need nothing but the config and the environment. Market checks
+// secrets, that none of vastrun's own keys is handed to the workload, the
+// variables the store URIs name) need nothing but the config and the
+// environment. Store checks (stores.go) probe every store the run writes
+// to with the credentials that will write it. Market checks
 // ask the marketplace's free offer search whether the policy's GPU names
 // exist (with a did-you-mean) and how many live offers meet the policy;
 // for none, they name the constraint that removed the last ones. A market
@@ -71,13 +73,18 @@ type Input struct {
 	Config  *config.Config
 	RepoDir string // upload paths are relative to it
 	Getenv  func(string) string
-	// Workflow is ci, up, train or canary: train has no upload/test step.
+	// Workflow is ci, up, train or canary: train has no upload/test step
+	// ("" for validate: every section the config has).
 	Workflow string
 	// OwnKeys are the keys vastrun itself holds (the Vast API key from
 	// wherever it is read, the storage credentials of team state): never
 	// a workload's, by name under secrets: or by value under secrets: or
 	// env:.
 	OwnKeys []OwnKey
+	// AgentEnv is what the agent on the instance gets of vastrun's
+	// environment for the checkpoint store (its credentials): Stores
+	// probes the training stores with exactly these.
+	AgentEnv map[string]string
 }
 
 // OwnKey is a key vastrun holds: Name is the variable it is read from
@@ -92,6 +99,7 @@ func Local(in Input) error {
 	ps = append(ps, checkImage(in.Config.Image)...)
 	ps = append(ps, checkUploads(in)...) // uploads.go
 	ps = append(ps, checkWorkdir(in)...) // workdir.go
+	ps = append(ps, checkVars(in)...)    // stores.go
 	for _, d := range []struct{ field, path string }{{"state_dir", in.Config.StateDir}, {"evidence_dir", in.Config.EvidenceDir}} {
 		if d.path == "" {
 			continue

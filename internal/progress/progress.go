@@ -47,6 +47,7 @@ const (
 type Event struct {
 	Phase    string
 	Workflow string
+	Run      string // the run's id
 	Instance int64
 	Attempt  int // 1-based; 0 before renting
 	// Deadline bounds the phase (zero: none).
@@ -98,6 +99,10 @@ type Options struct {
 	// Redraw is the terminal redraw interval (default 1 s), Every the most
 	// time between plain lines while a phase waits (default 30 s).
 	Redraw, Every time.Duration
+	// Speed, above 1, says Clock is a simulator's running Speed times the
+	// wall clock (--sim): times are shown in wall time, the simulated ones
+	// beside them labelled "sim".
+	Speed float64
 }
 
 // Display renders events and lines for people.
@@ -115,8 +120,12 @@ type Display struct {
 	stop      chan struct{}
 	stopped   bool
 	held      bool // a prompt is on screen: no status line
-	wg        sync.WaitGroup
-	partial   []byte // workload output up to its next newline
+	// The pace of the current attempt's work (etaLocked): the step it
+	// started from and when.
+	rateStep int64
+	rateAt   time.Time
+	wg       sync.WaitGroup
+	partial  []byte // workload output up to its next newline
 }
 
 var spinner = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
@@ -187,6 +196,9 @@ func (d *Display) Observe(ev Event) {
 		ev.At = d.o.Clock.Now()
 	}
 	d.ev = ev
+	if !changed && ev.Step > 0 && ev.Step < d.rateStep {
+		d.rateStep, d.rateAt = ev.Step, ev.At // the workload restarted below its checkpoint
+	}
 	if !changed {
 		if d.o.Mode == ModeTerminal {
 			d.drawLocked()
@@ -195,6 +207,9 @@ func (d *Display) Observe(ev Event) {
 	}
 	d.phaseAt = ev.At
 	d.detail = ""
+	// A new phase or attempt starts its pace afresh, from the step it
+	// resumes at (the last committed checkpoint; 0 without one).
+	d.rateStep, d.rateAt = max(0, ev.CheckpointStep), ev.At
 	switch d.o.Mode {
 	case ModeTerminal:
 		d.drawLocked()
@@ -217,7 +232,7 @@ func (d *Display) foldLocked(ev Event) {
 		d.group = ""
 		if ev.Phase != PhaseDone {
 			d.group = ev.Phase
-			d.printf("::group::vastrun: %s\n", d.o.Redact(title(ev)))
+			d.printf("::group::vastrun: %s\n", d.o.Redact(Title(ev)))
 		}
 	case ModeGitLab:
 		// https://docs.gitlab.com/ci/jobs/job_logs/#custom-collapsible-sections
@@ -227,7 +242,7 @@ func (d *Display) foldLocked(ev Event) {
 		d.group = ""
 		if ev.Phase != PhaseDone {
 			d.group = strings.ReplaceAll(ev.Phase, " ", "_")
-			d.printf("%ssection_start:%d:vastrun_%s[collapsed=true]\r%svastrun: %s\n", ansi.EraseEntireLine, now.Unix(), d.group, ansi.EraseEntireLine, d.o.Redact(title(ev)))
+			d.printf("%ssection_start:%d:vastrun_%s[collapsed=true]\r%svastrun: %s\n", ansi.EraseEntireLine, now.Unix(), d.group, ansi.EraseEntireLine, d.o.Redact(Title(ev)))
 		}
 	}
 }
@@ -269,8 +284,8 @@ func (d *Display) clearLocked() {
 	}
 }
 
-// title is what a phase is doing, in words.
-func title(ev Event) string {
+// Title is what a phase is doing, in words ("testing on instance 7").
+func Title(ev Event) string {
 	inst := ""
 	if ev.Instance != 0 {
 		inst = fmt.Sprintf(" instance %d", ev.Instance)
@@ -309,15 +324,20 @@ func (d *Display) statusLocked(styled bool) string {
 	now := d.o.Clock.Now()
 	st := styles(styled && d.o.Color)
 	var parts []string
-	head := title(ev)
+	head := Title(ev)
 	if styled {
 		head = st.spin.Render(spinner[d.frame%len(spinner)]) + " " + st.phase.Render(head)
 	}
 	parts = append(parts, head)
 	elapsed := now.Sub(d.phaseAt)
-	clockPart := Duration(elapsed)
+	clockPart := Duration(d.wall(elapsed))
+	simPart := Duration(elapsed)
 	if !ev.Deadline.IsZero() {
-		clockPart += " / " + Duration(ev.Deadline.Sub(d.phaseAt))
+		clockPart += " / " + Duration(d.wall(ev.Deadline.Sub(d.phaseAt)))
+		simPart += " / " + Duration(ev.Deadline.Sub(d.phaseAt))
+	}
+	if d.simulated() {
+		clockPart += fmt.Sprintf(" (sim %s at %g×)", simPart, d.o.Speed)
 	}
 	parts = append(parts, clockPart)
 	if ev.Phase == PhaseTrain {
@@ -333,8 +353,12 @@ func (d *Display) statusLocked(styled bool) string {
 		} else {
 			tp = append(tp, "no checkpoint yet")
 		}
-		if eta, ok := d.etaLocked(now); ok {
-			tp = append(tp, "ETA "+Duration(eta))
+		if eta, ok := d.etaLocked(); ok {
+			e := "ETA " + Duration(d.wall(eta))
+			if d.simulated() {
+				e += " (sim " + Duration(eta) + ")"
+			}
+			tp = append(tp, e)
 		}
 		parts = append(parts, strings.Join(tp, ", "))
 	}
@@ -356,18 +380,33 @@ func (d *Display) statusLocked(styled bool) string {
 	return strings.Join(parts, " · ")
 }
 
-// etaLocked projects the remaining steps at the pace since the phase began.
-func (d *Display) etaLocked(now time.Time) (time.Duration, bool) {
+// etaLocked projects the remaining steps at the current attempt's pace:
+// the steps done in this attempt (from the step it resumed at) over the
+// time since it began. The run's absolute step over the attempt's time
+// made the ETA of a resumed run rise while it progressed; this one falls
+// while the steps come at a steady pace.
+func (d *Display) etaLocked() (time.Duration, bool) {
 	ev := d.ev
 	if ev.Total <= 0 || ev.Step <= 0 || ev.Step >= ev.Total {
 		return 0, false
 	}
-	el := ev.At.Sub(d.phaseAt)
-	if el <= 0 {
+	done, el := ev.Step-d.rateStep, ev.At.Sub(d.rateAt)
+	if done <= 0 || el <= 0 {
 		return 0, false
 	}
-	perStep := float64(el) / float64(ev.Step)
+	perStep := float64(el) / float64(done)
 	return time.Duration(perStep * float64(ev.Total-ev.Step)), true
+}
+
+// simulated reports a display on a simulator's faster clock (Options.Speed).
+func (d *Display) simulated() bool { return d.o.Speed > 1 }
+
+// wall is a span of the display's clock in wall time.
+func (d *Display) wall(x time.Duration) time.Duration {
+	if !d.simulated() {
+		return x
+	}
+	return time.Duration(float64(x) / d.o.Speed)
 }
 
 func (d *Display) spentLocked(now time.Time) float64 {

@@ -220,3 +220,90 @@ func TestHoldKeepsTheStatusLineOffAPrompt(t *testing.T) {
 		t.Fatal("the status line did not come back")
 	}
 }
+
+// lastFrame is the status line the terminal shows last.
+func lastFrame(s string) string {
+	i := strings.LastIndex(s, "\r")
+	if i < 0 {
+		return ""
+	}
+	return strings.TrimSuffix(s[i+1:], "\x1b[K")
+}
+
+// TestETAFromTheCurrentAttemptsPace: the ETA is the steps left at the
+// pace of this attempt (steps done since it began, from the step it
+// resumed at, over its time), so while steps come at a steady pace it
+// never rises: not on a first attempt, not after a resume (where the
+// run's absolute step over the attempt's time made it rise), not after a
+// slow start.
+func TestETAFromTheCurrentAttemptsPace(t *testing.T) {
+	eta := regexp.MustCompile(`ETA (\d+:\d\d(?::\d\d)?)`)
+	parse := func(s string) time.Duration {
+		p := strings.Split(s, ":")
+		var d time.Duration
+		for _, f := range p {
+			n, _ := time.ParseDuration(f + "s")
+			d = d*60 + n
+		}
+		return d
+	}
+	cases := []struct {
+		name      string
+		attempt   int
+		resumedAt int64         // the last committed checkpoint when the attempt began (-1: none)
+		startup   time.Duration // before the first step
+		from      int64         // the first step the workload reports
+		perMin    int64         // steps a minute, steady
+		want      []string      // the ETA after each minute
+	}{
+		{"first attempt", 1, -1, 0, 25, 25, []string{"39:00", "38:00", "37:00", "36:00"}},
+		{"resumed at 300", 2, 300, 0, 325, 25, []string{"27:00", "26:00", "25:00", "24:00"}},
+		{"resumed at 300 after a slow start", 2, 300, 2 * time.Minute, 325, 25, []string{"1:21:00", "52:00", "41:40", "36:00"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewFake(t0)
+			out := &syncBuf{}
+			d := progress.New(progress.Options{Out: out, Clock: clk, Mode: progress.ModeTerminal, Width: func() int { return 400 }})
+			defer d.Close()
+			ev := progress.Event{Phase: progress.PhaseTrain, Instance: 9, Attempt: c.attempt, CheckpointStep: c.resumedAt, At: t0}
+			d.Observe(ev)
+			clk.Advance(c.startup)
+			var prev time.Duration
+			for i, want := range c.want {
+				clk.Advance(time.Minute)
+				ev.At, ev.Step, ev.Total = clk.Now(), c.from+int64(i)*c.perMin, 1000
+				d.Observe(ev)
+				m := eta.FindStringSubmatch(lastFrame(out.String()))
+				if m == nil {
+					t.Fatalf("minute %d: no ETA in %q", i+1, lastFrame(out.String()))
+				}
+				if m[1] != want {
+					t.Errorf("minute %d, step %d: ETA %s, want %s", i+1, ev.Step, m[1], want)
+				}
+				if got := parse(m[1]); i > 0 && got > prev {
+					t.Errorf("minute %d: the ETA rose from %v to %v at a steady pace", i+1, prev, got)
+				}
+				prev = parse(m[1])
+			}
+		})
+	}
+}
+
+// TestSimulatedClockShownInWallTime: under --sim (a clock 30× the wall
+// clock) the line shows wall time, and the simulated figures labelled.
+func TestSimulatedClockShownInWallTime(t *testing.T) {
+	clk := clock.NewFake(t0)
+	out := &syncBuf{}
+	d := progress.New(progress.Options{Out: out, Clock: clk, Mode: progress.ModeTerminal, Width: func() int { return 400 }, Speed: 30})
+	defer d.Close()
+	ev := progress.Event{Phase: progress.PhaseTrain, Instance: 9, Attempt: 1, CheckpointStep: -1, At: t0, Deadline: t0.Add(20 * time.Minute)}
+	d.Observe(ev)
+	clk.Advance(10 * time.Minute) // 20 s of wall time
+	ev.At, ev.Step, ev.Total = clk.Now(), 250, 1000
+	d.Observe(ev)
+	want := "training on instance 9 · 0:20 / 0:40 (sim 10:00 / 20:00 at 30×) · step 250/1000, no checkpoint yet, ETA 1:00 (sim 30:00)"
+	if got := lastFrame(out.String()); !strings.Contains(got, want) {
+		t.Fatalf("want %q in\n%q", want, got)
+	}
+}

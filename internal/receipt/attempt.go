@@ -30,11 +30,11 @@ type Attempt struct {
 	PriceIncreases []PriceIncrease `json:"price_increases,omitempty"`
 	DeadMan        *DeadMan        `json:"dead_man,omitempty"` // the on-instance switch it was armed with
 
-	IntentAt      time.Time `json:"rent_intent_at"`
-	RentedAt      time.Time `json:"rented_at,omitempty"`
-	RunningAt     time.Time `json:"running_at,omitempty"`
-	DestroySentAt time.Time `json:"destroy_sent_at,omitempty"`
-	ConfirmedAt   time.Time `json:"confirmed_at,omitempty"`
+	IntentAt      time.Time `json:"rent_intent_at,omitzero"`
+	RentedAt      time.Time `json:"rented_at,omitzero"`
+	RunningAt     time.Time `json:"running_at,omitzero"`
+	DestroySentAt time.Time `json:"destroy_sent_at,omitzero"`
+	ConfirmedAt   time.Time `json:"confirmed_at,omitzero"`
 }
 
 // Answers to a host's price increase.
@@ -49,7 +49,7 @@ const (
 // against, and the run's answer.
 type PriceIncrease struct {
 	ID          int64     `json:"pending_price_increase_id"`
-	At          time.Time `json:"at"`
+	At          time.Time `json:"at,omitzero"`
 	OldDPH      float64   `json:"old_dph"`
 	NewDPH      float64   `json:"new_dph"`
 	CeilingDPH  float64   `json:"ceiling_dph"`

@@ -53,8 +53,7 @@ func WriteExplanation(w io.Writer, ds []policy.Decision) {
 		if d.Chosen {
 			mark = "=>"
 		}
-		fmt.Fprintf(w, "%s %d  %s x%d  $%.4f/h  %s\n", mark, //nolint:errcheck // a table for people on stdout: nothing to do about a failed write
-			d.Offer.ID, d.Offer.GPUName, d.Offer.NumGPUs, d.TotalDPH, strings.Join(d.Reasons, "; "))
+		fmt.Fprintf(w, "%s %d  %s x%d  $%.4f/h  %s\n", mark, d.Offer.ID, d.Offer.GPUName, d.Offer.NumGPUs, d.TotalDPH, strings.Join(d.Reasons, "; ")) //nolint:errcheck // w is for people: a refused write cannot be reported
 	}
 }
 

@@ -46,6 +46,9 @@ const (
 	// a price increase above the ceiling not accepted) before the work was
 	// done; the work was stopped before it ended.
 	ContractEnded Outcome = "contract_ended"
+	// Unfinished: the journal has no outcome; its controller is still
+	// running, or died (a receipt rebuilt from the journal says so).
+	Unfinished Outcome = "unfinished"
 
 	// The canary's comparison classes.
 	Match            Outcome = "match"
@@ -105,3 +108,7 @@ func (o Outcome) Known() bool {
 	_, ok := classes[o]
 	return ok
 }
+
+// Resumable reports an outcome whose run `vastrun resume` continues: a run
+// interrupted by a signal, or one whose controller died.
+func (o Outcome) Resumable() bool { return o == Interrupted || o == Unfinished }

@@ -1,6 +1,7 @@
 package receipt
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/provider"
@@ -33,8 +34,8 @@ type Receipt struct {
 	Timings        map[string]float64 `json:"timings_s"`
 	Cost           Cost               `json:"cost"`
 	Cleanup        Cleanup            `json:"cleanup"`
-	StartedAt      time.Time          `json:"started_at"`
-	FinishedAt     time.Time          `json:"finished_at"`
+	StartedAt      time.Time          `json:"started_at,omitzero"`
+	FinishedAt     time.Time          `json:"finished_at,omitzero"`
 	EvidenceDir    string             `json:"evidence_dir"`
 	EvidenceUpload *EvidenceUpload    `json:"evidence_upload,omitempty"` // evidence.uri's copy (evidence.go)
 	// SimTime is set when the simulator ran scaled: the receipt's own times
@@ -68,8 +69,8 @@ type NotifyDelivery struct {
 type SimTime struct {
 	Speed      float64            `json:"speed"`
 	Timings    map[string]float64 `json:"timings_s"`
-	StartedAt  time.Time          `json:"started_at"`
-	FinishedAt time.Time          `json:"finished_at"`
+	StartedAt  time.Time          `json:"started_at,omitzero"`
+	FinishedAt time.Time          `json:"finished_at,omitzero"`
 }
 
 // CI identifies the CI run.
@@ -127,12 +128,46 @@ type BidCost struct {
 
 // TestOutcome is how the test ended and what it reported.
 type TestOutcome struct {
-	ExitCode  int            `json:"exit_code"`
-	Signal    string         `json:"signal,omitempty"`
-	Result    map[string]any `json:"result,omitempty"`
-	ResultErr string         `json:"result_error,omitempty"`
-	Log       string         `json:"log"`
-	TimedOut  bool           `json:"timed_out,omitempty"`
+	// ExitCode is the test's exit status; nil when it did not end on its
+	// own: Interrupted (a signal stopped the run) or TimedOut (stopped at
+	// the job timeout). An interrupted test never reads as a pass.
+	ExitCode    *int           `json:"exit_code,omitempty"`
+	Signal      string         `json:"signal,omitempty"`
+	Interrupted bool           `json:"interrupted,omitempty"`
+	Result      map[string]any `json:"result,omitempty"`
+	ResultErr   string         `json:"result_error,omitempty"`
+	Log         string         `json:"log"`
+	TimedOut    bool           `json:"timed_out,omitempty"`
+}
+
+// Exited records the test's exit status.
+func (t *TestOutcome) Exited(code int) { t.ExitCode = &code }
+
+// Code is the exit status, -1 when the test did not end on its own.
+func (t *TestOutcome) Code() int {
+	if t.ExitCode == nil {
+		return -1
+	}
+	return *t.ExitCode
+}
+
+// Passed reports a test that ended on its own with status 0.
+func (t *TestOutcome) Passed() bool { return t.ExitCode != nil && *t.ExitCode == 0 }
+
+// Status is how the test ended, in words: "exit 3", "exit 137 (signal
+// KILL)", "interrupted" or "timed out".
+func (t *TestOutcome) Status() string {
+	switch {
+	case t.Interrupted:
+		return "interrupted"
+	case t.TimedOut:
+		return "timed out"
+	case t.ExitCode == nil:
+		return "no exit status"
+	case t.Signal != "":
+		return fmt.Sprintf("exit %d (signal %s)", *t.ExitCode, t.Signal)
+	}
+	return fmt.Sprintf("exit %d", *t.ExitCode)
 }
 
 // Check is one verify check: what was checked, whether it held, and what
@@ -162,4 +197,17 @@ type EvidenceUpload struct {
 	Bytes          int64  `json:"bytes"`
 	Uploaded       bool   `json:"uploaded"` // manifest and files are at URI
 	Error          string `json:"error,omitempty"`
+}
+
+// Next says how a run that did not finish goes on, for people: resumed
+// from its journal, or torn down. "" when its outcome is final.
+func (r *Receipt) Next() string {
+	if !r.Outcome.Resumable() || r.RunID == "" {
+		return ""
+	}
+	switch r.Workflow {
+	case "train", "ci", "canary":
+		return fmt.Sprintf("continue it with `vastrun resume %s --yes` (and the -f config it started with), or tear it down with `vastrun down --run %s --yes`", r.RunID, r.RunID)
+	}
+	return fmt.Sprintf("tear it down with `vastrun down --run %s --yes`", r.RunID)
 }

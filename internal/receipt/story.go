@@ -38,9 +38,9 @@ func Story(r *Receipt) []Section {
 		}
 		out = append(out, s)
 	}
-	if t := r.Test; t != nil && (t.ExitCode != 0 || t.TimedOut) {
+	if t := r.Test; t != nil && !t.Passed() {
 		if tail := LogTail(r.EvidenceDir, t.Log, 20); tail != "" {
-			out = append(out, Section{Title: fmt.Sprintf("Last lines of %s (exit %d)", t.Log, t.ExitCode), Block: tail})
+			out = append(out, Section{Title: fmt.Sprintf("Last lines of %s (%s)", t.Log, t.Status()), Block: tail})
 		}
 	}
 	for _, p := range r.Parts() {

@@ -1,6 +1,7 @@
 package receipt
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,7 @@ func TestStoryCILogTailOnlyOnFailure(t *testing.T) {
 	}
 	log.WriteString("the last line\n")
 	os.WriteFile(filepath.Join(dir, "test.log"), []byte(log.String()), 0o644)
-	r := &Receipt{Workflow: "ci", Outcome: Failed, EvidenceDir: dir, Test: &TestOutcome{ExitCode: 1, Log: "test.log"},
+	r := &Receipt{Workflow: "ci", Outcome: Failed, EvidenceDir: dir, Test: &TestOutcome{ExitCode: ptr(1), Log: "test.log"},
 		Verify: &VerifyReport{Checks: []Check{{Name: "gpu count", OK: true, Detail: "1 GPU"}, {Name: "cuda", OK: false, Detail: "11.8 < 12.0"}}}}
 	var tail *Section
 	for _, s := range Story(r) {
@@ -30,7 +31,7 @@ func TestStoryCILogTailOnlyOnFailure(t *testing.T) {
 	if md := Summary(r); !strings.Contains(md, "| cuda | FAILED — 11.8 < 12.0 |") {
 		t.Fatalf("verify checks missing:\n%s", md)
 	}
-	r.Outcome, r.Test.ExitCode = Passed, 0
+	r.Outcome, r.Test.ExitCode = Passed, ptr(0)
 	for _, s := range Story(r) {
 		if strings.HasPrefix(s.Title, "Last lines") {
 			t.Fatal("a passing test's log tail is shown")
@@ -56,5 +57,32 @@ func TestTimingsLineIsInNameOrder(t *testing.T) {
 	}
 	if got := TimingsLine(nil); got != "" {
 		t.Fatalf("TimingsLine(nil) = %q, want empty", got)
+	}
+}
+
+func ptr(n int) *int { return &n }
+
+// TestInterruptedTestHasNoExitCode: a test that did not end on its own has
+// no exit_code in the JSON and never reads as exit 0 or a pass.
+func TestInterruptedTestHasNoExitCode(t *testing.T) {
+	for _, c := range []struct {
+		t    TestOutcome
+		want string
+	}{
+		{TestOutcome{Interrupted: true}, "interrupted"},
+		{TestOutcome{TimedOut: true}, "timed out"},
+		{TestOutcome{ExitCode: ptr(0)}, "exit 0"},
+		{TestOutcome{ExitCode: ptr(137), Signal: "KILL"}, "exit 137 (signal KILL)"},
+	} {
+		b, _ := json.Marshal(c.t)
+		if got := c.t.Status(); got != c.want {
+			t.Errorf("%s: Status %q, want %q", b, got, c.want)
+		}
+		if has := strings.Contains(string(b), "exit_code"); has != (c.t.ExitCode != nil) {
+			t.Errorf("%s: exit_code present %v", b, has)
+		}
+		if c.t.Passed() != (c.want == "exit 0") {
+			t.Errorf("%s: Passed %v", b, c.t.Passed())
+		}
 	}
 }

@@ -28,6 +28,9 @@ func Summary(r *Receipt) string {
 	if r.Error != "" {
 		fmt.Fprintf(&b, "**Error:** %s\n\n", r.Error)
 	}
+	if n := r.Next(); n != "" {
+		fmt.Fprintf(&b, "**Next:** %s\n\n", n)
+	}
 	fmt.Fprintf(&b, "| | |\n|---|---|\n| run | `%s` |\n| label | `%s` |\n| commit | `%s` |\n| image | `%s` |\n", r.RunID, r.Label, r.Commit, r.Image)
 	for i, a := range r.Attempts {
 		fmt.Fprintf(&b, "| attempt %d | offer %d → instance %d on machine %d: %s x%d at $%.4f/h, cost %s", i+1, a.OfferID, a.InstanceID, a.MachineID, a.GPUName, a.NumGPUs, a.DPHTotal, attemptCost(r, a))
@@ -40,7 +43,7 @@ func Summary(r *Receipt) string {
 		fmt.Fprintf(&b, "; destroyed: %s |\n", map[bool]string{true: "confirmed", false: "**NOT CONFIRMED**"}[a.Confirmed])
 	}
 	if r.Test != nil {
-		fmt.Fprintf(&b, "| test | exit %d |\n", r.Test.ExitCode)
+		fmt.Fprintf(&b, "| test | %s |\n", r.Test.Status())
 	}
 	charged := "n/a"
 	if r.Cost.ChargedUSD != nil {

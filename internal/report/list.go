@@ -20,7 +20,7 @@ const ListSchema = "vastrun.runs/v1"
 
 // OutcomeUnfinished is a run whose journal has no outcome: its controller
 // is still running, or died (vastrun resume / down take it over).
-const OutcomeUnfinished = "unfinished"
+const OutcomeUnfinished = string(receipt.Unfinished)
 
 // Run is one row of the listing.
 type Run struct {
@@ -29,7 +29,7 @@ type Run struct {
 	Outcome  string `json:"outcome"`
 	Label    string `json:"label"`
 	// StartedAt is when the run began (UTC).
-	StartedAt time.Time `json:"started_at"`
+	StartedAt time.Time `json:"started_at,omitzero"`
 	// WallSeconds is the wall-clock time from start to the last journal
 	// record (or to the receipt's finish).
 	WallSeconds float64 `json:"wall_s"`
@@ -143,7 +143,9 @@ func readReceipt(evidenceDir string) *receipt.Receipt {
 }
 
 // estimate prices each attempt's rented time at its $/h, up to now for an
-// instance whose destruction is not yet confirmed.
+// instance whose destruction is not yet confirmed, less the GPU part of
+// the time an interruptible rental spent stopped (as the run's own
+// estimate does).
 func estimate(st *runstate.State, now time.Time) float64 {
 	total := 0.0
 	for _, a := range st.Attempts {
@@ -155,7 +157,7 @@ func estimate(st *runstate.State, now time.Time) float64 {
 			end = a.ConfirmedAt
 		}
 		if end.After(a.RentedAt) {
-			total += a.DPHTotal * end.Sub(a.RentedAt).Hours()
+			total += a.DPHTotal*end.Sub(a.RentedAt).Hours() - a.StoppedDiscount(end)
 		}
 	}
 	return total

@@ -29,11 +29,14 @@ type Lane struct {
 	Segments []Segment
 }
 
-// Mark is a point event (a checkpoint, an interruption, a resume).
+// Mark is a point event (a checkpoint, an interruption, a resume), drawn
+// on the lane of the attempt whose journal records hold it, down to the
+// time axis.
 type Mark struct {
 	Label string
 	At    time.Time
 	X, Y  float64
+	Y1    float64 // the top of its attempt's lane
 	// LabelY is where the label sits, staggered so neighbours stay legible.
 	LabelY float64
 	Anchor string // text-anchor of the label
@@ -174,19 +177,50 @@ func BuildWith(r *receipt.Receipt, recs []journal.Record, x Extras) *Page {
 		p.Ticks = append(p.Ticks, Tick{Pos: xOf(start.Add(time.Duration(t * float64(time.Second)))), Label: clockLabel(t)})
 	}
 	seen := map[int64]bool{}
+	// Each mark belongs to the attempt whose records hold it, in journal
+	// order (each rent intent starts the next attempt), and is drawn
+	// within that attempt's span: an attempt's marks never land on
+	// another's time, and a checkpoint a resumed controller journals again
+	// is drawn once.
+	lane, byOrder := -1, false
+	for _, rec := range recs {
+		byOrder = byOrder || rec.Step == "rent" && rec.Type == "intent"
+	}
+	mark := func(m Mark) {
+		l := lane
+		if !byOrder { // a journal without rent records (a test's): the attempt under way then
+			for i, a := range r.Attempts {
+				if !a.IntentAt.IsZero() && !a.IntentAt.After(m.At) {
+					l = i
+				}
+			}
+		}
+		l = max(0, min(l, len(p.Lanes)-1))
+		if len(p.Lanes) > 0 {
+			ln := p.Lanes[l]
+			m.Y1 = ln.Y
+			if n := len(ln.Segments); n > 0 {
+				m.X = math.Max(ln.Segments[0].X, math.Min(m.X, ln.Segments[n-1].X+ln.Segments[n-1].W))
+			}
+		}
+		p.Marks = append(p.Marks, m)
+	}
 	for _, rec := range recs {
 		at := journalTime(rec.Time)
+		if rec.Step == "rent" && rec.Type == "intent" {
+			lane++
+		}
 		switch rec.Step {
 		case "checkpoint":
 			var d struct {
 				Step int64 `json:"step"`
 			}
-			if rec.Decode(&d) != nil {
-				continue // a damaged record marks nothing, rather than step 0
+			if rec.Decode(&d) != nil || seen[d.Step] {
+				continue // a damaged record marks nothing, rather than step 0; a repeat nothing more
 			}
 			seen[d.Step] = true
 			m := Mark{Label: fmt.Sprintf("ckpt %d", d.Step), At: at, X: xOf(at), Kind: "checkpoint"}
-			p.Marks = append(p.Marks, m)
+			mark(m)
 			p.Checkpoints = append(p.Checkpoints, m)
 		case "failover":
 			var d struct {
@@ -195,7 +229,7 @@ func BuildWith(r *receipt.Receipt, recs []journal.Record, x Extras) *Page {
 			if rec.Decode(&d) != nil {
 				continue // a damaged record marks nothing, rather than step 0
 			}
-			p.Marks = append(p.Marks, Mark{Label: "interrupted: " + receipt.InWords(d.Reason), At: at, X: xOf(at), Kind: "interruption"})
+			mark(Mark{Label: "interrupted: " + receipt.InWords(d.Reason), At: at, X: xOf(at), Kind: "interruption"})
 		case "restore":
 			var d struct {
 				Step int64 `json:"step"`
@@ -203,7 +237,7 @@ func BuildWith(r *receipt.Receipt, recs []journal.Record, x Extras) *Page {
 			if rec.Decode(&d) != nil {
 				continue // a damaged record marks nothing, rather than step 0
 			}
-			p.Marks = append(p.Marks, Mark{Label: fmt.Sprintf("resumed from %d", d.Step), At: at, X: xOf(at), Kind: "resume"})
+			mark(Mark{Label: fmt.Sprintf("resumed from %d", d.Step), At: at, X: xOf(at), Kind: "resume"})
 		}
 	}
 	// The last commit can land after the last poll that journaled one
@@ -564,7 +598,7 @@ pre{background:#fff;border:1px solid #d8dde6;padding:8px;overflow:auto;max-heigh
 <g id="time-axis" class="axis"><line x1="170" x2="{{sub .Width 20}}" y1="{{.AxisY}}" y2="{{.AxisY}}" stroke="#5b6475"/>
 {{range .Ticks}}<g class="tick"><line x1="{{.Pos}}" x2="{{.Pos}}" y1="{{$.AxisY}}" y2="{{add $.AxisY 5}}" stroke="#5b6475"/><text x="{{.Pos}}" y="{{add $.AxisY 17}}" text-anchor="middle">{{.Label}}</text></g>
 {{end}}<text x="8" y="{{add .AxisY 17}}">time (m:ss)</text></g>
-{{range .Marks}}<g class="mark {{.Kind}}"><line x1="{{.X}}" x2="{{.X}}" y1="8" y2="{{.Y}}" stroke="{{markColor .Kind}}" stroke-width="{{if eq .Kind "checkpoint"}}1{{else}}2.5{{end}}" stroke-dasharray="{{if eq .Kind "checkpoint"}}3,3{{else}}none{{end}}"/><text class="mark-label" x="{{.X}}" y="{{.LabelY}}" text-anchor="{{.Anchor}}" fill="{{markColor .Kind}}">{{.Label}}</text><title>{{.Label}} at {{.At.Format "15:04:05"}}</title></g>
+{{range .Marks}}<g class="mark {{.Kind}}"><line x1="{{.X}}" x2="{{.X}}" y1="{{.Y1}}" y2="{{.Y}}" stroke="{{markColor .Kind}}" stroke-width="{{if eq .Kind "checkpoint"}}1{{else}}2.5{{end}}" stroke-dasharray="{{if eq .Kind "checkpoint"}}3,3{{else}}none{{end}}"/><text class="mark-label" x="{{.X}}" y="{{.LabelY}}" text-anchor="{{.Anchor}}" fill="{{markColor .Kind}}">{{.Label}}</text><title>{{.Label}} at {{.At.Format "15:04:05"}}</title></g>
 {{end}}</svg>
 
 {{with .Metric}}<h2>{{.Name}} over steps</h2>
@@ -602,7 +636,7 @@ pre{background:#fff;border:1px solid #d8dde6;padding:8px;overflow:auto;max-heigh
 </table></div>{{end}}
 {{if .Checkpoints}}<h2>Checkpoints</h2><ul id="checkpoints">{{range .Checkpoints}}<li>{{.Label}} at {{.At.Format "15:04:05"}}</li>{{end}}</ul>{{end}}
 {{with .Receipt.Verify}}<h2>Verify checks</h2><div class="wide"><table id="verify">{{range .Checks}}<tr><th>{{.Name}}</th><td class="{{if .OK}}ok{{else}}notok{{end}}">{{if .OK}}ok{{else}}FAILED{{end}}</td><td>{{.Detail}}</td></tr>{{end}}</table></div>{{end}}
-{{with .Receipt.Test}}<h2>Test</h2><p id="test">exit status {{.ExitCode}}{{if .TimedOut}} (timed out){{end}}</p>{{end}}
+{{with .Receipt.Test}}<h2>Test</h2><p id="test">{{.Status}}</p>{{end}}
 {{if .LogTail}}<h2>Last lines of {{.LogName}}</h2><pre id="log-tail">{{.LogTail}}</pre>{{end}}
 {{with .Receipt.Canary}}<h2>Canary</h2><p id="canary">comparison: <strong>{{.Comparison}}</strong></p>{{if .Delta}}<table>{{range .Delta}}<tr><th>{{.Field}}</th><td>cpu: {{value .Local}}</td><td>gpu: {{value .GPU}}</td></tr>{{end}}</table>{{end}}{{end}}
 

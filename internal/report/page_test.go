@@ -242,3 +242,48 @@ func TestNarrowWindowDoesNotScrollSideways(t *testing.T) {
 		t.Fatalf("at a 420 px window the page is %d px wide in a %d px viewport: it scrolls sideways", sw, cw)
 	}
 }
+
+// After a resume the timeline is drawn per attempt: each mark on the lane
+// of the attempt whose journal records hold it and within its span, and a
+// checkpoint the resumed controller journals again is drawn once.
+func TestTimelinePerAttempt(t *testing.T) {
+	r, _ := sample()
+	t0 := r.StartedAt
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	data := func(v any) json.RawMessage { b, _ := json.Marshal(v); return b }
+	recs := []journal.Record{
+		{Seq: 1, Time: at(1), Type: "intent", Step: "rent", Data: data(map[string]any{"offer_id": 1})},
+		{Seq: 2, Time: at(60), Type: "event", Step: "checkpoint", Data: data(map[string]any{"step": 100})},
+		{Seq: 3, Time: at(100), Type: "event", Step: "checkpoint", Data: data(map[string]any{"step": 200})},
+		{Seq: 4, Time: at(119), Type: "event", Step: "failover", Data: data(map[string]any{"reason": "paused"})},
+		{Seq: 5, Time: at(122), Type: "intent", Step: "rent", Data: data(map[string]any{"offer_id": 2})},
+		// A record whose time lies before its attempt (another process's
+		// clock) is drawn at its attempt's start, not among attempt 1's.
+		{Seq: 6, Time: at(50), Type: "event", Step: "restore", Data: data(map[string]any{"step": 200})},
+		{Seq: 7, Time: at(150), Type: "event", Step: "checkpoint", Data: data(map[string]any{"step": 200})},
+		{Seq: 8, Time: at(250), Type: "event", Step: "checkpoint", Data: data(map[string]any{"step": 300})},
+	}
+	p := Build(r, recs)
+	byLabel := map[string][]Mark{}
+	for _, m := range p.Marks {
+		key := m.Label
+		if m.Kind == "interruption" {
+			key = "interruption"
+		}
+		byLabel[key] = append(byLabel[key], m)
+	}
+	if n := len(byLabel["ckpt 200"]); n != 1 {
+		t.Fatalf("ckpt 200 drawn %d times", n)
+	}
+	lane1, lane2 := p.Lanes[0], p.Lanes[1]
+	for label, lane := range map[string]Lane{"ckpt 100": lane1, "ckpt 200": lane1, "interruption": lane1, "resumed from 200": lane2, "ckpt 300": lane2} {
+		ms := byLabel[label]
+		if len(ms) != 1 {
+			t.Fatalf("%s: %d marks", label, len(ms))
+		}
+		first, last := lane.Segments[0], lane.Segments[len(lane.Segments)-1]
+		if m := ms[0]; m.Y1 != lane.Y || m.X < first.X || m.X > last.X+last.W {
+			t.Errorf("%s at x %.1f y1 %.0f, want on %s (y %.0f, x %.1f–%.1f)", label, m.X, m.Y1, lane.Title, lane.Y, first.X, last.X+last.W)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package report_test
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/report"
+	"github.com/vastrun/vastrun/internal/spec"
 )
 
 // A run whose controller was killed wrote no receipt: `vastrun report`
@@ -81,5 +83,75 @@ func TestReceiptPrefersTheWrittenOne(t *testing.T) {
 	}
 	if got := report.EvidenceDir(t.TempDir()); got != "" {
 		t.Fatalf("no state.json: %q", got)
+	}
+}
+
+// A receipt rebuilt after a crash is complete: commit, image and budget
+// from the frozen manifest (checked against the journal's hash), the
+// estimate from the rented time, the charges the journal recorded, how to
+// go on, and no zero time in its JSON.
+func TestRebuiltReceiptTakesTheFrozenManifest(t *testing.T) {
+	state := t.TempDir()
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	dir := filepath.Join(state, "runs", "ddd1")
+	m := spec.Manifest{Schema: spec.SchemaV2, RunID: "ddd1", Workflow: "train", Commit: "0123abcd", Image: "ghcr.io/acme/t@sha256:" + strings.Repeat("ab", 32), MaxSpendUSD: 2}
+	hash, body, err := m.Hash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeRun(t, state, "ddd1", "train", t0, func(j *journal.Journal) {
+		j.Append("done", "freeze", map[string]any{"manifest_sha256": hash})
+		j.Append("intent", "rent", map[string]any{"offer_id": 7, "dph_total": 0.36})
+		j.Append("done", "rent", map[string]any{"instance_id": 42})
+		j.Append("done", "confirm", map[string]any{"instance_id": 42, "via": []string{"show"}})
+		j.Append("event", "charges", map[string]any{"charges": map[string]float64{"42": 0.0011}})
+		j.Append("intent", "rent", map[string]any{"offer_id": 8, "dph_total": 0.36})
+		j.Append("done", "rent", map[string]any{"instance_id": 43})
+		j.Append("event", "checkpoint", map[string]any{"step": 100})
+	})
+	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := journal.Read(dir)
+	r, err := report.Receipt(dir, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Commit != m.Commit || r.Image != m.Image || r.Cost.MaxSpendUSD != 2 {
+		t.Fatalf("from the manifest: commit %q image %q budget %v", r.Commit, r.Image, r.Cost.MaxSpendUSD)
+	}
+	// 42 rented 10 s at $0.36/h, 43 rented until the last record (10 s).
+	if want := 2 * 0.36 * 10 / 3600; math.Abs(r.Cost.EstimateUSD-want) > 1e-6 {
+		t.Fatalf("estimate %v, want %v", r.Cost.EstimateUSD, want)
+	}
+	if r.Cost.ChargedUSD == nil || *r.Cost.ChargedUSD != 0.0011 {
+		t.Fatalf("charged %v", r.Cost.ChargedUSD)
+	}
+	if n := r.Next(); !strings.Contains(n, "vastrun resume ddd1 --yes") || !strings.Contains(n, "vastrun down --run ddd1 --yes") {
+		t.Fatalf("next %q", n)
+	}
+	b, _ := json.Marshal(r)
+	if strings.Contains(string(b), "0001-01-01") {
+		t.Fatalf("a zero time in %s", b)
+	}
+	// A manifest that does not match the journal's hash is not believed.
+	os.WriteFile(filepath.Join(dir, "manifest.json"), append(body, ' '), 0o600)
+	if r, _ := report.Receipt(dir, recs); r.Commit != "" || r.Image != "" {
+		t.Fatalf("an edited manifest was read: %q %q", r.Commit, r.Image)
+	}
+}
+
+// A run that ended holds its receipt in the journal's outcome record: it
+// is given back as it was, even when receipt.json is gone.
+func TestReceiptFromTheOutcomeRecord(t *testing.T) {
+	state := t.TempDir()
+	writeRun(t, state, "eee1", "ci", time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC), func(j *journal.Journal) {
+		j.Append("event", "outcome", map[string]any{"outcome": "passed", "receipt": map[string]any{"schema": receipt.Schema, "run_id": "eee1", "outcome": "passed", "commit": "feed"}})
+	})
+	dir := filepath.Join(state, "runs", "eee1")
+	recs, _ := journal.Read(dir)
+	r, err := report.Receipt(dir, recs)
+	if err != nil || r.Commit != "feed" || r.Outcome != "passed" || r.Next() != "" {
+		t.Fatalf("%v %+v", err, r)
 	}
 }

@@ -76,7 +76,7 @@ func NewS3Store(bucket, prefix string, o Options) (*S3Store, error) {
 	recvBuffer := recvBufferFor(rbOverride, rmemMax())
 	c, err := s3client.New(s3client.Config{
 		Endpoint: o.Endpoint, Region: o.Region, PathStyle: o.PathStyle,
-		AccessKey: o.AccessKey, SecretKey: o.SecretKey, SessionToken: o.SessionToken, Getenv: getenv,
+		AccessKey: o.AccessKey, SecretKey: o.SecretKey, SessionToken: o.SessionToken, Getenv: getenv, MaxRetries: o.MaxRetries,
 		Tune: func(tr *http.Transport) { tuneTransport(tr, threads, recvBuffer) },
 	})
 	if err != nil {
@@ -114,6 +114,11 @@ func (s *S3Store) slot(ctx context.Context) (func(), error) {
 
 // URI names the store.
 func (s *S3Store) URI() string { return fmt.Sprintf("s3://%s/%s", s.bucket, s.prefix) }
+
+// Endpoint is the S3 server it talks to (scheme://host) and Bucket its
+// bucket, for messages that name them.
+func (s *S3Store) Endpoint() string { return s.endpoint }
+func (s *S3Store) Bucket() string   { return s.bucket }
 
 func (s *S3Store) object(key string) (string, error) {
 	k, err := s3client.CleanKey(key)

@@ -89,9 +89,12 @@ type Options struct {
 	// connection, in bytes (sockbuf.go): 0 is the default (4 MiB where
 	// net.core.rmem_max allows it, else the kernel's autotuning), < 0 the
 	// kernel's autotuning. Env VASTRUN_S3_RCVBUF_MIB (0: autotuning).
-	RecvBuffer   int64
-	Getenv       func(string) string
-	AllowHTTP    bool // plain-HTTP endpoints (local test servers)
+	RecvBuffer int64
+	Getenv     func(string) string
+	AllowHTTP  bool // plain-HTTP endpoints (local test servers)
+	// MaxRetries bounds an S3 request's retries (0: minio-go's default);
+	// a probe that must answer soon sets it low.
+	MaxRetries   int
 	AccessKey    string
 	SecretKey    string
 	SessionToken string

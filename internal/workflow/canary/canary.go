@@ -217,13 +217,13 @@ func (e *flow) gpuCanary(ctx context.Context, c *remote.Client, inst provider.In
 		if err != nil {
 			return err
 		}
-		gpu = receipt.SmokeOutcome{Where: "gpu", ExitCode: res.ExitCode, Result: res.Result, Log: "test.log"}
+		gpu = receipt.SmokeOutcome{Where: "gpu", ExitCode: res.Code(), Result: res.Result, Log: "test.log"}
 		for _, f := range cc.ExpectFields {
 			if _, ok := lookup(gpu.Result, f); !ok {
 				gpu.MissingFields = append(gpu.MissingFields, f)
 			}
 		}
-		gpu.Passed = res.ExitCode == cc.ExpectExit && len(gpu.MissingFields) == 0
+		gpu.Passed = res.ExitCode != nil && *res.ExitCode == cc.ExpectExit && len(gpu.MissingFields) == 0
 	}
 	e.report.GPU = &gpu
 	e.report.CUDA = e.cudaCheck(ctx, c, env)

@@ -79,8 +79,8 @@ func (t *test) run(ctx context.Context, s *lifecycle.Scope) error {
 	if err != nil {
 		return err
 	}
-	if res.ExitCode != 0 {
-		return &lifecycle.TestFailedError{Code: res.ExitCode}
+	if !res.Passed() {
+		return &lifecycle.TestFailedError{Code: res.Code()}
 	}
 	s.Infof("the test passed")
 	return nil

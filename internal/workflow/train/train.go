@@ -689,7 +689,7 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 			e.s.Sink().WriteJSON(filepath.Join(e.s.EvidenceDir, "agent-status.json"), b, 0o644) //nolint:errcheck // evidence beside the receipt, best effort
 		}
 	}
-	res := &receipt.TestOutcome{Log: "train.log", ExitCode: code}
+	res := &receipt.TestOutcome{Log: "train.log", ExitCode: &code}
 	e.s.FetchResult(c, res)
 	e.report.Result = res.Result
 	if code != 0 {
