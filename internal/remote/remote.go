@@ -589,14 +589,20 @@ func (c *Client) runOn(ctx context.Context, cn *conn, cmd Command) (started bool
 	defer sess.Close() //nolint:errcheck // teardown: the session's own result is what counts
 	pidFile := ".vastrun/job-" + randomToken() + ".pid"
 	sess.Stdin = strings.NewReader(cmd.script(pidFile))
-	sess.Stdout, sess.Stderr = orDiscard(cmd.Stdout), orDiscard(cmd.Stderr)
+	// The session copies output in goroutines of its own, which may still
+	// be writing when ctx ends and runOn returns: the gate stops them
+	// reaching the caller's writers once runOn has returned.
+	gate := &outputGate{}
+	defer gate.shut()
+	stdout, stderr := gate.to(orDiscard(cmd.Stdout)), gate.to(orDiscard(cmd.Stderr))
 	if cmd.Output != nil {
 		// The command's own stderr arrives on stdout; what the wrapper
 		// shell says before it execs it still comes on stderr, into the
 		// same writer, one write at a time.
-		w := &lockedWriter{w: cmd.Output}
-		sess.Stdout, sess.Stderr = w, w
+		stdout = gate.to(cmd.Output)
+		stderr = stdout
 	}
+	sess.Stdout, sess.Stderr = stdout, stderr
 	// Start returns once the exec request is answered, before stdin (the
 	// script) is sent: if it fails, the shell has read nothing to run.
 	if err := sess.Start("/bin/sh -s"); err != nil {
@@ -982,14 +988,36 @@ func (s *Stream) end() {
 	})
 }
 
-// lockedWriter serialises the writes of a session's two channels.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+// outputGate serialises the writes of a session's two channels.
+// outputGate serializes the writes of a session's output goroutines
+// into the caller's writers (one write at a time, whichever stream it
+// comes from) and, once shut, drops them: a session's copies can outlive
+// the call that started it.
+type outputGate struct {
+	mu     sync.Mutex
+	closed bool
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
+// to is w behind the lock.
+func (l *outputGate) to(w io.Writer) io.Writer { return gatedWriter{l, w} }
+
+// shut drops every later write; it returns once none is in flight.
+func (l *outputGate) shut() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+	l.closed = true
+	l.mu.Unlock()
+}
+
+type gatedWriter struct {
+	l *outputGate
+	w io.Writer
+}
+
+func (g gatedWriter) Write(p []byte) (int, error) {
+	g.l.mu.Lock()
+	defer g.l.mu.Unlock()
+	if g.l.closed {
+		return len(p), nil
+	}
+	return g.w.Write(p)
 }

@@ -1,6 +1,7 @@
 package remote_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -259,5 +260,34 @@ func TestStreamCloseWhileWriting(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-done
+	}
+}
+
+// A Run that ctx ends returns while the session may still be copying
+// output: nothing reaches the caller's writers after Run returned (the
+// caller reads them at once; run under -race).
+func TestRunEndedByContextLeavesTheWritersAlone(t *testing.T) {
+	_, _, _, eps, kp, dir := instance(t)
+	c, err := remote.Dialer{Key: kp.Signer, KnownHostsPath: filepath.Join(dir, "known_hosts")}.Dial(context.Background(), eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 5 {
+		var out, errOut bytes.Buffer
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			time.Sleep(200 * time.Millisecond) // a real SSH server: real time
+			cancel()
+		}()
+		err := c.Run(ctx, remote.Command{Script: "yes output", Stdout: &out, Stderr: &errOut})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("run: %v, want context.Canceled", err)
+		}
+		n := out.Len()
+		out.Reset()
+		if n == 0 {
+			t.Fatal("no output before the cancel")
+		}
 	}
 }
