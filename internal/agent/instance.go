@@ -67,13 +67,27 @@ func (l Layout) Abs(p string) string {
 // agent makes each one absolute before starting the workload.
 var PathVars = []string{"VASTRUN_CHECKPOINT_DIR", "VASTRUN_OUTPUT_DIR", "VASTRUN_RESUME_DIR", "VASTRUN_RESUME_PROOF", "VASTRUN_RESULT", "VASTRUN_CHECKPOINT_FILE", "VASTRUN_METRICS"}
 
-// WorkloadEnv is env (KEY=VALUE) with every path variable made absolute
-// and VASTRUN_HOME set to the login directory.
+// Unbuffered is what the workload's environment gets unless it sets the
+// variable itself (even to ""): its output goes to a file, which CPython
+// block-buffers, so without it a script's `print` reaches the log (and
+// train.step_from, and the live stream) only in 8 KiB blocks or at exit.
+// It is the only such variable worth setting: Go, Rust, Node, Java and
+// .NET write through or flush each line; Ruby and Perl have no variable;
+// stdbuf(1) for C stdio is an LD_PRELOAD that static, setuid and
+// self-buffering programs ignore, and a pty would change what programs
+// print (progress bars, colours, prompts). docs/train.md says so.
+var Unbuffered = []string{"PYTHONUNBUFFERED=1"}
+
+// WorkloadEnv is env (KEY=VALUE) with every path variable made absolute,
+// VASTRUN_HOME set to the login directory, and Unbuffered's variables
+// added where env does not set them.
 func (l Layout) WorkloadEnv(env []string) []string {
-	out := make([]string, 0, len(env)+2)
+	out := make([]string, 0, len(env)+2+len(Unbuffered))
 	metrics := false
+	set := map[string]bool{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
+		set[k] = true
 		if k == "VASTRUN_HOME" {
 			continue
 		}
@@ -87,6 +101,11 @@ func (l Layout) WorkloadEnv(env []string) []string {
 	}
 	if !metrics { // the agent reads the workload's metrics from here
 		out = append(out, "VASTRUN_METRICS="+l.Abs(MetricsFile))
+	}
+	for _, kv := range Unbuffered {
+		if k, _, _ := strings.Cut(kv, "="); !set[k] {
+			out = append(out, kv)
+		}
 	}
 	return append(out, "VASTRUN_HOME="+l.Home)
 }
