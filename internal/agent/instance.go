@@ -426,9 +426,11 @@ func BuildReport(l Layout, o ReportOptions) Report {
 		}
 		r.Workload = w
 	}
+	var observed *Observed
 	if b, err := os.ReadFile(l.Abs(StatusFile)); err == nil {
 		if st, err := ReadStatus(b); err == nil {
-			r.Checkpoint = Progress{LastStep: st.LastStep, LastSHA256: st.LastSHA256, Committed: st.Committed, Local: st.Local, LastSize: st.LastSize}
+			r.Checkpoint = Progress{LastStep: st.LastStep, LastSHA256: st.LastSHA256, Committed: st.Committed, Local: st.Local, LastSize: st.LastSize, StepSource: st.StepSource}
+			r.Agent.Warnings, observed = st.Warnings, st.Observed
 			if r.Checkpoint.Committed == nil {
 				r.Checkpoint.Committed = []int64{}
 			}
@@ -446,7 +448,7 @@ func BuildReport(l Layout, o ReportOptions) Report {
 	} else {
 		r.Disk = diskOf(l.Home, 0, false)
 	}
-	r.Resume = readResume(l)
+	r.Resume = readResume(l, observed)
 	// Touch is what controllers before the heartbeat channel (heartbeat.go)
 	// asked for with every poll; it is still honoured.
 	if o.Touch {
@@ -466,8 +468,9 @@ func BuildReport(l Layout, o ReportOptions) Report {
 	return r
 }
 
-// readResume validates the workload's proof: a step number, nothing else.
-func readResume(l Layout) *Resume {
+// readResume validates the workload's proof (a step number, nothing
+// else) and, without one, judges what the agent observed (observe.go).
+func readResume(l Layout, obs *Observed) *Resume {
 	b, err := os.ReadFile(l.Abs(RestoreFile))
 	if err != nil {
 		return nil
@@ -477,20 +480,29 @@ func readResume(l Layout) *Resume {
 		return nil
 	}
 	res := &Resume{RestoredStep: rr.Step}
-	f, err := os.Open(l.Abs(ProofFile))
-	if err != nil {
-		return res
+	if obs != nil {
+		res.Read, res.FirstStep, res.ObservedStep, res.Unobservable = obs.Read, obs.FirstStep, obs.StepAfterRead, obs.Unobservable
 	}
-	defer f.Close()
-	p, _ := io.ReadAll(io.LimitReader(f, 65))
-	text := strings.TrimSpace(string(p))
-	n, err := strconv.ParseInt(text, 10, 64)
-	switch {
-	case text == "":
-	case len(p) > 64 || err != nil:
-		res.Error = fmt.Sprintf("the resume proof is not a step number: %q", truncate(text, 40))
-	default:
-		res.ReportedStep, res.Proven = &n, n == rr.Step
+	if f, err := os.Open(l.Abs(ProofFile)); err == nil {
+		p, _ := io.ReadAll(io.LimitReader(f, 65))
+		f.Close()
+		text := strings.TrimSpace(string(p))
+		n, err := strconv.ParseInt(text, 10, 64)
+		switch {
+		case text == "":
+		case len(p) > 64 || err != nil:
+			res.Error = fmt.Sprintf("the resume proof is not a step number: %q", truncate(text, 40))
+		default:
+			res.ReportedStep, res.Proven = &n, n == rr.Step
+			if res.Proven {
+				res.ProvenBy = ProvenReported
+			}
+		}
+	}
+	// A proof the workload wrote is its word: a wrong one is not outvoted.
+	if res.ReportedStep == nil && res.Error == "" && res.Read != "" && res.ObservedStep != nil &&
+		*res.ObservedStep >= rr.Step && !res.Regressed() {
+		res.Proven, res.ProvenBy = true, ProvenObserved
 	}
 	return res
 }
