@@ -185,7 +185,7 @@ func Watch(ctx context.Context, o Options) error {
 		defer w.snap.close()
 		w.snap.warn, w.snap.onStep = w.warnOnce, o.resume.step
 		if w.snap.why != "" {
-			fmt.Fprintf(o.Log, "vastrun agent: %s: saves of %s are seen by polling every %s\n", w.snap.why, o.Files, o.Poll)
+			fmt.Fprintf(o.Log, "vastrun agent: %s: saves of %s are seen by polling every %s\n", w.snap.why, o.Files, o.Poll) //nolint:errcheck // the log is the only place to tell
 		}
 	}
 	if entries, err := os.ReadDir(o.CheckpointDir); err == nil { // there before the workload: not its steps

@@ -94,6 +94,7 @@ func watchRestore(l Layout) *resumeWatch {
 		}
 	}
 	dirs := 0
+	//nolint:errcheck // the walk's function returns no error: an unreadable directory is one less watched
 	filepath.WalkDir(l.Abs(ResumeDir), func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return nil

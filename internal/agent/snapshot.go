@@ -46,10 +46,11 @@ type snapshotter struct {
 
 	steps *stepLog // train.step_from over the log; nil without one
 
-	mu     sync.Mutex
-	events []saveMark // saves inotify saw, not yet absorbed
-	in     *inotify   // nil: polling only
-	why    string     // why there is no inotify
+	mu       sync.Mutex
+	events   []saveMark // saves inotify saw, not yet absorbed
+	watchErr string     // the first watch that failed ("-": reported)
+	in       *inotify   // nil: polling only
+	why      string     // why there is no inotify
 
 	marks    []*saveMark
 	consumed int64 // the log offset of the last step line a save took (-1: none)
@@ -116,23 +117,35 @@ func (s *snapshotter) rewatch() {
 		ds, _ := filepath.Glob(dir)
 		for _, d := range ds {
 			if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-				s.in.add(d, evSaved)
+				s.watch(d, evSaved)
 			}
 		}
 		return
 	}
 	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-		s.in.add(dir, evSaved)
+		s.watch(dir, evSaved)
 		return
 	}
 	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
 		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-			s.in.add(p, evDirMade)
+			s.watch(p, evDirMade)
 			return
 		}
 		if p == filepath.Dir(p) {
 			return
 		}
+	}
+}
+
+// watch adds one watch; a directory that cannot be watched (inotify's
+// limits) is polled, and the agent log says so once.
+func (s *snapshotter) watch(dir string, mask uint32) {
+	if err := s.in.add(dir, mask); err != nil {
+		s.mu.Lock()
+		if s.watchErr == "" {
+			s.watchErr = err.Error()
+		}
+		s.mu.Unlock()
 	}
 }
 
@@ -283,6 +296,10 @@ func (s *snapshotter) take(ph phase, lastStep int64, dying func() bool) error {
 	s.mu.Lock()
 	evs := s.events
 	s.events = nil
+	if s.watchErr != "" {
+		s.warn("watch", s.watchErr+": saves of "+s.o.Files+" there are seen by polling, up to a poll late")
+		s.watchErr = "-" // said once
+	}
 	s.mu.Unlock()
 	for _, ev := range evs {
 		if ev.sig != s.seen[ev.path] { // not what was restored or snapshot already
@@ -404,7 +421,7 @@ func (s *snapshotter) take(ph phase, lastStep int64, dying func() bool) error {
 	}
 	s.remember(cur)
 	if source != s.source {
-		fmt.Fprintf(s.o.Log, "vastrun agent: the steps of %s come from %s\n", s.o.Files, describeSource(source, s.o.StepFrom))
+		fmt.Fprintf(s.o.Log, "vastrun agent: the steps of %s come from %s\n", s.o.Files, describeSource(source, s.o.StepFrom)) //nolint:errcheck // the log is the only place to tell
 		s.source = source
 	}
 	fmt.Fprintf(s.o.Log, "vastrun agent: snapshot %s as step %d (%s)\n", strings.Join(s.rels(ms), ", "), step, source)

@@ -52,7 +52,7 @@ func (l *stepLog) scan() []stepHit {
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only file
 	fi, err := f.Stat()
 	if err != nil || fi.Size() <= l.off {
 		return nil
@@ -144,12 +144,4 @@ func (l *stepLog) drop(upTo int64) {
 		i++
 	}
 	l.hits = append(l.hits[:0], l.hits[i:]...)
-}
-
-// newest is the newest step the log reported (ok false: none yet).
-func (l *stepLog) newest() (int64, bool) {
-	if l == nil || len(l.hits) == 0 {
-		return 0, false
-	}
-	return l.hits[len(l.hits)-1].step, true
 }

@@ -43,7 +43,7 @@ func stepOfFile(path, pattern string) (step int64, source string, ok bool) {
 	if err != nil {
 		return 0, "", false
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // read-only file
 	head := make([]byte, 4)
 	k, _ := io.ReadFull(f, head)
 	head = head[:k]
@@ -126,7 +126,7 @@ func stepOfTorchZip(f *os.File) (string, int64, bool) {
 			return "", 0, false
 		}
 		b, _ := io.ReadAll(io.LimitReader(rc, maxStepRead))
-		rc.Close()
+		rc.Close() //nolint:errcheck // read-only entry
 		return stepOfPickle(b)
 	}
 	return "", 0, false

@@ -621,7 +621,9 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 	restart := e.started || len(e.s.State().Attempts) > 1
 	if rs.Step < 0 && restart {
 		e.report.Resumes = append(e.report.Resumes, receipt.ResumeProof{Instance: inst.ID, RestoredStep: -1, Restored: receipt.RestoredNone, Skipped: rs.Skipped})
-		e.s.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": -1, "skipped": len(rs.Skipped)})
+		if err := e.s.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": -1, "skipped": len(rs.Skipped)}); err != nil {
+			return err
+		}
 		e.warn(fmt.Sprintf("instance %d restored nothing: no checkpoint was committed before the interruption, so the workload starts from the beginning (%s)", inst.ID, e.commitHint()))
 		if t.RequireResume {
 			return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: instance %d had nothing to restore (no checkpoint was committed before the interruption)", ErrNotResumed, inst.ID)}
