@@ -211,3 +211,30 @@ func TestPollingLabelsSavesWithoutInotify(t *testing.T) {
 		}
 	}
 }
+
+// Without train.step_from the step is the checkpoint's own, and the
+// status says where it came from.
+func TestStepFromTheCheckpointWithoutStepFrom(t *testing.T) {
+	home := t.TempDir()
+	o := defaults(Options{Files: "out/ckpt.json", LogFile: filepath.Join(home, "train.log"), Home: home, CheckpointDir: filepath.Join(home, "checkpoints")})
+	s := newSnapshotter(o)
+	defer s.close()
+	var reported []int64
+	s.onStep = func(step, _ int64) { reported = append(reported, step) }
+	os.MkdirAll(filepath.Join(home, "out"), 0o755)
+	never := func() bool { return false }
+	for _, it := range []int64{250, 300} {
+		os.WriteFile(filepath.Join(home, "out/ckpt.json"), []byte(fmt.Sprintf(`{"w": [1], "iter": %d}`, it)), 0o644)
+		for range 2 {
+			if err := s.take(phaseRunning, 0, never); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(o.CheckpointDir, strconv.FormatInt(it, 10))); err != nil || s.source != "json key iter" {
+			t.Fatalf("save %d: %v, source %q", it, err, s.source)
+		}
+	}
+	if !eq(reported, []int64{250, 300}) {
+		t.Fatalf("steps told to the resume watch: %v", reported)
+	}
+}
