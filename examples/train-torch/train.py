@@ -11,9 +11,10 @@ examples. It does what most training scripts do, and nothing for vastrun:
 
 vastrun needs no wrapper for it: train.checkpoint_file: out/ckpt.pt snapshots
 each completed save, train.step_from: json:iter names its step, and restore
-puts ckpt.pt back where this script looks. The only vastrun variables read are
-optional: VASTRUN_RESUME_PROOF (the iteration resumed from) and VASTRUN_RESULT
-(final metrics as JSON).
+puts ckpt.pt back where this script looks. It flushes nothing (vastrun runs it
+with PYTHONUNBUFFERED=1) and writes no resume proof: the agent sees it read
+the restored ckpt.pt and go on from there. The one vastrun variable it reads
+is optional: VASTRUN_RESULT (final metrics as JSON).
 """
 import argparse
 import json
@@ -82,11 +83,7 @@ if os.path.exists(ckpt_path):
     opt.load_state_dict(ck["optimizer"])
     gen.set_state(ck["generator"])
     start = ck["iter"]
-    print(f"resuming from {ckpt_path} at iteration {start}", flush=True)
-    proof = os.environ.get("VASTRUN_RESUME_PROOF")
-    if proof:
-        with open(proof, "w") as f:
-            f.write(str(start))
+    print(f"resuming from {ckpt_path} at iteration {start}")
 
 t0 = time.time()
 loss = None
@@ -100,15 +97,15 @@ for it in range(start + 1, args.iters + 1):
     if args.step_delay:
         time.sleep(args.step_delay)
     if it % 50 == 0:
-        print(f"iteration {it} train loss {loss.item():.4f} ({time.time() - t0:.1f}s)", flush=True)
+        print(f"iteration {it} train loss {loss.item():.4f} ({time.time() - t0:.1f}s)")
     if it % args.save_every == 0 or it == args.iters:
         os.makedirs(args.out, exist_ok=True)
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
                     "generator": gen.get_state(), "iter": it}, ckpt_path)
-        print(json.dumps({"iter": it, "val_loss": round(val_loss(model), 6), "saved": ckpt_path}), flush=True)
+        print(json.dumps({"iter": it, "val_loss": round(val_loss(model), 6), "saved": ckpt_path}))
 
 final = val_loss(model)
-print(f"final val loss {final:.6f}", flush=True)
+print(f"final val loss {final:.6f}")
 result = os.environ.get("VASTRUN_RESULT")
 if result:
     with open(result, "w") as f:

@@ -81,7 +81,8 @@ type Options struct {
 	WorkloadPID int
 	Finalized   func(code int)
 
-	snap *snapshotter // set by Prepare
+	snap   *snapshotter // set by Prepare
+	resume *resumeWatch // set by the supervisor where it restored a checkpoint
 }
 
 // Status is what the agent writes to its status file (read back by
@@ -99,6 +100,10 @@ type Status struct {
 	SelfDestroyed  bool      `json:"self_destroyed,omitempty"`
 	SelfDestroyWhy string    `json:"self_destroy_reason,omitempty"`
 	FilesMode      bool      `json:"files_mode,omitempty"`
+	// StepSource is where the last snapshot's step came from.
+	StepSource string `json:"step_source,omitempty"`
+	// Observed is what the agent saw of the workload after a restore.
+	Observed *Observed `json:"resume_observed,omitempty"`
 }
 
 // ErrSelfDestroyed is returned after the dead-man switch fired and the
@@ -125,6 +130,7 @@ type watcher struct {
 	started time.Time
 	warned  map[string]bool
 	snap    *snapshotter
+	dirs    map[int64]bool // step directories seen, for the resume watch
 }
 
 // Prepare takes the baseline of single-file checkpoints, before the
@@ -163,8 +169,9 @@ func Watch(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	w := &watcher{o: o, done: map[int64]bool{}, started: o.Clock.Now(), warned: map[string]bool{},
+	w := &watcher{o: o, done: map[int64]bool{}, started: o.Clock.Now(), warned: map[string]bool{}, dirs: map[int64]bool{},
 		status: Status{Schema: "vastrun.agent/v1", LastStep: -1, Committed: []int64{}, Local: []int64{}, FilesMode: o.Files != ""}}
+	defer o.resume.close()
 	if list, err := o.Checkpoints.Committed(ctx); err == nil {
 		for _, c := range list {
 			w.done[c.Step] = true
@@ -174,6 +181,20 @@ func Watch(ctx context.Context, o Options) error {
 		}
 	}
 	w.snap = o.snap
+	if w.snap != nil {
+		defer w.snap.close()
+		w.snap.warn, w.snap.onStep = w.warnOnce, o.resume.step
+		if w.snap.why != "" {
+			fmt.Fprintf(o.Log, "vastrun agent: %s: saves of %s are seen by polling every %s\n", w.snap.why, o.Files, o.Poll) //nolint:errcheck // the log is the only place to tell
+		}
+	}
+	if entries, err := os.ReadDir(o.CheckpointDir); err == nil { // there before the workload: not its steps
+		for _, e := range entries {
+			if step, err := strconv.ParseInt(e.Name(), 10, 64); err == nil {
+				w.dirs[step] = true
+			}
+		}
+	}
 	exited := o.Exited
 	code, ph := 0, phaseRunning
 	for {
@@ -254,6 +275,13 @@ func (w *watcher) deadMan() string {
 	return ""
 }
 
+func (w *watcher) logSize() int64 {
+	if fi, err := os.Stat(w.o.LogFile); err == nil {
+		return fi.Size()
+	}
+	return 0
+}
+
 func (w *watcher) warnOnce(key, msg string) {
 	if w.warned[key] {
 		return
@@ -271,9 +299,11 @@ func (w *watcher) pass(ctx context.Context, ph phase) {
 			w.status.LastError = err.Error()
 			fmt.Fprintf(w.o.Log, "vastrun agent: %v\n", err)
 		}
+		w.status.StepSource = w.snap.source
 	}
 	w.commitComplete(ctx, ph)
 	w.pruneLocal()
+	w.status.Observed = w.o.resume.observed()
 	w.writeStatus()
 }
 
@@ -319,6 +349,12 @@ func (w *watcher) commitComplete(ctx context.Context, ph phase) {
 				w.warnOnce("name:"+e.Name(), fmt.Sprintf("ignoring %s in the checkpoint directory: only numbered STEP directories are checkpoints (for a file saved in place, set train.checkpoint_file)", e.Name()))
 			}
 			continue
+		}
+		if !w.dirs[step] { // a step the workload wrote: the resume watch hears of it
+			w.dirs[step] = true
+			if w.snap == nil {
+				w.o.resume.step(step, w.logSize())
+			}
 		}
 		if w.done[step] {
 			continue

@@ -67,13 +67,27 @@ func (l Layout) Abs(p string) string {
 // agent makes each one absolute before starting the workload.
 var PathVars = []string{"VASTRUN_CHECKPOINT_DIR", "VASTRUN_OUTPUT_DIR", "VASTRUN_RESUME_DIR", "VASTRUN_RESUME_PROOF", "VASTRUN_RESULT", "VASTRUN_CHECKPOINT_FILE", "VASTRUN_METRICS"}
 
-// WorkloadEnv is env (KEY=VALUE) with every path variable made absolute
-// and VASTRUN_HOME set to the login directory.
+// Unbuffered is what the workload's environment gets unless it sets the
+// variable itself (even to ""): its output goes to a file, which CPython
+// block-buffers, so without it a script's `print` reaches the log (and
+// train.step_from, and the live stream) only in 8 KiB blocks or at exit.
+// It is the only such variable worth setting: Go, Rust, Node, Java and
+// .NET write through or flush each line; Ruby and Perl have no variable;
+// stdbuf(1) for C stdio is an LD_PRELOAD that static, setuid and
+// self-buffering programs ignore, and a pty would change what programs
+// print (progress bars, colours, prompts). docs/train.md says so.
+var Unbuffered = []string{"PYTHONUNBUFFERED=1"}
+
+// WorkloadEnv is env (KEY=VALUE) with every path variable made absolute,
+// VASTRUN_HOME set to the login directory, and Unbuffered's variables
+// added where env does not set them.
 func (l Layout) WorkloadEnv(env []string) []string {
-	out := make([]string, 0, len(env)+2)
+	out := make([]string, 0, len(env)+2+len(Unbuffered))
 	metrics := false
+	set := map[string]bool{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
+		set[k] = true
 		if k == "VASTRUN_HOME" {
 			continue
 		}
@@ -87,6 +101,11 @@ func (l Layout) WorkloadEnv(env []string) []string {
 	}
 	if !metrics { // the agent reads the workload's metrics from here
 		out = append(out, "VASTRUN_METRICS="+l.Abs(MetricsFile))
+	}
+	for _, kv := range Unbuffered {
+		if k, _, _ := strings.Cut(kv, "="); !set[k] {
+			out = append(out, kv)
+		}
 	}
 	return append(out, "VASTRUN_HOME="+l.Home)
 }
@@ -407,9 +426,11 @@ func BuildReport(l Layout, o ReportOptions) Report {
 		}
 		r.Workload = w
 	}
+	var observed *Observed
 	if b, err := os.ReadFile(l.Abs(StatusFile)); err == nil {
 		if st, err := ReadStatus(b); err == nil {
-			r.Checkpoint = Progress{LastStep: st.LastStep, LastSHA256: st.LastSHA256, Committed: st.Committed, Local: st.Local, LastSize: st.LastSize}
+			r.Checkpoint = Progress{LastStep: st.LastStep, LastSHA256: st.LastSHA256, Committed: st.Committed, Local: st.Local, LastSize: st.LastSize, StepSource: st.StepSource}
+			r.Agent.Warnings, observed = st.Warnings, st.Observed
 			if r.Checkpoint.Committed == nil {
 				r.Checkpoint.Committed = []int64{}
 			}
@@ -427,7 +448,7 @@ func BuildReport(l Layout, o ReportOptions) Report {
 	} else {
 		r.Disk = diskOf(l.Home, 0, false)
 	}
-	r.Resume = readResume(l)
+	r.Resume = readResume(l, observed)
 	// Touch is what controllers before the heartbeat channel (heartbeat.go)
 	// asked for with every poll; it is still honoured.
 	if o.Touch {
@@ -447,8 +468,9 @@ func BuildReport(l Layout, o ReportOptions) Report {
 	return r
 }
 
-// readResume validates the workload's proof: a step number, nothing else.
-func readResume(l Layout) *Resume {
+// readResume validates the workload's proof (a step number, nothing
+// else) and, without one, judges what the agent observed (observe.go).
+func readResume(l Layout, obs *Observed) *Resume {
 	b, err := os.ReadFile(l.Abs(RestoreFile))
 	if err != nil {
 		return nil
@@ -458,20 +480,29 @@ func readResume(l Layout) *Resume {
 		return nil
 	}
 	res := &Resume{RestoredStep: rr.Step}
-	f, err := os.Open(l.Abs(ProofFile))
-	if err != nil {
-		return res
+	if obs != nil {
+		res.Read, res.FirstStep, res.ObservedStep, res.Unobservable = obs.Read, obs.FirstStep, obs.StepAfterRead, obs.Unobservable
 	}
-	defer f.Close()
-	p, _ := io.ReadAll(io.LimitReader(f, 65))
-	text := strings.TrimSpace(string(p))
-	n, err := strconv.ParseInt(text, 10, 64)
-	switch {
-	case text == "":
-	case len(p) > 64 || err != nil:
-		res.Error = fmt.Sprintf("the resume proof is not a step number: %q", truncate(text, 40))
-	default:
-		res.ReportedStep, res.Proven = &n, n == rr.Step
+	if f, err := os.Open(l.Abs(ProofFile)); err == nil {
+		p, _ := io.ReadAll(io.LimitReader(f, 65))
+		f.Close()
+		text := strings.TrimSpace(string(p))
+		n, err := strconv.ParseInt(text, 10, 64)
+		switch {
+		case text == "":
+		case len(p) > 64 || err != nil:
+			res.Error = fmt.Sprintf("the resume proof is not a step number: %q", truncate(text, 40))
+		default:
+			res.ReportedStep, res.Proven = &n, n == rr.Step
+			if res.Proven {
+				res.ProvenBy = ProvenReported
+			}
+		}
+	}
+	// A proof the workload wrote is its word: a wrong one is not outvoted.
+	if res.ReportedStep == nil && res.Error == "" && res.Read != "" && res.ObservedStep != nil &&
+		*res.ObservedStep >= rr.Step && !res.Regressed() {
+		res.Proven, res.ProvenBy = true, ProvenObserved
 	}
 	return res
 }

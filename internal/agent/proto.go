@@ -66,8 +66,12 @@ type Report struct {
 
 // AgentInfo says whether the agent process that owns the workload is alive.
 type AgentInfo struct {
-	Running           bool     `json:"running"`
-	Errors            []string `json:"errors"`
+	Running bool     `json:"running"`
+	Errors  []string `json:"errors"`
+	// Warnings are the agent's advice to the person (each once; the
+	// controller prints them): a file it ignores, a step line that never
+	// comes, saves it cannot label.
+	Warnings          []string `json:"warnings,omitempty"`
 	SelfDestroyed     bool     `json:"self_destroyed,omitempty"`
 	SelfDestroyReason string   `json:"self_destroy_reason,omitempty"`
 }
@@ -93,17 +97,35 @@ type Progress struct {
 	Committed  []int64 `json:"committed_steps"`
 	Local      []int64 `json:"local_steps"`
 	LastSize   int64   `json:"last_size_bytes"`
+	// StepSource is where single-file snapshots' steps come from: "log"
+	// (train.step_from), "file name", "json key NAME", "torch.save key
+	// NAME" or "counter".
+	StepSource string `json:"step_source,omitempty"`
 }
 
-// Resume is the restore on this instance and the workload's proof of it.
+// Resume is the restore on this instance and the proof of it: the
+// workload's own report, or what the agent observed (observe.go).
 type Resume struct {
 	RestoredStep int64 `json:"restored_step"`
 	// ReportedStep is what the workload wrote to VASTRUN_RESUME_PROOF,
 	// when that is a step number; anything else is in Error.
 	ReportedStep *int64 `json:"reported_step"`
 	Proven       bool   `json:"proven"`
+	// ProvenBy is how: ProvenReported or ProvenObserved ("" not proven).
+	ProvenBy string `json:"proven_by,omitempty"`
+	// Read is a restored file the workload was seen reading.
+	Read string `json:"read,omitempty"`
+	// FirstStep is the first step the workload reported here (below
+	// RestoredStep: it started over); ObservedStep the first after Read.
+	FirstStep    *int64 `json:"first_step,omitempty"`
+	ObservedStep *int64 `json:"observed_step,omitempty"`
+	// Unobservable says why the agent cannot see reads here.
+	Unobservable string `json:"unobservable,omitempty"`
 	Error        string `json:"error,omitempty"`
 }
+
+// Regressed reports whether the workload started below the restored step.
+func (r Resume) Regressed() bool { return r.FirstStep != nil && *r.FirstStep < r.RestoredStep }
 
 // Disk is the free space where the workload writes.
 type Disk struct {

@@ -113,10 +113,17 @@ func (h *Host) Supervise(ctx context.Context, r SuperviseRequest, ready *os.File
 	if err != nil {
 		return err
 	}
+	// Reads of a restored checkpoint are watched from before the start.
+	pre.resume = watchRestore(h.Layout)
 	pid, exited, err := sv.Launch()
 	if err != nil {
+		pre.resume.close()
+		if pre.snap != nil {
+			pre.snap.close()
+		}
 		return err
 	}
+	pre.resume.started(pid)
 	pre.WorkloadPID, pre.Exited = pid, exited
 	pre.Finalized = func(int) { sv.Finalize() }
 	return watchDone(ctx, pre)

@@ -127,7 +127,7 @@ func (o *AgentWatchOptions) addFlags(c *cobra.Command) {
 	c.Flags().DurationVar((*time.Duration)(&w.Quiet), "quiet", 0, "also treat a step directory as complete when its files have not changed for this long and none is open for writing (0: only the .complete marker)")
 	c.Flags().StringVar(&w.Files, "files", "", "single-file checkpoints saved in place (a path or glob relative to the login directory)")
 	c.Flags().StringVar(&w.Check, "check", "", "command that must accept a snapshot (its path is appended) before it is committed")
-	c.Flags().StringVar(&w.StepFrom, "step-from", "", "where a snapshot's step comes from: json:FIELD or regex:RE over the log (default: a counter)")
+	c.Flags().StringVar(&w.StepFrom, "step-from", "", "where a snapshot's step comes from: json:FIELD or regex:RE over the log (default: the file's name or a step key it holds, else a counter)")
 }
 
 // fill checks the flags that have a syntax of their own.

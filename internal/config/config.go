@@ -212,8 +212,13 @@ type Train struct {
 	// is appended) before it is committed.
 	CheckpointCheck string `yaml:"checkpoint_check"`
 	// StepFrom names a snapshot's step: json:FIELD or regex:RE over the
-	// workload's log; a counter when empty.
+	// workload's log; when empty, the file's name or a key it holds, else
+	// a counter.
 	StepFrom string `yaml:"step_from"`
+	// RequireResume makes a replacement that restores nothing, or a
+	// workload that starts below the restored step, stop the run (failed)
+	// instead of paying to redo the work.
+	RequireResume bool `yaml:"require_resume"`
 
 	// OnOutbid is what an outbid interruptible rental gets: replace
 	// (default), rebid (up to gpu.max_bid) or wait (up to OutbidWait).

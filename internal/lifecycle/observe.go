@@ -92,6 +92,17 @@ func (e *Run) ObserveSteps(step, total int64) {
 	e.Observer.Observe(ev)
 }
 
+// ObserveWarning puts a warning on the live line, where it stays.
+func (e *Run) ObserveWarning(msg string) {
+	if e.Observer == nil {
+		return
+	}
+	ev := e.progressEvent()
+	ev.Warning = msg
+	e.lastEvent = ev
+	e.Observer.Observe(ev)
+}
+
 // progressEvent is the last event brought up to date: spend, rate, time.
 func (e *Run) progressEvent() progress.Event {
 	ev := e.lastEvent

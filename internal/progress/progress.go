@@ -65,6 +65,9 @@ type Event struct {
 	CheckpointStep int64
 	Checkpoints    int
 	Step, Total    int64
+	// Warning is the run's newest warning (a restart that restored
+	// nothing, a workload that did not resume), kept on the line.
+	Warning string
 	// Outcome is set with PhaseDone.
 	Outcome string
 }
@@ -372,8 +375,12 @@ func (d *Display) statusLocked(styled bool) string {
 	} else if spent > 0 {
 		parts = append(parts, st.money.Render(USD(spent)+" spent"))
 	}
-	// The instance's own status goes last: on a narrow terminal it is what
-	// gets cut, never the time or the money.
+	// A warning and the instance's own status go last: on a narrow
+	// terminal they are what gets cut, never the time or the money (the
+	// warning was also printed in full above the line).
+	if ev.Warning != "" && ev.Phase == PhaseTrain {
+		parts = append(parts, "warning: "+ansi.Truncate(ev.Warning, 48, "…"))
+	}
 	if d.detail != "" && (ev.Phase == PhaseReady || ev.Phase == PhaseTeardown) {
 		parts = append(parts, ansi.Truncate(d.detail, 60, "…"))
 	}

@@ -92,6 +92,20 @@ func TestTerminalTrainingLineShowsStepsCheckpointsETAAndBudget(t *testing.T) {
 	}
 }
 
+// A warning stays on the training line, after the money.
+func TestTerminalTrainingLineKeepsTheWarning(t *testing.T) {
+	c := clock.NewFake(t0)
+	out := &syncBuf{}
+	d := progress.New(progress.Options{Out: out, Clock: c, Mode: progress.ModeTerminal, Width: func() int { return 300 }})
+	d.Observe(progress.Event{Phase: progress.PhaseTrain, Instance: 9, Attempt: 2, DPH: 0.36, BudgetUSD: 2, At: t0, CheckpointStep: -1,
+		Warning: "instance 9 restored nothing: no checkpoint was committed before the interruption"})
+	d.Close()
+	want := "no checkpoint yet · $0.3600/h, $0.0000 of $2.00 · warning: instance 9 restored nothing: no checkpoint was …"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("want %q in\n%q", want, out.String())
+	}
+}
+
 func TestPlainLinesAtPhaseChangesAndAtMostEvery30s(t *testing.T) {
 	c := clock.NewFake(t0)
 	out := &syncBuf{}

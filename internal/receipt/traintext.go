@@ -14,8 +14,16 @@ func (t *TrainReport) SummaryRows() string { return "" }
 func (t *TrainReport) Story(evidenceDir string) []Section {
 	s := Section{Title: "Training"}
 	for _, rs := range t.Resumes {
+		if rs.Restored == RestoredNone {
+			s.Rows = append(s.Rows, [2]string{"resumed", fmt.Sprintf("nothing on instance %d: no checkpoint was committed before, so the workload started from the beginning", rs.Instance)})
+			continue
+		}
 		v := fmt.Sprintf("restored step %d on instance %d", rs.RestoredStep, rs.Instance)
 		switch {
+		case rs.RegressedFrom != nil:
+			v += fmt.Sprintf("; the workload started at step %d, below it: it did NOT resume", *rs.FirstStep)
+		case rs.Proven && rs.ProvenBy == ProvenObserved && rs.ObservedStep != nil:
+			v += fmt.Sprintf("; the workload read %s, then reported step %d (proven by observation)", rs.Read, *rs.ObservedStep)
 		case rs.Proven:
 			v += fmt.Sprintf("; the workload reported resuming from %d (proven)", rs.RestoredStep)
 		case rs.ReportedStep != nil:
@@ -26,6 +34,12 @@ func (t *TrainReport) Story(evidenceDir string) []Section {
 			v += "; the workload reported nothing (NOT proven)"
 		}
 		s.Rows = append(s.Rows, [2]string{"resumed", v})
+	}
+	if t.StepSource != "" {
+		s.Rows = append(s.Rows, [2]string{"steps from", t.StepSource})
+	}
+	for _, w := range t.Warnings {
+		s.Rows = append(s.Rows, [2]string{"warning", w})
 	}
 	if c := t.LastCheckpoint; c != nil {
 		s.Rows = append(s.Rows, [2]string{"last committed", fmt.Sprintf("step %d, manifest sha256 %s", c.Step, c.ManifestSHA256)})

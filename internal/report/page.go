@@ -631,7 +631,7 @@ pre{background:#fff;border:1px solid #d8dde6;padding:8px;overflow:auto;max-heigh
 
 {{with .Receipt.Train}}<h2>Training</h2><div class="wide"><table id="train"><tr><th>checkpoint store</th><td><code>{{.CheckpointURI}}</code></td></tr>
 {{with .LastCheckpoint}}<tr><th>last committed</th><td>step {{.Step}} · <code>{{.ManifestSHA256}}</code></td></tr>{{end}}
-{{range .Resumes}}<tr><th>resume on {{.Instance}}</th><td>restored {{.RestoredStep}}, workload reported {{if .ReportedStep}}{{.ReportedStep}}{{else if .Interrupted}}nothing before the instance was interrupted ({{.Interrupted}}){{else}}nothing{{end}} — {{if .Proven}}proven{{else}}NOT proven{{end}}</td></tr>{{end}}
+{{range .Resumes}}<tr><th>resume on {{.Instance}}</th><td>{{if eq .Restored "none"}}nothing restored (nothing was committed): started from the beginning{{else}}restored {{.RestoredStep}}, workload reported {{if .ReportedStep}}{{.ReportedStep}}{{else if .Interrupted}}nothing before the instance was interrupted ({{.Interrupted}}){{else}}nothing{{end}} — {{if .RegressedFrom}}started at step {{.FirstStep}}: did NOT resume{{else if .Proven}}proven{{if eq .ProvenBy "observed"}} by observation (read {{.Read}}){{end}}{{else}}NOT proven{{end}}{{end}}</td></tr>{{end}}
 {{range $k, $v := .Result}}<tr><th>result: {{$k}}</th><td>{{value $v}}</td></tr>{{end}}
 </table></div>{{end}}
 {{if .Checkpoints}}<h2>Checkpoints</h2><ul id="checkpoints">{{range .Checkpoints}}<li>{{.Label}} at {{.At.Format "15:04:05"}}</li>{{end}}</ul>{{end}}

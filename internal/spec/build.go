@@ -55,7 +55,7 @@ func Build(c *config.Config, f Facts) Manifest {
 			Cadence: t.Cadence, CheckpointURI: RunScoped(t.CheckpointURI, f.RunID), OutputDir: t.OutputDir, OutputURI: RunScoped(t.OutputURI, f.RunID),
 			Keep: t.Keep, RuntimeDeadline: t.RuntimeDeadline.String(), HeartbeatTTL: t.HeartbeatTTL.String(),
 			Poll: Duration(t.Poll), MaxAttempts: t.MaxAttempts, QuietPeriod: Duration(t.QuietPeriod), CheckpointFile: t.CheckpointFile,
-			CheckpointCheck: t.CheckpointCheck, StepFrom: t.StepFrom, OnOutbid: t.OnOutbid, OutbidWait: Duration(t.OutbidWait)}
+			CheckpointCheck: t.CheckpointCheck, StepFrom: t.StepFrom, RequireResume: t.RequireResume, OnOutbid: t.OnOutbid, OutbidWait: Duration(t.OutbidWait)}
 	}
 	if c.IsCanary() {
 		k := c.Canary

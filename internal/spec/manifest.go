@@ -176,6 +176,7 @@ type TrainSpec struct {
 	CheckpointFile  string   `json:"checkpoint_file,omitempty"`
 	CheckpointCheck string   `json:"checkpoint_check,omitempty"`
 	StepFrom        string   `json:"step_from,omitempty"`
+	RequireResume   bool     `json:"require_resume,omitempty"`
 	OnOutbid        string   `json:"on_outbid,omitempty"`
 	OutbidWait      Duration `json:"outbid_wait,omitempty"`
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -192,7 +193,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 // which a slow start on a busy machine makes likelier).
 func (e *flow) resumesInterrupted(inst provider.InstanceID, why string) {
 	for i := range e.report.Resumes {
-		if r := &e.report.Resumes[i]; r.Instance == inst && r.ReportedStep == nil && r.Interrupted == "" {
+		if r := &e.report.Resumes[i]; r.Instance == inst && r.ReportedStep == nil && !r.Proven && r.Restored != receipt.RestoredNone && r.Interrupted == "" {
 			r.Interrupted = why
 		}
 	}
@@ -339,10 +340,26 @@ func (l *attemptLog) add(s *lifecycle.Scope, ch agent.LogChunk) {
 	l.masked.Reset()
 }
 
+// warn tells the person once per run: a line on the terminal (above the
+// live line, which shows it too) and the receipt's train.warnings.
+func (e *flow) warn(msg string) {
+	msg = e.s.Redactor.String(msg)
+	if slices.Contains(e.report.Warnings, msg) {
+		return
+	}
+	e.report.Warnings = append(e.report.Warnings, msg)
+	e.s.Infof("warning: %s", msg)
+	e.s.ObserveWarning(msg)
+}
+
 // noteStatus takes what the controller records from one status answer:
 // newly committed checkpoints (journaled), the resume proof the agent
-// validated, and the agent's errors and disk warnings (logged once).
+// validated or observed, a workload that started below the restored step,
+// and the agent's errors, warnings and disk warnings (each once).
 func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[string]bool) {
+	if st.Checkpoint.StepSource != "" {
+		e.report.StepSource = st.Checkpoint.StepSource
+	}
 	if cp := st.Checkpoint; cp.LastStep >= 0 {
 		if e.report.LastCheckpoint == nil || e.report.LastCheckpoint.Step != cp.LastStep {
 			e.s.Infof("checkpoint %d committed", cp.LastStep)
@@ -363,12 +380,29 @@ func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[st
 		}
 		if rs.ReportedStep != nil {
 			r.ReportedStep = rs.ReportedStep
-			r.Proven = rs.Proven && rs.RestoredStep == r.RestoredStep
+		}
+		r.Proven = rs.Proven && rs.RestoredStep == r.RestoredStep
+		r.ProvenBy = ""
+		if r.Proven {
+			r.ProvenBy = rs.ProvenBy
+		}
+		r.Read, r.ObservedStep, r.FirstStep = rs.Read, rs.ObservedStep, rs.FirstStep
+		if rs.Regressed() && r.RegressedFrom == nil {
+			from := r.RestoredStep
+			r.RegressedFrom = &from
+			e.warn(fmt.Sprintf("the workload on instance %d started at step %d, below the restored step %d: it did not resume from the checkpoint put back for it (%s)",
+				inst, *rs.FirstStep, from, e.resumeHint()))
+			if e.trainSpec().RequireResume {
+				e.notResumed = fmt.Errorf("%w: the workload on instance %d started at step %d, below the restored step %d", ErrNotResumed, inst, *rs.FirstStep, from)
+			}
 		}
 		if rs.Error != "" && !seen["proof"] {
 			seen["proof"] = true
 			e.s.Infof("resume proof on instance %d not accepted: %s", inst, e.s.Redactor.String(rs.Error))
 		}
+	}
+	for _, msg := range st.Agent.Warnings {
+		e.warn(fmt.Sprintf("agent on instance %d: %s", inst, msg))
 	}
 	for _, msg := range st.Agent.Errors {
 		if !seen["err:"+msg] {
@@ -531,6 +565,9 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 			e.noteStatus(inst.ID, st, seen)
 			alog.add(e.s, st.Log)
 			alog.addMetrics(e.s, st.Metrics)
+			if e.notResumed != nil { // train.require_resume: redoing the work is not paid for
+				return trainEnd{}, &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: e.notResumed}, true
+			}
 			switch st.Workload.State {
 			case agent.WorkloadExited:
 				if st.Workload.Finalized {
@@ -591,6 +628,17 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 	if err != nil {
 		return err
 	}
+	restart := e.started || len(e.s.State().Attempts) > 1
+	if rs.Step < 0 && restart {
+		e.report.Resumes = append(e.report.Resumes, receipt.ResumeProof{Instance: inst.ID, RestoredStep: -1, Restored: receipt.RestoredNone, Skipped: rs.Skipped})
+		if err := e.s.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": -1, "skipped": len(rs.Skipped)}); err != nil {
+			return err
+		}
+		e.warn(fmt.Sprintf("instance %d restored nothing: no checkpoint was committed before the interruption, so the workload starts from the beginning (%s)", inst.ID, e.commitHint()))
+		if t.RequireResume {
+			return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: instance %d had nothing to restore (no checkpoint was committed before the interruption)", ErrNotResumed, inst.ID)}
+		}
+	}
 	if rs.Step >= 0 {
 		e.s.Infof("restored checkpoint %d on instance %d", rs.Step, inst.ID)
 		for _, s := range rs.Skipped {
@@ -621,8 +669,29 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		e.s.Infof("the agent on instance %d did not start a second workload (%s); monitoring the one it has", inst.ID, sr.Refused)
 		return nil
 	}
+	e.started = true
 	e.s.Infof("training started on instance %d", inst.ID)
 	return nil
+}
+
+// resumeHint says what a workload that did not resume must do.
+func (e *flow) resumeHint() string {
+	if f := e.trainSpec().CheckpointFile; f != "" {
+		return "it must load " + f + " when that file exists"
+	}
+	return "it must load $VASTRUN_RESUME_DIR when $VASTRUN_RESUME_STEP is set"
+}
+
+// commitHint says why nothing may have been committed.
+func (e *flow) commitHint() string {
+	t := e.trainSpec()
+	switch {
+	case t.CheckpointFile != "" && t.StepFrom != "":
+		return "did the workload save " + t.CheckpointFile + " and print a line train.step_from matches?"
+	case t.CheckpointFile != "":
+		return "did the workload save " + t.CheckpointFile + "?"
+	}
+	return "did the workload write $VASTRUN_CHECKPOINT_DIR/STEP/ with .complete, or save one file (train.checkpoint_file)?"
 }
 
 // trainUpload copies `upload:` unless the instance already holds exactly

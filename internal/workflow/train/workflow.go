@@ -29,6 +29,10 @@ const Name = "train"
 // ErrTrainFailed means the workload exited non-zero.
 var ErrTrainFailed = errors.New("the training workload failed")
 
+// ErrNotResumed means train.require_resume stopped the run: a replacement
+// had nothing to restore, or the workload started below the restored step.
+var ErrNotResumed = errors.New("train.require_resume: the workload did not resume")
+
 // flow is one training run: its scope and training's own report; Flow
 // lists its steps.
 type flow struct {
@@ -38,6 +42,10 @@ type flow struct {
 	// once per monitoring pass of contractPollEvery.
 	contract          *lifecycle.ContractWatch
 	contractPollEvery time.Duration
+	// started: this controller started a workload (a later start is a
+	// restart); notResumed: train.require_resume stops the run with it.
+	started    bool
+	notResumed error
 }
 
 func newFlow(e *lifecycle.Scope) *flow { return &flow{s: e} }
@@ -79,7 +87,7 @@ func (e *flow) Flow() lifecycle.Flow {
 			return m.Train.OnOutbid, m.Train.MaxAttempts
 		},
 		Outcome: func(err error, base receipt.Outcome) receipt.Outcome {
-			if errors.Is(err, ErrTrainFailed) {
+			if errors.Is(err, ErrTrainFailed) || errors.Is(err, ErrNotResumed) {
 				return lifecycle.OutcomeFailed
 			}
 			return base
