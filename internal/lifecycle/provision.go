@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/runstate"
@@ -264,82 +262,6 @@ func terminalReason(in provider.Instance, createdFor time.Duration) string {
 	return ""
 }
 
-// waitReady polls with adaptive, jittered intervals until the instance runs
-// with SSH published, fails terminally, or the deadline passes.
-func waitReady(ctx context.Context, e *Scope, id provider.InstanceID, deadline time.Time) (provider.Instance, error) {
-	start := e.Now()
-	var createdSince time.Time
-	last := ""
-	var inst provider.Instance
-	var stepErr *StepError
-	fail := func(reason string) (bool, error) {
-		stepErr = &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed, Err: errors.New(reason)}
-		return false, stepErr
-	}
-	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: 2 * time.Second, Max: 15 * time.Second, Factor: 1.5, Jitter: e.jitter(), Deadline: deadline,
-		// "loading" comes right before "running": poll it closely, since
-		// every second between running and noticing is billed.
-		Limit: func() time.Duration {
-			if inst.ActualStatus == "loading" {
-				return 5 * time.Second
-			}
-			return 15 * time.Second
-		},
-		Permanent: func(err error) bool { return errors.Is(err, provider.ErrAuth) || errors.As(err, new(*StepError)) }},
-		func(ctx context.Context) (bool, error) {
-			var err error
-			inst, err = e.Market.ShowInstance(ctx, id)
-			switch {
-			case errors.Is(err, provider.ErrNotFound):
-				if e.Now().Sub(start) > 2*time.Minute { // longer than any read lag
-					return fail("instance vanished")
-				}
-				return false, nil
-			case err != nil:
-				if !errors.Is(err, provider.ErrRateLimited) {
-					e.Log.Debug("readiness poll failed", "instance", id, "err", err)
-				}
-				return false, err
-			}
-			status := inst.ActualStatus
-			if status == "" {
-				status = "scheduling"
-			}
-			if desc := status + ": " + inst.StatusMsg; desc != last {
-				e.Infof("instance %d %s", id, strings.TrimSuffix(desc, ": "))
-				last = desc
-			}
-			if inst.Running() {
-				return true, nil
-			}
-			if inst.ActualStatus == "created" {
-				if createdSince.IsZero() {
-					createdSince = e.Now()
-				}
-			} else {
-				createdSince = time.Time{}
-			}
-			var createdFor time.Duration
-			if !createdSince.IsZero() {
-				createdFor = e.Now().Sub(createdSince)
-			}
-			if reason := terminalReason(inst, createdFor); reason != "" {
-				return fail(reason)
-			}
-			return false, nil
-		})
-	switch {
-	case err == nil:
-		return inst, e.Record("done", stepReady, runstate.InstanceData{Instance: id})
-	case stepErr != nil:
-		return inst, stepErr
-	case errors.Is(err, poll.ErrDeadline):
-		return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed,
-			Err: fmt.Errorf("not running within the ready deadline (last: %s)", text.OrDash(last))}
-	}
-	return inst, err
-}
-
 // provision selects, approves, rents, waits and connects, replacing a
 // rental that never becomes ready once on a different machine.
 func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, provider.Instance, error) {
@@ -380,11 +302,16 @@ func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, 
 		// Ready and connect are observed afresh for every new rental (a
 		// connection is this process's, not the journal's), so their
 		// conditions are journaled but never skip the step.
-		inst, err := waitReady(ctx, e, id, deadline)
-		err = e.journalCondition(stepReady, id, err)
-		var client *remote.Client
+		// The ready wait may already hold a connection (its SSH probe).
+		inst, client, err := waitReady(ctx, e, id, deadline)
+		if err = e.journalCondition(stepReady, id, err); err != nil && client != nil {
+			client.Close()
+			client = nil
+		}
 		if err == nil {
-			client, err = connect(ctx, e, id, inst, deadline)
+			if client == nil {
+				client, err = connect(ctx, e, id, inst, deadline)
+			}
 			if err = e.journalCondition(stepConnect, id, err); err != nil && client != nil {
 				client.Close()
 				client = nil
@@ -441,18 +368,13 @@ func stoppedReason(in provider.Instance) string {
 // attempt at once (ErrStoppedBeforeSSH) instead of being redialled until
 // the deadline.
 func connect(ctx context.Context, e *Scope, id provider.InstanceID, inst provider.Instance, deadline time.Time) (*remote.Client, error) {
-	kp, err := remote.EnsureKeyPair(e.runDir, "vastrun-"+e.state.RunID)
+	kp, err := attachRunKey(ctx, e, id)
 	if err != nil {
 		return nil, err
 	}
-	// Attaching twice is harmless: the decorator retries it.
-	attach := &retry.Market{Inner: e.Market, Clock: e.Clock, MaxTries: 5, Initial: 2 * time.Second}
-	if err := attach.AttachSSHKey(ctx, id, kp.AuthorizedKey); err != nil {
-		return nil, &StepError{Step: "attach SSH key", Instance: id, Err: err}
-	}
 	// The client redials a dropped or stalled connection itself (same
 	// pinned host key), pacing its redials on the run's clock.
-	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: e.runDir + "/known_hosts", Clock: e.Clock, KeepAlive: e.SSHKeepAlive}
+	d := sshDialer(e, kp)
 	eps := endpoints(inst)
 	var c *remote.Client
 	var stopped *StepError

@@ -912,3 +912,17 @@ func (s *Stream) end() {
 		s.sess.Close()  //nolint:errcheck // closing the stream: its commands' answers were read already
 	})
 }
+
+// DialWithin is Dial with the first connection bounded by timeout instead
+// of d.Timeout (a readiness probe, which must not wait long on a host that
+// is not up yet); the Client's later redials use d.Timeout.
+func (d Dialer) DialWithin(ctx context.Context, eps []Endpoint, timeout time.Duration) (*Client, error) {
+	first := d
+	first.Timeout = timeout
+	c, err := first.Dial(ctx, eps)
+	if err != nil {
+		return nil, err
+	}
+	c.d = d
+	return c, nil
+}
