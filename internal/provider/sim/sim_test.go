@@ -838,3 +838,29 @@ func (m simMarket) Outbid(id provider.InstanceID, d time.Duration) error {
 func (m simMarket) RaisePrice(id provider.InstanceID, dph float64, term time.Duration) error {
 	return m.s.Inject(sim.Fault{Kind: sim.FaultPriceIncrease, Instance: int64(id), Price: dph, For: term.Seconds()})
 }
+
+// TestBulkDestroyCap: a bulk destroy of more ids than a bulk state change
+// takes is refused before anything is destroyed (the simulator's deviation:
+// the destroy's own cap is not documented).
+func TestBulkDestroyCap(t *testing.T) {
+	e := newEnv(t, sim.Config{})
+	ids, err := e.sim.SeedInstances(1, func(int) string { return "cap" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"instance_ids": [` + strings.TrimSuffix(strings.Repeat(fmt.Sprint(ids[0])+",", provider.MaxBulkIDs+1), ",") + `]}`
+	req, _ := http.NewRequest(http.MethodDelete, e.srv.URL+"/api/v0/instances/", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e.sim.APIKey())
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 400 || !strings.Contains(string(b), `chunk length of 65 \u003e 64`) {
+		t.Fatalf("%d ids: %d %s, want 400 chunk length", provider.MaxBulkIDs+1, res.StatusCode, b)
+	}
+	if live := e.sim.Snapshot().Live; len(live) != 1 {
+		t.Fatalf("live %d after a refused bulk destroy, want 1", len(live))
+	}
+}
