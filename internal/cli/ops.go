@@ -364,7 +364,7 @@ func runReap(ctx context.Context, opts *ReapOptions) error {
 	if err != nil {
 		return err
 	}
-	list, err := m.ListInstances(ctx, provider.ListOptions{})
+	list, err := m.ListInstances(ctx, provider.ListOptions{Brief: true}) // ids and labels are all reap reads
 	if err != nil {
 		return fmt.Errorf("reap: %w", err)
 	}

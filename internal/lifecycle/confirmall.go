@@ -167,7 +167,7 @@ func (c Confirmer) listFor(ctx context.Context, labels map[provider.InstanceID]s
 	listed := map[provider.InstanceID]bool{}
 	complete := map[string]bool{}
 	for chunk := range slices.Chunk(want, maxListedLabels) {
-		list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: chunk})
+		list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: chunk, Brief: true})
 		if err != nil {
 			continue // no verdict: those ids are read by id
 		}

@@ -141,7 +141,7 @@ func reconcile(ctx context.Context, e *Scope, hint provider.InstanceID) (provide
 	var adoptErr error
 	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: 2 * time.Second, Max: 15 * time.Second, Jitter: e.jitter(), Deadline: e.Now().Add(reconcileGrace)},
 		func(ctx context.Context) (bool, error) {
-			list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+			list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}, Brief: true})
 			if err != nil {
 				e.Log.Debug("label listing failed during reconcile", "err", err)
 				return false, err
@@ -221,7 +221,7 @@ func dedupe(ctx context.Context, e *Scope, keep provider.InstanceID) error {
 	// The rental is billing while this looks: a rate-limited listing does
 	// not hold it up for long.
 	lctx, cancel := boundOnClock(ctx, e.Clock, e.Now().Add(dedupeListWait))
-	list, err := e.Market.ListInstances(lctx, provider.ListOptions{Labels: []string{e.state.Label}})
+	list, err := e.Market.ListInstances(lctx, provider.ListOptions{Labels: []string{e.state.Label}, Brief: true})
 	cancel()
 	if err != nil {
 		return nil // teardown lists again, completely, before it confirms

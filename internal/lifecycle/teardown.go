@@ -95,7 +95,7 @@ func (c Confirmer) SweepLabel(ctx context.Context, label string, deadline time.T
 			// List, destroy what is listed, and list again at once: the
 			// second listing is the first's confirmation.
 			for look := 0; look < 2; look++ {
-				list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}})
+				list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}, Brief: true})
 				now := c.Clock.Now()
 				if err != nil {
 					cleanSince = time.Time{}
@@ -182,7 +182,7 @@ func (c Confirmer) confirm(ctx context.Context, id provider.InstanceID, label st
 	if label == "" {
 		return via, nil
 	}
-	list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}})
+	list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}, Brief: true})
 	if err != nil {
 		return via, nil // gone by id; the listing would only have added evidence
 	}
@@ -349,7 +349,7 @@ func sweepLabel(ctx context.Context, e *Scope, deadline time.Time, settle time.D
 		maxWait = min(maxWait, settle/2+time.Millisecond) // look again within the settle
 	}
 	err := poll.Until(bctx, e.Clock, poll.Policy{Initial: time.Second, Max: maxWait, Deadline: deadline}, func(ctx context.Context) (bool, error) {
-		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}, Brief: true})
 		if err != nil {
 			cleanSince, last = time.Time{}, err
 			return false, err
@@ -444,7 +444,7 @@ func sweepLate(ctx context.Context, e *Scope, start time.Time) error {
 	defer cancelB()
 	var stop, last error
 	err := poll.Until(bctx, e.Clock, poll.Policy{Initial: 5 * time.Second, Max: 15 * time.Second, Jitter: e.jitter(), Deadline: deadline}, func(ctx context.Context) (bool, error) {
-		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}, Brief: true})
 		if err != nil {
 			last = err
 			return false, err
