@@ -86,7 +86,7 @@ func approver(io *IOStreams, yes bool, workflow func() string) func(lifecycle.Pl
 		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
 			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
 		io.Infof("plan: %s; label %s", spendBound(p, workflow()), p.Label)
-		for _, l := range p.Bid.Lines() {
+		for _, l := range append(p.Bid.Lines(), p.Pull.Lines()...) {
 			io.Infof("plan: %s", l)
 		}
 		if p.CeilingDPH > p.TotalDPH {
@@ -128,7 +128,7 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, CI: env, Getenv: f.Getenv,
 		Redactor: red, Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
-		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
+		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut, ImageSize: f.imageSizer(cfg),
 	})
 	e.Approve = approver(f.IO, o.Yes, func() string { return e.Workflow })
 	if o.applying != nil {

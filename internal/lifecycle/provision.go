@@ -55,6 +55,7 @@ func rent(ctx context.Context, e *Scope, o provider.Offer) (provider.InstanceID,
 		e.Infof("warning: could not write CI state: %v", err)
 	}
 	e.Infof("renting offer %d (%s x%d, $%.4f/h) as %s", o.ID, o.GPUName, o.NumGPUs, total, e.state.Label)
+	e.readyFor = e.readyDeadlineFor(o)
 	res, err := e.Market.CreateInstance(ctx, provider.CreateRequest{
 		OfferID: o.ID, Image: m.Image, DiskGB: p.DiskGB, Label: e.state.Label,
 		Runtype: "ssh_direc ssh_proxy", CancelUnavail: true, ImageLogin: login, BidPrice: p.Bid(o), NumGPUs: o.NumGPUs,
@@ -298,7 +299,8 @@ func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, 
 			return nil, provider.Instance{}, err
 		}
 		t0 = e.Now()
-		deadline := e.Now().Add(e.readyDeadline())
+		// The pull of the image on this host counts (readyDeadlineFor).
+		deadline := e.Now().Add(e.readyDeadlineFor(*offer))
 		// Ready and connect are observed afresh for every new rental (a
 		// connection is this process's, not the journal's), so their
 		// conditions are journaled but never skip the step.

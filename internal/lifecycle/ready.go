@@ -69,6 +69,10 @@ type readyWait struct {
 	inst         provider.Instance
 	last         string // the last status shown to the user
 	createdSince time.Time
+	// The pull's progress: its last status message while loading, and
+	// since when it has been that.
+	pullMsg   string
+	pullSince time.Time
 }
 
 func (w *readyWait) run(ctx context.Context, deadline time.Time) (provider.Instance, error) {
@@ -164,6 +168,9 @@ func (w *readyWait) observe(ctx context.Context) (bool, error) {
 	if !w.createdSince.IsZero() {
 		createdFor = e.Now().Sub(w.createdSince)
 	}
+	if reason := w.stalled(inst); reason != "" {
+		return true, w.fail(reason)
+	}
 	if reason := terminalReason(inst, createdFor); reason != "" {
 		if w.probe.dialled && stopLike(inst) {
 			// Its SSH was being dialled and never answered: the same
@@ -173,6 +180,27 @@ func (w *readyWait) observe(ctx context.Context) (bool, error) {
 		return true, w.fail(reason)
 	}
 	return false, nil
+}
+
+// stalled says why a loading instance's pull is judged stalled, or "":
+// Vast's status message carries docker's pull progress while loading, so
+// one that has not changed for the run's pull stall bound
+// (timeouts.pull_stall) means a pull that stopped. A pull whose messages
+// keep changing is never stopped here, however long it takes.
+func (w *readyWait) stalled(inst provider.Instance) string {
+	now := w.e.Now()
+	if inst.ActualStatus != "loading" {
+		w.pullMsg, w.pullSince = "", time.Time{}
+		return ""
+	}
+	if w.pullSince.IsZero() || inst.StatusMsg != w.pullMsg {
+		w.pullMsg, w.pullSince = inst.StatusMsg, now
+		return ""
+	}
+	if bound := w.e.pullStall(); now.Sub(w.pullSince) >= bound {
+		return fmt.Sprintf("image pull stalled: no progress for %s (status: %s)", now.Sub(w.pullSince).Round(time.Second), text.OrDash(inst.StatusMsg))
+	}
+	return ""
 }
 
 func (w *readyWait) fail(reason string) error {

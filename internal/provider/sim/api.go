@@ -509,8 +509,16 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 		}
 	}
 	fs := &s.faults
+	if n := s.imageSizes[b.Image]; n > 0 {
+		in.pullBytes = n
+		in.loadFor = pullTime(n, o.InetDown)
+	}
 	if fs.slowLoading > 0 {
 		in.loadFor = fs.slowLoading
+	}
+	if fs.pullStall > 0 {
+		fs.pullStall--
+		in.pullStalls = true
 	}
 	switch {
 	case fs.pullFailNext > 0:
