@@ -119,7 +119,7 @@ func (c Confirmer) DestroyConfirmAll(ctx context.Context, targets map[provider.I
 		case errors.Is(err, poll.ErrDeadline):
 			failed[id] = fmt.Errorf("destroy instance %d: not confirmed before the deadline: %w", id, orErr(last[id], ErrStillPresent))
 		default:
-			failed[id] = fmt.Errorf("destroy instance %d: %w (last: %v)", id, err, last[id])
+			failed[id] = fmt.Errorf("destroy instance %d: %w (last: %w)", id, err, orErr(last[id], ErrStillPresent))
 		}
 	}
 	return confirmed, failed

@@ -307,7 +307,7 @@ func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, 
 		// The ready wait may already hold a connection (its SSH probe).
 		inst, client, err := waitReady(ctx, e, id, deadline)
 		if err = e.journalCondition(stepReady, id, err); err != nil && client != nil {
-			client.Close()
+			client.Close() //nolint:errcheck // the step's error is the one reported; the connection is not used
 			client = nil
 		}
 		if err == nil {

@@ -282,7 +282,7 @@ func (p *sshProbe) try(ctx context.Context) bool {
 
 func (p *sshProbe) close() {
 	if p.client != nil {
-		p.client.Close()
+		p.client.Close() //nolint:errcheck // the probe's connection was never used: the wait's own error is what is reported
 		p.client = nil
 	}
 }
