@@ -253,13 +253,21 @@ func pullTime(bytes int64, inetDown float64) time.Duration {
 }
 
 // pullProgress writes docker's pull progress as the status message of a
-// loading instance whose image size is known, as Vast shows it.
+// loading instance, as Vast shows it: bytes of the image's size when it is
+// known, else a share of the pull. A stalled pull keeps its first message.
 func (in *instance) pullProgress(now time.Time) {
-	if in.Actual != "loading" || in.pullBytes <= 0 || in.pullStalls || in.loadFor <= 0 {
+	if in.Actual != "loading" || in.pullStalls || in.loadFor <= 0 || in.loadingSince.IsZero() {
 		return
 	}
 	frac := min(float64(now.Sub(in.loadingSince))/float64(in.loadFor), 1)
-	in.StatusMsg = fmt.Sprintf("a1b2c3d4e5f6: Downloading %.2fGB/%.2fGB", frac*float64(in.pullBytes)/1e9, float64(in.pullBytes)/1e9)
+	if frac <= 0 {
+		return
+	}
+	if in.pullBytes > 0 {
+		in.StatusMsg = fmt.Sprintf("a1b2c3d4e5f6: Downloading %.2fGB/%.2fGB", frac*float64(in.pullBytes)/1e9, float64(in.pullBytes)/1e9)
+		return
+	}
+	in.StatusMsg = fmt.Sprintf("a1b2c3d4e5f6: Downloading %.1f%%", 100*frac)
 }
 
 // setState applies a user or fault state change at time now.
@@ -267,6 +275,7 @@ func (in *instance) setState(now time.Time, actual, intended, cur, next, msg str
 	in.advance(now)
 	in.nextAt = time.Time{}
 	in.awaitBox = false
+	in.loadingSince = time.Time{} // a restart's loading is no pull
 	in.Actual, in.Intended, in.Cur, in.Next, in.StatusMsg = actual, intended, cur, next, msg
 	in.logf(now, "state: actual=%s intended=%s", actual, intended)
 }
