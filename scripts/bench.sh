@@ -12,7 +12,9 @@ moto=$!
 trap 'kill $moto 2>/dev/null || true; rm -rf "$tmp"' EXIT
 for i in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
 
-go test ./internal/run -run '^$' -bench . -benchtime 5x > "$tmp/run.txt"
+# The machine may be shared: a figure means little without the load beside it.
+echo "commit $(git rev-parse --short HEAD); load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
+go test ./internal/lifecycle -run '^$' -bench . -benchtime 5x > "$tmp/run.txt"
 go test ./internal/policy -run '^$' -bench Select10k -benchtime 20x > "$tmp/policy.txt"
 VASTRUN_TEST_S3_ENDPOINT="http://127.0.0.1:$port" go test ./internal/storage -run '^$' -bench S3VersusAWSCLI -benchtime 3x > "$tmp/s3.txt"
 scripts/bench-interruption.sh 5s 3 > "$tmp/int.txt"
@@ -48,3 +50,4 @@ print("|---|---|")
 for k, v in rows:
     print(f"| {k} | {v} |")
 PY
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

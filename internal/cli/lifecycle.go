@@ -89,7 +89,7 @@ func approver(ctx context.Context, io *IOStreams, yes bool, workflow func() stri
 		io.Infof("plan: rent offer %d, %s x%d on machine %d (%s), $%.4f/h with %g GB disk",
 			p.Offer.ID, p.Offer.GPUName, p.Offer.NumGPUs, p.Offer.MachineID, p.Offer.Geolocation, p.TotalDPH, p.DiskGB)
 		io.Infof("plan: %s; label %s", spendBound(p, workflow()), p.Label)
-		for _, l := range append(p.Bid.Lines(), p.DeadMan.Lines()...) {
+		for _, l := range append(append(p.Bid.Lines(), p.Pull.Lines()...), p.DeadMan.Lines()...) {
 			io.Infof("plan: %s", l)
 		}
 		if p.CeilingDPH > p.TotalDPH {
@@ -131,7 +131,7 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Market: m, Clock: f.clock(), Log: f.Logger(), UI: f.IO, CI: env, Getenv: f.Getenv,
 		Redactor: red, Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
-		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut,
+		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut, ImageSize: f.imageSizer(cfg),
 		Notify: notifications(f, cfg),
 	})
 	// The dead-man switch on every instance destroys it through this API.

@@ -72,7 +72,8 @@ func NewCmdDown(f *Factory, runF func(context.Context, *DownOptions) error) *cob
 		Short: "Destroy a run's instances (or --instance / --label) and confirm they are gone",
 		Long: `Destroy and confirm: every instance of the current run (or --run), or the
 given --instance ids, or every instance carrying --label. Confirmation means
-the instance is absent by id and absent from a complete listing of its label.
+the instance is absent by id or absent from a complete listing of its label;
+many are destroyed in bulk (64 ids a call) and confirmed by one listing.
 It is idempotent: instances already gone are fine, and an id the account
 does not have is reported as not found. When other runs in the state dir
 still hold instances, plain 'down' lists them and stops: pass --all for
@@ -207,8 +208,11 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	deadline := f.clock().Now().Add(limit)
 	var failed []provider.InstanceID
 	var errs []error
+	// Destroyed in bulk, confirmed by one listing of their labels and a
+	// read of each id that listing cannot speak for.
+	vias, fails := c.DestroyConfirmAll(dctx, targets, deadline)
 	for _, id := range keys {
-		via, err := c.DestroyConfirm(dctx, id, targets[id], deadline)
+		via, err := vias[id], fails[id]
 		if err != nil {
 			failed = append(failed, id)
 			errs = append(errs, err)
@@ -414,7 +418,7 @@ func runReap(ctx context.Context, opts *ReapOptions) error {
 	if err != nil {
 		return err
 	}
-	list, err := m.ListInstances(ctx, provider.ListOptions{})
+	list, err := m.ListInstances(ctx, provider.ListOptions{Brief: true}) // ids and labels are all reap reads
 	if err != nil {
 		return fmt.Errorf("reap: %w", err)
 	}

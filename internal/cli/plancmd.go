@@ -232,7 +232,7 @@ func runPlan(ctx context.Context, opts *PlanOptions) error {
 	}
 	summary := p.Summary()
 	if !f.JSON {
-		for _, l := range summary {
+		for _, l := range append(summary, prop.Plan.Pull.Lines()...) {
 			f.IO.Infof("plan: %s", l)
 		}
 		f.IO.Infof("nothing was rented; show the plan to whoever approves, then: vastrun apply %s", opts.Out)

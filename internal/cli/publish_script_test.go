@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -13,13 +14,23 @@ import (
 //	registry start                 sets $REGISTRY to its host:port, $REGISTRY_PORT to its port
 //	registry start wrong-digest    one that answers a wrong digest for tags
 //	registry start auth USER PASS  one that requires basic auth
+//	registry sized REPO BYTES      push a manifest listing one layer of BYTES
+//	                               (never uploaded); sets $IMAGE to it pinned
 func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) == 2 && args[0] == "push" {
 		registryPush(ts, args[1])
 		return
 	}
+	if len(args) == 3 && args[0] == "sized" { // registry sized REPO BYTES: $IMAGE lists a layer of BYTES
+		n, err := strconv.ParseInt(args[2], 10, 64)
+		ts.Check(err)
+		ref, err := registrytest.PushSized(ts.Getenv("REGISTRY"), args[1], n)
+		ts.Check(err)
+		ts.Setenv("IMAGE", ref)
+		return
+	}
 	if len(args) < 1 || args[0] != "start" {
-		ts.Fatalf("usage: registry start [wrong-digest | auth USER PASS] | registry push REPO:TAG")
+		ts.Fatalf("usage: registry start [wrong-digest | auth USER PASS] | registry push REPO:TAG | registry sized REPO BYTES")
 	}
 	var o registrytest.Options
 	switch {

@@ -242,6 +242,10 @@ type GPU struct {
 	DiskGB          float64   `yaml:"disk_gb"`
 	MaxDPH          float64   `yaml:"max_dph"`
 	MinInetDownMbps float64   `yaml:"min_inet_down_mbps"`
+	// Prefer ranks the eligible offers: "cheapest" (default) by $/h;
+	// "fast_ready" by $/h × the expected time to ready, which counts the
+	// image's pull at each host's download rate.
+	Prefer string `yaml:"prefer"`
 
 	// Matrix runs `vastrun ci` once per GPU model, in parallel, each its own
 	// run with models: [that one] (docs/teams.md); MatrixPass says whether
@@ -277,6 +281,10 @@ type Timeouts struct {
 	// been heard from for this long (up takes --ttl; train keeps
 	// train.heartbeat_ttl).
 	HeartbeatTTL Duration `yaml:"heartbeat_ttl"`
+	// PullStall stops a rental whose image pull shows no progress (its
+	// status message unchanged while loading) for this long; it is then
+	// replaced (0: the default, 10m).
+	PullStall Duration `yaml:"pull_stall"`
 }
 
 // Alert says where to report a cleanup that could not be confirmed.
@@ -298,6 +306,12 @@ type Verify struct {
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// What gpu.prefer may say (policy.Policy.Prefer).
+const (
+	PreferCheapest  = policy.PreferCheapest
+	PreferFastReady = policy.PreferFastReady
+)
 
 // Defaults used when a key is absent.
 const (
@@ -555,7 +569,7 @@ func (c *Config) Policy() policy.Policy {
 		Models: c.GPU.Models, Count: c.GPU.Count, MinVRAMGB: c.GPU.MinVRAMGB, MinCUDA: c.GPU.MinCUDA,
 		MinReliability: c.GPU.MinReliability, Verified: verified, Datacenter: c.GPU.Datacenter,
 		AllowCountries: c.GPU.Countries.Allow, DenyCountries: c.GPU.Countries.Deny, DiskGB: c.GPU.DiskGB,
-		MaxDPH: c.GPU.MaxDPH, MinInetDownMbps: c.GPU.MinInetDownMbps,
+		MaxDPH: c.GPU.MaxDPH, MinInetDownMbps: c.GPU.MinInetDownMbps, Prefer: c.GPU.Prefer,
 		Interruptible: c.GPU.Interruptible, BidMargin: c.GPU.Bid.MarginValue(), MaxBid: c.GPU.MaxBid,
 	}.Normalized()
 }

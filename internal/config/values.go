@@ -50,6 +50,9 @@ func (c *Config) checkValues(explicit map[string]bool) []string {
 	num("gpu.max_dph", g.MaxDPH, 0, 1000, "write the ceiling in $/h, e.g. 1.5")
 	num("gpu.min_inet_down_mbps", g.MinInetDownMbps, 0, 1e6, "write Mb/s, e.g. 500")
 	num("verify.min_free_disk_gb", c.Verify.MinFreeDiskGB, 0, 100000, "write GB, e.g. 10")
+	if p := g.Prefer; p != "" && p != PreferCheapest && p != PreferFastReady {
+		errs = append(errs, fmt.Sprintf("gpu.prefer %q is not %s or %s: %s ranks offers by $/h, %s by $/h × the expected time to ready (the image's pull at each host's download rate)", p, PreferCheapest, PreferFastReady, PreferCheapest, PreferFastReady))
+	}
 	for _, k := range []string{"gpu.count", "gpu.disk_gb", "train.cadence", "train.keep", "train.max_attempts"} {
 		if explicit[k] && explicitZero[k](c) {
 			errs = append(errs, fmt.Sprintf("%s 0 must be at least 1 (leave it out for the default)", k))
@@ -58,7 +61,7 @@ func (c *Config) checkValues(explicit map[string]bool) []string {
 	for _, k := range []struct {
 		key string
 		v   Duration
-	}{{"timeouts.ready", c.Timeouts.Ready}, {"timeouts.job", c.Timeouts.Job}, {"timeouts.teardown", c.Timeouts.Teardown}, {"timeouts.heartbeat_ttl", c.Timeouts.HeartbeatTTL}} {
+	}{{"timeouts.ready", c.Timeouts.Ready}, {"timeouts.job", c.Timeouts.Job}, {"timeouts.teardown", c.Timeouts.Teardown}, {"timeouts.heartbeat_ttl", c.Timeouts.HeartbeatTTL}, {"timeouts.pull_stall", c.Timeouts.PullStall}} {
 		if explicit[k.key] && k.v == 0 {
 			errs = append(errs, fmt.Sprintf("%s 0s must be longer than zero (leave it out for the default)", k.key))
 		}

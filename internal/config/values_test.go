@@ -17,6 +17,8 @@ func TestBadValuesNamedWithFix(t *testing.T) {
 		{"budget: {max_spend: 5}\ngpu: {max_dph: .nan}", "gpu.max_dph NaN is not a finite number"},
 		{"budget: {max_spend: 5}\nalert: {webhook: not a url}", `alert.webhook "not a url" is not an http(s) URL`},
 		{"budget: {max_spend: 5}\ntimeouts: {ready: 0s}", "timeouts.ready 0s must be longer than zero"},
+		{"budget: {max_spend: 5}\ntimeouts: {pull_stall: 0s}", "timeouts.pull_stall 0s must be longer than zero"},
+		{"budget: {max_spend: 5}\ngpu: {prefer: fastest}", `gpu.prefer "fastest" is not cheapest or fast_ready`},
 	} {
 		_, err := Parse([]byte(base + c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -28,5 +30,10 @@ func TestBadValuesNamedWithFix(t *testing.T) {
 	}
 	if _, err := Parse([]byte(base + "budget: {max_spend: 5}\n")); err != nil {
 		t.Fatalf("a good config is refused: %v", err)
+	}
+	for _, p := range []string{"cheapest", "fast_ready"} {
+		if _, err := Parse([]byte(base + "budget: {max_spend: 5}\ngpu: {prefer: " + p + "}\ntimeouts: {pull_stall: 90s}\n")); err != nil {
+			t.Fatalf("gpu.prefer %s is refused: %v", p, err)
+		}
 	}
 }

@@ -115,3 +115,34 @@ func Resolve(ctx context.Context, ref string, o Options) (string, error) {
 	}
 	return r.Context().Name() + "@" + desc.Digest.String(), nil
 }
+
+// CompressedSize is what pulling ref downloads: the compressed sizes of its
+// layers and config as its registry manifest lists them (for an index, the
+// linux/amd64 image's). Only manifests are read, never a layer.
+func CompressedSize(ctx context.Context, ref string, o Options) (int64, error) {
+	var opts []name.Option
+	if o.Insecure {
+		opts = append(opts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, opts...)
+	if err != nil {
+		return 0, fmt.Errorf("image %q: %w", ref, err)
+	}
+	desc, err := remote.Get(r, o.RemoteOptions(ctx)...)
+	if err != nil {
+		return 0, fmt.Errorf("read the manifest of %q: %w", ref, err)
+	}
+	img, err := desc.Image() // an index resolves to its linux/amd64 image
+	if err != nil {
+		return 0, fmt.Errorf("read the manifest of %q: %w", ref, err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return 0, fmt.Errorf("read the manifest of %q: %w", ref, err)
+	}
+	total := m.Config.Size
+	for _, l := range m.Layers {
+		total += l.Size
+	}
+	return total, nil
+}

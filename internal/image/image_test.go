@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/vastrun/vastrun/internal/publish/registrytest"
 )
 
 // push writes a random image to ref on the in-process registry and returns
@@ -117,5 +119,41 @@ func TestResolveWithLogin(t *testing.T) {
 	got, err := Resolve(ctx, host+"/acme/private:v1", Options{Insecure: true, Keychain: anon, Login: login})
 	if err != nil || got != host+"/acme/private@"+d.String() {
 		t.Fatalf("with the login: %q %v (want digest %s)", got, err, d)
+	}
+}
+
+// TestCompressedSize: the size a pull downloads is the manifest's layers
+// and config, read without a layer; a manifest that lists a 40 GB layer the
+// registry never held says 40 GB.
+func TestCompressedSize(t *testing.T) {
+	srv := httptest.NewServer(registry.New())
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	img, err := random.Image(4096, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := name.ParseReference(host+"/small:v1", name.Insecure)
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := img.Manifest()
+	want := m.Config.Size
+	for _, l := range m.Layers {
+		want += l.Size
+	}
+	d, _ := img.Digest()
+	if got, err := CompressedSize(context.Background(), host+"/small@"+d.String(), Options{Insecure: true}); err != nil || got != want || want < 3*4096 {
+		t.Fatalf("CompressedSize = %d, %v; want %d", got, err, want)
+	}
+	ref, err := registrytest.PushSized(host, "big", 40e9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := CompressedSize(context.Background(), ref, Options{}); err != nil || got != 40e9+6 {
+		t.Fatalf("CompressedSize(%s) = %d, %v; want 40 GB and the config", ref, got, err)
+	}
+	if _, err := CompressedSize(context.Background(), host+"/none@sha256:"+strings.Repeat("0", 64), Options{}); err == nil {
+		t.Fatal("a manifest the registry lacks has a size")
 	}
 }

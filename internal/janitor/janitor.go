@@ -46,18 +46,24 @@ func Expired(list []provider.Instance, prefix string, now time.Time) []Candidate
 	return out
 }
 
-// Confirmer destroys an instance and confirms it is gone (by id, and from a
-// complete listing of its label); run.Confirmer is the real one.
+// Confirmer destroys instances and confirms each gone (absent by id, or
+// from a complete listing of its label) in a few calls, whatever their
+// number; run.Confirmer is the real one.
 type Confirmer interface {
-	DestroyConfirm(ctx context.Context, id provider.InstanceID, label string, deadline time.Time) ([]string, error)
+	DestroyConfirmAll(ctx context.Context, targets map[provider.InstanceID]string, deadline time.Time) (map[provider.InstanceID][]string, map[provider.InstanceID]error)
 }
 
-// Reap destroys each candidate through c, confirmed, recording the result in
-// place; it returns the ids whose destruction could not be confirmed.
+// Reap destroys the candidates through c, confirmed, recording the result
+// in place; it returns the ids whose destruction could not be confirmed.
 func Reap(ctx context.Context, c Confirmer, cands []Candidate, deadline time.Time) []provider.InstanceID {
+	targets := make(map[provider.InstanceID]string, len(cands))
+	for _, cd := range cands {
+		targets[cd.ID] = cd.Label
+	}
+	_, errs := c.DestroyConfirmAll(ctx, targets, deadline)
 	var failed []provider.InstanceID
 	for i := range cands {
-		if _, err := c.DestroyConfirm(ctx, cands[i].ID, cands[i].Label, deadline); err != nil {
+		if err := errs[cands[i].ID]; err != nil {
 			cands[i].Result = "NOT confirmed: " + err.Error()
 			failed = append(failed, cands[i].ID)
 			continue

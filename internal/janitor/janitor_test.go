@@ -63,8 +63,16 @@ func TestExpired(t *testing.T) {
 
 type fakeConfirmer map[provider.InstanceID]error
 
-func (f fakeConfirmer) DestroyConfirm(_ context.Context, id provider.InstanceID, _ string, _ time.Time) ([]string, error) {
-	return []string{"show"}, f[id]
+func (f fakeConfirmer) DestroyConfirmAll(_ context.Context, targets map[provider.InstanceID]string, _ time.Time) (map[provider.InstanceID][]string, map[provider.InstanceID]error) {
+	ok, failed := map[provider.InstanceID][]string{}, map[provider.InstanceID]error{}
+	for id := range targets {
+		if err := f[id]; err != nil {
+			failed[id] = err
+		} else {
+			ok[id] = []string{"show"}
+		}
+	}
+	return ok, failed
 }
 
 func TestReapRecordsEachResult(t *testing.T) {

@@ -32,6 +32,16 @@
 //     everything known is gone is a warning in the receipt.
 //   - An instance that stops between "running" and its first SSH answer is
 //     seen between dials (the API is asked) and replaced at once.
+//   - Readiness: the API is the authority on an instance's state; while
+//     one boots with its SSH address published, its SSH is also dialled
+//     every probeEvery, so the API is asked the moment the sshd answers.
+//     Each rental's ready deadline is timeouts.ready plus its image's pull
+//     expected on its host (the frozen image_bytes over inet_down), and a
+//     pull whose status stops changing for timeouts.pull_stall is stopped
+//     and replaced.
+//   - Many instances (down, reap) are destroyed in bulk and confirmed by a
+//     complete listing of their labels, a read by id only for what it still
+//     shows (DestroyConfirmAll, SweepLabel).
 //   - The outcome is the run's terminal record and carries its receipt,
 //     journaled before receipt.json; a run whose journal holds it is
 //     finished and never run again (finished.go).

@@ -47,6 +47,32 @@ type Plan struct {
 	CeilingDPH  float64      // a replacement for a taken offer is rented up to this $/h
 	Bid         *BidPlan     `json:",omitempty"` // interruptible rentals only (bid.go)
 	DeadMan     *DeadManPlan `json:",omitempty"` // the instance's dead-man switch (deadman.go)
+	// Pull is the image's expected pull on the offer's host, when the
+	// image's size is known.
+	Pull *PullPlan `json:",omitempty"`
+}
+
+// PullPlan is what the plan says of the image's pull.
+type PullPlan struct {
+	Bytes        int64
+	InetDownMbps float64
+	Expected     time.Duration // at the host's download rate
+	// CostUSD is the pull's expected cost: while loading Vast bills the
+	// storage, not the GPU (vast-api.md §3), so Expected at the storage's
+	// $/h.
+	CostUSD float64
+	// ReadyDeadline is the rental's ready deadline: the frozen one plus
+	// Expected.
+	ReadyDeadline time.Duration
+}
+
+// Lines are the plan's lines about the pull.
+func (p *PullPlan) Lines() []string {
+	if p == nil {
+		return nil
+	}
+	return []string{fmt.Sprintf("image %.2f GB pulls in about %s at the host's %.0f Mb/s (about $%.4f of storage while loading); ready deadline %s",
+		float64(p.Bytes)/1e9, p.Expected.Round(time.Second), p.InetDownMbps, p.CostUSD, p.ReadyDeadline.Round(time.Second))}
 }
 
 // Outcomes recorded in the journal and the receipt (receipt.Outcome
@@ -136,6 +162,11 @@ type Deps struct {
 	PlanSHA256  string
 	// Notify, when set, is the run's webhook for its events (notify.go).
 	Notify *Notifications
+	// ImageSize, when set, reads an image's compressed size from its
+	// registry (image.CompressedSize; the simulator's own under --sim). The
+	// freeze asks it once: a run whose image size is known gets ready
+	// deadlines that count each host's pull (readyDeadlineFor).
+	ImageSize func(ctx context.Context, ref string) (int64, error)
 }
 
 // Run is one run: its journal, the state replayed from it, its frozen spec
@@ -143,6 +174,9 @@ type Deps struct {
 // goes through Record, which journals before it applies.
 type Run struct {
 	*Deps
+	// readyFor is the ready deadline of the rental being made (its host's
+	// pull counted), for the live progress.
+	readyFor   time.Duration
 	runDir     string
 	j          *journal.Journal
 	state      *runstate.State
@@ -486,6 +520,7 @@ func draft(ctx context.Context, e *Scope, runID, lbl string) Manifest {
 func freeze(ctx context.Context, e *Scope) error {
 	m := e.manifest
 	m.CreatedAt = e.Now().UTC()
+	learnImageSize(ctx, e, &m)
 	hash, b, err := m.Hash()
 	if err != nil {
 		return err
@@ -529,10 +564,43 @@ func selectOffer(ctx context.Context, e *Scope, exclude []int64) (*provider.Offe
 // worstCase is the spend if the rental uses every deadline to the full, as
 // the frozen manifest sets them; how much of the job counts is the
 // workflow's (training's is open-ended and bounded while it runs).
-func worstCase(e *Scope, dph float64) float64 {
+func worstCase(e *Scope, dph float64, o provider.Offer) float64 {
 	m := e.manifest
-	hours := (frozenDuration(m.ReadyDeadline) + e.workflow().jobBound(m) + frozenDuration(m.TeardownLimit)).Hours()
+	hours := (e.readyDeadlineFor(o) + e.workflow().jobBound(m) + frozenDuration(m.TeardownLimit)).Hours()
 	return dph * hours
+}
+
+// pullPlan is the plan's view of the image's pull on o's host; nil when
+// the image's size is unknown.
+func pullPlan(e *Scope, o provider.Offer) *PullPlan {
+	m := e.manifest
+	d := policy.PullTime(o, m.ImageBytes)
+	if d <= 0 {
+		return nil
+	}
+	return &PullPlan{Bytes: m.ImageBytes, InetDownMbps: o.InetDownMbps, Expected: d,
+		CostUSD: policy.StorageDPH(o, m.Policy.DiskGB) * d.Hours(), ReadyDeadline: e.readyDeadlineFor(o)}
+}
+
+// imageSizeWait bounds the freeze's registry read of the image's size.
+const imageSizeWait = 15 * time.Second
+
+// learnImageSize asks the registry for the image's compressed size once,
+// at the freeze; a registry that cannot say leaves it unknown (0), and
+// the ready deadline is then the configured one.
+func learnImageSize(ctx context.Context, e *Scope, m *Manifest) {
+	if e.ImageSize == nil || m.ImageBytes > 0 {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, imageSizeWait)
+	n, err := e.ImageSize(lctx, m.Image)
+	cancel()
+	if err != nil {
+		e.Infof("the image's size could not be read from its registry (%v): the ready deadline does not count its pull", err)
+		return
+	}
+	m.ImageBytes = n
+	m.Derive()
 }
 
 // spentSoFar estimates the spend of all attempts up to now.
@@ -557,14 +625,15 @@ func approve(e *Scope, o provider.Offer, attempt int) error {
 	p := m.Policy
 	dph := p.Price(o) // the bid + storage for an interruptible rental (bid.go)
 	plan := Plan{Offer: o, TotalDPH: dph, DiskGB: p.DiskGB, MaxSpendUSD: m.MaxSpendUSD,
-		WorstCase: worstCase(e, planDPH(e, o)), Label: e.state.Label, Image: m.Image, Attempt: attempt, CeilingDPH: raceCeiling(e, dph), Bid: bidPlan(e, o), DeadMan: deadManPlan(e)}
+		WorstCase: worstCase(e, planDPH(e, o), o), Label: e.state.Label, Image: m.Image, Attempt: attempt, CeilingDPH: raceCeiling(e, dph), Bid: bidPlan(e, o), DeadMan: deadManPlan(e),
+		Pull: pullPlan(e, o)}
 	if spent := e.SpentSoFar(); spent+plan.WorstCase > plan.MaxSpendUSD {
 		if err := e.Record("failed", stepApprove, map[string]any{"worst_case_usd": plan.WorstCase, "spent_usd": spent}); err != nil {
 			return err
 		}
 		return &StepError{Step: stepApprove, Outcome: OutcomeBudget, Err: fmt.Errorf(
 			"worst case $%.4f (at $%.4f/h for ready %s + job %s + teardown %s) plus $%.4f spent exceeds budget.max_spend $%.2f: raise the budget or shorten the timeouts",
-			plan.WorstCase, dph, spec.ParseDuration(m.ReadyDeadline), spec.ParseDuration(m.JobTimeout), spec.ParseDuration(m.TeardownLimit), spent, plan.MaxSpendUSD)}
+			plan.WorstCase, dph, e.readyDeadlineFor(o), spec.ParseDuration(m.JobTimeout), spec.ParseDuration(m.TeardownLimit), spent, plan.MaxSpendUSD)}
 	}
 	ok := false
 	var err error

@@ -57,6 +57,26 @@ type harness struct {
 	secret  string
 	webhook *webhookRecorder
 	repo    string
+	shows   *showLog // GET /api/v0/instances/{id}/ calls
+}
+
+// showLog is when (on the run's clock) each show of an instance came.
+type showLog struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+// before counts the shows up to t.
+func (l *showLog) before(t time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, a := range l.at {
+		if !a.After(t) {
+			n++
+		}
+	}
+	return n
 }
 
 type webhookRecorder struct {
@@ -101,7 +121,15 @@ func newHarness(t *testing.T, cfgYAML string, approve bool) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s)
+	shows := &showLog{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/api/v0/instances/") && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 3 {
+			shows.mu.Lock()
+			shows.at = append(shows.at, clk.Now())
+			shows.mu.Unlock()
+		}
+		s.ServeHTTP(w, r)
+	}))
 	hook := &webhookRecorder{}
 	hooksrv := httptest.NewServer(hook)
 	t.Cleanup(func() { srv.Close(); hooksrv.Close(); s.Close() })
@@ -119,7 +147,7 @@ func newHarness(t *testing.T, cfgYAML string, approve bool) *harness {
 	}
 	cfg.Alert.Webhook = hooksrv.URL
 	h := &harness{t: t, sim: s, clk: clk, ui: &bytes.Buffer{}, stream: &bytes.Buffer{}, annot: &bytes.Buffer{},
-		ghOut: filepath.Join(root, "gh_output"), secret: "hf_" + strings.Repeat("Z", 34), webhook: hook, repo: repo}
+		ghOut: filepath.Join(root, "gh_output"), secret: "hf_" + strings.Repeat("Z", 34), webhook: hook, repo: repo, shows: shows}
 	env := map[string]string{"HF_TOKEN": h.secret}
 	h.engine = lifecycle.New(&lifecycle.Deps{
 		Market: client, Clock: autoClock{clk}, Log: slog.New(slog.DiscardHandler), UI: ui{&lockedBuf{b: h.ui}},

@@ -4,7 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/progress"
+	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 )
 
@@ -121,6 +123,26 @@ func (e *Run) workflow() *Flow {
 // The frozen deadlines.
 func (e *Run) readyDeadline() time.Duration { return frozenDuration(e.manifest.ReadyDeadline) }
 func (e *Run) jobTimeout() time.Duration    { return frozenDuration(e.manifest.JobTimeout) }
+
+// DefaultPullStall is timeouts.pull_stall's default.
+const DefaultPullStall = 10 * time.Minute
+
+// pullStall is how long a pull may show no progress before the rental is
+// stopped and replaced.
+func (e *Run) pullStall() time.Duration {
+	if d := frozenDuration(e.manifest.PullStall); d > 0 {
+		return d
+	}
+	return DefaultPullStall
+}
+
+// readyDeadlineFor is the ready deadline of a rental of o: the frozen one
+// plus the pull of the run's image expected on o's host (its size over the
+// host's download rate), so a large image on a slow host is given the time
+// its pull needs.
+func (e *Run) readyDeadlineFor(o provider.Offer) time.Duration {
+	return e.readyDeadline() + policy.PullTime(o, e.manifest.ImageBytes)
+}
 
 // TeardownLimit is the frozen teardown deadline.
 func (e *Run) TeardownLimit() time.Duration { return frozenDuration(e.manifest.TeardownLimit) }

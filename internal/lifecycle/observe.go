@@ -24,7 +24,7 @@ func (e *Run) observeRecord(typ, step string, data any) {
 	case step == stepRent && typ == "intent":
 		ev.Phase, ev.DPH, ev.Instance = progress.PhaseRent, 0, 0
 	case (step == stepRent || step == stepAdopt) && typ == "done":
-		ev.Phase, ev.Deadline = progress.PhaseReady, e.Now().Add(e.readyDeadline())
+		ev.Phase, ev.Deadline = progress.PhaseReady, e.Now().Add(max(e.readyFor, e.readyDeadline()))
 		if d, ok := data.(runstate.InstanceData); ok {
 			ev.Instance = int64(d.Instance)
 		}

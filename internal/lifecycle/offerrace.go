@@ -73,7 +73,7 @@ func rentRace(ctx context.Context, e *Scope, offer provider.Offer, err error, ex
 				return 0, next, aerr
 			}
 			ceiling = raceCeiling(e, dph)
-		case spent+worstCase(e, dph) > e.Frozen().MaxSpendUSD:
+		case spent+worstCase(e, dph, next) > e.Frozen().MaxSpendUSD:
 			gone[next.ID] = true // over budget: never rented, try the next
 			continue
 		default:

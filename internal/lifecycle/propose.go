@@ -90,7 +90,7 @@ func Propose(ctx context.Context, s *Scope, f Flow, skipGate bool) (*Proposal, e
 	}
 	d := draft(ctx, s, "", "")
 	neutral(&d)
-	return &Proposal{Plan: *asked, Draft: d, Decisions: s.selected, CeilingWorstCase: worstCase(s, asked.CeilingDPH), Gate: gate}, nil
+	return &Proposal{Plan: *asked, Draft: d, Decisions: s.selected, CeilingWorstCase: worstCase(s, asked.CeilingDPH, asked.Offer), Gate: gate}, nil
 }
 
 // Draft is the spec a new run of f on d's wiring would freeze now, from

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/policy"
 	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
-	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/runstate"
@@ -57,6 +55,7 @@ func rent(ctx context.Context, e *Scope, o provider.Offer) (provider.InstanceID,
 		e.Infof("warning: could not write CI state: %v", err)
 	}
 	e.Infof("renting offer %d (%s x%d, $%.4f/h) as %s", o.ID, o.GPUName, o.NumGPUs, total, e.state.Label)
+	e.readyFor = e.readyDeadlineFor(o)
 	res, err := e.Market.CreateInstance(ctx, provider.CreateRequest{
 		OfferID: o.ID, Image: m.Image, DiskGB: p.DiskGB, Label: e.state.Label,
 		Runtype: "ssh_direc ssh_proxy", CancelUnavail: true, ImageLogin: login, BidPrice: p.Bid(o), NumGPUs: o.NumGPUs,
@@ -143,7 +142,7 @@ func reconcile(ctx context.Context, e *Scope, hint provider.InstanceID) (provide
 	var adoptErr error
 	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: 2 * time.Second, Max: 15 * time.Second, Jitter: e.jitter(), Deadline: e.Now().Add(reconcileGrace)},
 		func(ctx context.Context) (bool, error) {
-			list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+			list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}, Brief: true})
 			if err != nil {
 				e.Log.Debug("label listing failed during reconcile", "err", err)
 				return false, err
@@ -223,7 +222,7 @@ func dedupe(ctx context.Context, e *Scope, keep provider.InstanceID) error {
 	// The rental is billing while this looks: a rate-limited listing does
 	// not hold it up for long.
 	lctx, cancel := boundOnClock(ctx, e.Clock, e.Now().Add(dedupeListWait))
-	list, err := e.Market.ListInstances(lctx, provider.ListOptions{Labels: []string{e.state.Label}})
+	list, err := e.Market.ListInstances(lctx, provider.ListOptions{Labels: []string{e.state.Label}, Brief: true})
 	cancel()
 	if err != nil {
 		return nil // teardown lists again, completely, before it confirms
@@ -264,82 +263,6 @@ func terminalReason(in provider.Instance, createdFor time.Duration) string {
 	return ""
 }
 
-// waitReady polls with adaptive, jittered intervals until the instance runs
-// with SSH published, fails terminally, or the deadline passes.
-func waitReady(ctx context.Context, e *Scope, id provider.InstanceID, deadline time.Time) (provider.Instance, error) {
-	start := e.Now()
-	var createdSince time.Time
-	last := ""
-	var inst provider.Instance
-	var stepErr *StepError
-	fail := func(reason string) (bool, error) {
-		stepErr = &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed, Err: errors.New(reason)}
-		return false, stepErr
-	}
-	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: 2 * time.Second, Max: 15 * time.Second, Factor: 1.5, Jitter: e.jitter(), Deadline: deadline,
-		// "loading" comes right before "running": poll it closely, since
-		// every second between running and noticing is billed.
-		Limit: func() time.Duration {
-			if inst.ActualStatus == "loading" {
-				return 5 * time.Second
-			}
-			return 15 * time.Second
-		},
-		Permanent: func(err error) bool { return errors.Is(err, provider.ErrAuth) || errors.As(err, new(*StepError)) }},
-		func(ctx context.Context) (bool, error) {
-			var err error
-			inst, err = e.Market.ShowInstance(ctx, id)
-			switch {
-			case errors.Is(err, provider.ErrNotFound):
-				if e.Now().Sub(start) > 2*time.Minute { // longer than any read lag
-					return fail("instance vanished")
-				}
-				return false, nil
-			case err != nil:
-				if !errors.Is(err, provider.ErrRateLimited) {
-					e.Log.Debug("readiness poll failed", "instance", id, "err", err)
-				}
-				return false, err
-			}
-			status := inst.ActualStatus
-			if status == "" {
-				status = "scheduling"
-			}
-			if desc := status + ": " + inst.StatusMsg; desc != last {
-				e.Infof("instance %d %s", id, strings.TrimSuffix(desc, ": "))
-				last = desc
-			}
-			if inst.Running() {
-				return true, nil
-			}
-			if inst.ActualStatus == "created" {
-				if createdSince.IsZero() {
-					createdSince = e.Now()
-				}
-			} else {
-				createdSince = time.Time{}
-			}
-			var createdFor time.Duration
-			if !createdSince.IsZero() {
-				createdFor = e.Now().Sub(createdSince)
-			}
-			if reason := terminalReason(inst, createdFor); reason != "" {
-				return fail(reason)
-			}
-			return false, nil
-		})
-	switch {
-	case err == nil:
-		return inst, e.Record("done", stepReady, runstate.InstanceData{Instance: id})
-	case stepErr != nil:
-		return inst, stepErr
-	case errors.Is(err, poll.ErrDeadline):
-		return inst, &StepError{Step: stepReady, Instance: id, Outcome: OutcomeReadyFailed,
-			Err: fmt.Errorf("not running within the ready deadline (last: %s)", text.OrDash(last))}
-	}
-	return inst, err
-}
-
 // provision selects, approves, rents, waits and connects, replacing a
 // rental that never becomes ready once on a different machine.
 func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, provider.Instance, error) {
@@ -376,15 +299,21 @@ func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, 
 			return nil, provider.Instance{}, err
 		}
 		t0 = e.Now()
-		deadline := e.Now().Add(e.readyDeadline())
+		// The pull of the image on this host counts (readyDeadlineFor).
+		deadline := e.Now().Add(e.readyDeadlineFor(*offer))
 		// Ready and connect are observed afresh for every new rental (a
 		// connection is this process's, not the journal's), so their
 		// conditions are journaled but never skip the step.
-		inst, err := waitReady(ctx, e, id, deadline)
-		err = e.journalCondition(stepReady, id, err)
-		var client *remote.Client
+		// The ready wait may already hold a connection (its SSH probe).
+		inst, client, err := waitReady(ctx, e, id, deadline)
+		if err = e.journalCondition(stepReady, id, err); err != nil && client != nil {
+			client.Close() //nolint:errcheck // the step's error is the one reported; the connection is not used
+			client = nil
+		}
 		if err == nil {
-			client, err = connect(ctx, e, id, inst, deadline)
+			if client == nil {
+				client, err = connect(ctx, e, id, inst, deadline)
+			}
 			if err = e.journalCondition(stepConnect, id, err); err != nil && client != nil {
 				client.Close()
 				client = nil
@@ -441,18 +370,13 @@ func stoppedReason(in provider.Instance) string {
 // attempt at once (ErrStoppedBeforeSSH) instead of being redialled until
 // the deadline.
 func connect(ctx context.Context, e *Scope, id provider.InstanceID, inst provider.Instance, deadline time.Time) (*remote.Client, error) {
-	kp, err := remote.EnsureKeyPair(e.runDir, "vastrun-"+e.state.RunID)
+	kp, err := attachRunKey(ctx, e, id)
 	if err != nil {
 		return nil, err
 	}
-	// Attaching twice is harmless: the decorator retries it.
-	attach := &retry.Market{Inner: e.Market, Clock: e.Clock, MaxTries: 5, Initial: 2 * time.Second}
-	if err := attach.AttachSSHKey(ctx, id, kp.AuthorizedKey); err != nil {
-		return nil, &StepError{Step: "attach SSH key", Instance: id, Err: err}
-	}
 	// The client redials a dropped or stalled connection itself (same
 	// pinned host key), pacing its redials on the run's clock.
-	d := remote.Dialer{Key: kp.Signer, KnownHostsPath: e.runDir + "/known_hosts", Clock: e.Clock, KeepAlive: e.SSHKeepAlive}
+	d := sshDialer(e, kp)
 	eps := endpoints(inst)
 	var c *remote.Client
 	var stopped *StepError

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"time"
@@ -23,12 +24,15 @@ type Destroyer interface {
 	provider.InstanceDestroyer
 }
 
-// Confirmer destroys instances and proves they are gone: absent by id
-// (the API answers 404 for it), and, when a complete listing of their
-// label can be had, absent from it too. The listing is evidence, never a
-// condition: a label listing that fails or is rate-limited never keeps a
-// destroyed id from being confirmed. It is used by the engine and by
-// `vastrun down --instance/--label` without a run.
+// Confirmer destroys instances and proves they are gone. One instance
+// (DestroyConfirm) is absent by id (the API answers 404 for it), and, when
+// a complete listing of its label can be had, absent from it too: that
+// listing is evidence, never a condition. Many (DestroyConfirmAll,
+// SweepLabel) are destroyed in bulk and each proven gone by id or by its
+// absence from a complete listing of its label, so their cleanup costs a
+// few calls, not three per instance; a listing that fails or is
+// rate-limited never keeps a destroyed id from being confirmed by id. It
+// is used by the engine and by `vastrun down` and `reap` without a run.
 type Confirmer struct {
 	Market Destroyer
 	Clock  clock.Clock
@@ -78,46 +82,89 @@ const SweepSettle = 20 * time.Second
 // SweepLabel destroys every instance carrying label, confirming each, and
 // returns once complete listings have shown the label clean for settle (a
 // single empty listing may just lag a fresh rental), or deadline passes.
+// It costs a few calls whatever the label holds: what a listing shows is
+// destroyed in bulk (destroyAll), and the next complete listing, made at
+// once, confirms every destroyed id it no longer shows; only ids it still
+// shows are read by id (404: gone, the listing lags) and destroyed again.
 func (c Confirmer) SweepLabel(ctx context.Context, label string, deadline time.Time, settle time.Duration) ([]provider.InstanceID, error) {
 	var destroyed []provider.InstanceID
+	sent := map[provider.InstanceID]bool{} // destroyed, not yet confirmed
 	var cleanSince time.Time
 	var destroyErr error
 	err := poll.Until(ctx, c.Clock, poll.Policy{Initial: time.Second, Max: min(10*time.Second, settle/2+time.Millisecond), Deadline: deadline},
 		func(ctx context.Context) (bool, error) {
-			list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}})
-			now := c.Clock.Now()
-			switch {
-			case err != nil:
+			// List, destroy what is listed, and list again at once: the
+			// second listing is the first's confirmation.
+			for look := 0; look < 2; look++ {
+				list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}, Brief: true})
+				now := c.Clock.Now()
+				if err != nil {
+					cleanSince = time.Time{}
+					return false, err
+				}
+				listed := make(map[provider.InstanceID]bool, len(list))
+				for _, in := range list {
+					listed[in.ID] = true
+				}
+				for _, id := range slices.Sorted(maps.Keys(sent)) {
+					if !listed[id] { // absent from a complete listing of its label
+						destroyed = append(destroyed, id)
+						delete(sent, id)
+					}
+				}
+				if len(list) == 0 {
+					if cleanSince.IsZero() {
+						cleanSince = now
+					}
+					return now.Sub(cleanSince) >= settle, nil
+				}
 				cleanSince = time.Time{}
-				return false, err
-			case len(list) == 0:
-				if cleanSince.IsZero() {
-					cleanSince = now
+				var fresh, again []provider.InstanceID
+				for _, in := range list {
+					switch {
+					case !sent[in.ID]:
+						fresh = append(fresh, in.ID)
+					case isGone(ctx, c.Market, in.ID):
+						// Destroyed and gone by id: the listing lags.
+						destroyed = append(destroyed, in.ID)
+						delete(sent, in.ID)
+					default:
+						again = append(again, in.ID)
+					}
 				}
-				return now.Sub(cleanSince) >= settle, nil
-			}
-			cleanSince = time.Time{}
-			for _, in := range list {
-				if _, derr := c.DestroyConfirm(ctx, in.ID, label, deadline); derr != nil {
-					destroyErr = derr
-					return true, nil // stop: DestroyConfirm already spent the time
+				// New ones in bulk; one that outlived a destroy on its own.
+				if destroyErr = c.destroyAll(ctx, fresh, true); destroyErr != nil {
+					return true, nil // authentication: retrying cannot help
 				}
-				destroyed = append(destroyed, in.ID)
+				if destroyErr = c.destroyAll(ctx, again, false); destroyErr != nil {
+					return true, nil
+				}
+				for _, id := range fresh {
+					sent[id] = true
+				}
 			}
 			return false, nil
 		})
 	var de *poll.DeadlineError
 	switch {
 	case destroyErr != nil:
-		return destroyed, destroyErr
+		return destroyed, fmt.Errorf("sweep label %s: %w", label, destroyErr)
 	case err == nil:
 		return destroyed, nil
+	case errors.As(err, &de) && len(sent) > 0:
+		return destroyed, fmt.Errorf("sweep label %s: instances %v: %w", label, slices.Sorted(maps.Keys(sent)), ErrStillPresent)
 	case errors.As(err, &de) && de.Last != nil:
 		return destroyed, fmt.Errorf("sweep label %s: %w", label, de.Last)
 	case errors.As(err, &de):
 		return destroyed, fmt.Errorf("sweep label %s: not clean for %s before the deadline", label, settle)
 	}
 	return destroyed, err
+}
+
+// isGone says whether a read of id answers that it does not exist.
+func isGone(ctx context.Context, r provider.InstanceReader, id provider.InstanceID) bool {
+	_, err := r.ShowInstance(ctx, id)
+	return errors.Is(err, provider.ErrNotFound)
 }
 
 // confirm proves id gone: by id (a 404), then, when label is set, by one
@@ -136,7 +183,7 @@ func (c Confirmer) confirm(ctx context.Context, id provider.InstanceID, label st
 	if label == "" {
 		return via, nil
 	}
-	list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}})
+	list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}, Brief: true})
 	if err != nil {
 		return via, nil // gone by id; the listing would only have added evidence
 	}
@@ -303,7 +350,7 @@ func sweepLabel(ctx context.Context, e *Scope, deadline time.Time, settle time.D
 		maxWait = min(maxWait, settle/2+time.Millisecond) // look again within the settle
 	}
 	err := poll.Until(bctx, e.Clock, poll.Policy{Initial: time.Second, Max: maxWait, Deadline: deadline}, func(ctx context.Context) (bool, error) {
-		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}, Brief: true})
 		if err != nil {
 			cleanSince, last = time.Time{}, err
 			return false, err
@@ -398,7 +445,7 @@ func sweepLate(ctx context.Context, e *Scope, start time.Time) error {
 	defer cancelB()
 	var stop, last error
 	err := poll.Until(bctx, e.Clock, poll.Policy{Initial: 5 * time.Second, Max: 15 * time.Second, Jitter: e.jitter(), Deadline: deadline}, func(ctx context.Context) (bool, error) {
-		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}})
+		list, err := e.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{e.state.Label}, Brief: true})
 		if err != nil {
 			last = err
 			return false, err

@@ -46,6 +46,42 @@ type Policy struct {
 	// built or loaded (spec.HostTime), never frozen itself, so a manifest
 	// an older vastrun froze resumes unchanged.
 	MinHostTime time.Duration `json:"-"`
+	// Prefer ranks the eligible offers: "" or PreferCheapest by $/h,
+	// PreferFastReady by ReadyCost (frozen as gpu.prefer says).
+	Prefer string `json:",omitempty"`
+	// ImageBytes is the image's compressed size (0: unknown), from its
+	// registry manifest: the pull every host must make before "running".
+	// Like MinHostTime it is derived from the manifest (its image_bytes),
+	// never frozen in the policy.
+	ImageBytes int64 `json:"-"`
+}
+
+// What Prefer may say.
+const (
+	PreferCheapest  = "cheapest"
+	PreferFastReady = "fast_ready"
+)
+
+// BootOverhead is the time to ready that does not depend on the image:
+// scheduling, creating and starting the container. It only ranks offers
+// (fast_ready); no deadline is built from it.
+const BootOverhead = time.Minute
+
+// PullTime is how long o's host is expected to take to pull an image of
+// bytes (compressed), at its measured download rate (inet_down, Mb/s); 0
+// when either is unknown.
+func PullTime(o provider.Offer, bytes int64) time.Duration {
+	if bytes <= 0 || o.InetDownMbps <= 0 {
+		return 0
+	}
+	return time.Duration(float64(bytes) * 8 / (o.InetDownMbps * 1e6) * float64(time.Second))
+}
+
+// ReadyCost is what fast_ready ranks by: the offer's $/h (total, as the
+// policy prices it) × the expected time to ready, BootOverhead plus the
+// image's pull on its host.
+func (p Policy) ReadyCost(o provider.Offer) float64 {
+	return p.Price(o) * (BootOverhead + PullTime(o, p.ImageBytes)).Hours()
 }
 
 // Normalized fills defaults and canonical spellings.
@@ -69,6 +105,9 @@ func (p Policy) Normalized() Policy {
 		return out
 	}
 	p.AllowCountries, p.DenyCountries = up(p.AllowCountries), up(p.DenyCountries)
+	if p.Prefer == PreferCheapest { // the default, frozen as such
+		p.Prefer = ""
+	}
 	return p
 }
 
@@ -178,13 +217,16 @@ func (p Policy) LooseQuery(limit int) provider.Query {
 type Decision struct {
 	Offer    provider.Offer
 	TotalDPH float64
-	Eligible bool
-	Chosen   bool
-	Reasons  []string
+	// ReadyCost is the offer's expected cost to ready (fast_ready only).
+	ReadyCost float64 `json:",omitempty"`
+	Eligible  bool
+	Chosen    bool
+	Reasons   []string
 }
 
-// Select judges every offer and picks the cheapest eligible one (ties go to
-// the more reliable, then the lower id). chosen is nil when none qualifies.
+// Select judges every offer and picks the cheapest eligible one, or with
+// Prefer fast_ready the one of lowest ReadyCost (ties go to the cheaper,
+// then the more reliable, then the lower id). chosen is nil when none qualifies.
 // Decisions come back eligible first, cheapest first.
 func Select(p Policy, offers []provider.Offer) (chosen *provider.Offer, decisions []Decision) {
 	p = p.Normalized()
@@ -192,8 +234,12 @@ func Select(p Policy, offers []provider.Offer) (chosen *provider.Offer, decision
 	for _, m := range p.ExcludeMachines {
 		excluded[m] = true
 	}
+	fast := p.Prefer == PreferFastReady
 	for _, o := range offers {
 		d := Decision{Offer: o, TotalDPH: p.Price(o)}
+		if fast {
+			d.ReadyCost = p.ReadyCost(o)
+		}
 		d.Reasons = p.rejections(o, d.TotalDPH, excluded)
 		d.Eligible = len(d.Reasons) == 0
 		decisions = append(decisions, d)
@@ -202,6 +248,9 @@ func Select(p Policy, offers []provider.Offer) (chosen *provider.Offer, decision
 		a, b := decisions[i], decisions[j]
 		if a.Eligible != b.Eligible {
 			return a.Eligible
+		}
+		if a.ReadyCost != b.ReadyCost { // 0 for both unless fast_ready
+			return a.ReadyCost < b.ReadyCost
 		}
 		if a.TotalDPH != b.TotalDPH {
 			return a.TotalDPH < b.TotalDPH
@@ -220,6 +269,13 @@ func Select(p Policy, offers []provider.Offer) (chosen *provider.Offer, decision
 			o := d.Offer
 			chosen = &o
 			d.Reasons = []string{fmt.Sprintf("chosen: cheapest eligible at $%.4f/h for %g GB disk", d.TotalDPH, p.DiskGB)}
+			if fast {
+				d.Reasons = []string{fmt.Sprintf("chosen: lowest expected cost to ready, $%.4f ($%.4f/h for %g GB disk × %s: boot %s + pull %s at %.0f Mb/s)",
+					d.ReadyCost, d.TotalDPH, p.DiskGB, secs(BootOverhead+PullTime(o, p.ImageBytes)), secs(BootOverhead), secs(PullTime(o, p.ImageBytes)), o.InetDownMbps)}
+			}
+		case fast:
+			d.Reasons = []string{fmt.Sprintf("eligible, but its expected cost to ready $%.4f (pull %s at %.0f Mb/s) is more than the chosen $%.4f",
+				d.ReadyCost, secs(PullTime(d.Offer, p.ImageBytes)), d.Offer.InetDownMbps, decisions[0].ReadyCost)}
 		default:
 			d.Reasons = []string{fmt.Sprintf("eligible, but $%.4f/h is more than the chosen $%.4f/h", d.TotalDPH, decisions[0].TotalDPH)}
 		}
@@ -297,6 +353,9 @@ func (p Policy) hostRejection(o provider.Offer) string {
 }
 
 // roundDur writes d to the minute: 2h0m, not 2h0m0s.
+// secs writes d to the second.
+func secs(d time.Duration) string { return d.Round(time.Second).String() }
+
 func roundDur(d time.Duration) string {
 	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 }

@@ -155,3 +155,28 @@ func TestHostThatLeavesBeforeTheRunEndsIsRejected(t *testing.T) {
 		t.Errorf("without a bound the cheapest offer 1 is chosen; got %+v", chosen)
 	}
 }
+
+// TestFastReadyRanksByExpectedCostToReady: with an image size known, a
+// dearer host whose pull is much shorter wins under fast_ready, and the
+// cheapest wins by default; without a size both rank by price.
+func TestFastReadyRanksByExpectedCostToReady(t *testing.T) {
+	slow := provider.Offer{ID: 1, MachineID: 1, GPUName: "RTX 4090", NumGPUs: 1, DPHBase: 0.30, InetDownMbps: 100, Reliability: 0.99, Rentable: true}
+	fast := provider.Offer{ID: 2, MachineID: 2, GPUName: "RTX 4090", NumGPUs: 1, DPHBase: 0.45, InetDownMbps: 5000, Reliability: 0.99, Rentable: true}
+	if d := PullTime(slow, 20e9); d != 1600*time.Second {
+		t.Fatalf("20 GB at 100 Mb/s: %s, want 1600s", d)
+	}
+	if PullTime(slow, 0) != 0 || PullTime(provider.Offer{}, 20e9) != 0 {
+		t.Fatal("a pull of an unknown size or on a host of unknown speed has a time")
+	}
+	for _, c := range []struct {
+		prefer string
+		bytes  int64
+		want   provider.OfferID
+	}{{"", 20e9, 1}, {PreferCheapest, 20e9, 1}, {PreferFastReady, 20e9, 2}, {PreferFastReady, 0, 1}} {
+		p := Policy{Models: []string{"RTX 4090"}, Prefer: c.prefer, ImageBytes: c.bytes}
+		chosen, ds := Select(p, []provider.Offer{slow, fast})
+		if chosen == nil || chosen.ID != c.want {
+			t.Fatalf("prefer %q, %d bytes: chose %+v, want offer %d (%+v)", c.prefer, c.bytes, chosen, c.want, ds)
+		}
+	}
+}

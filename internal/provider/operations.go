@@ -10,6 +10,11 @@ import (
 // the marketplace would refuse it (a value outside its documented range).
 var ErrInvalidRequest = errors.New("invalid request")
 
+// MaxBulkIDs is the most ids one bulk call carries: Vast caps a bulk state
+// change at 64 ids (vast-api.md §12.1, "chunk length of N > 64"); its bulk
+// destroy's cap is not documented, so callers hold it to the same.
+const MaxBulkIDs = 64
+
 // Operations are the instance routes beyond the lifecycle core: vastrun's
 // workflows do not need them, but the official clients call them, so the
 // real client speaks them and the conformance suite pins the simulator's
@@ -19,7 +24,8 @@ type Operations interface {
 	// call (PUT /api/v0/instances/).
 	StopInstances(ctx context.Context, ids []InstanceID) error
 	StartInstances(ctx context.Context, ids []InstanceID) error
-	// DestroyInstances destroys every listed instance in one call.
+	// DestroyInstances destroys every listed instance in one call (at
+	// most MaxBulkIDs); ids none of which is the account's are not found.
 	DestroyInstances(ctx context.Context, ids []InstanceID) error
 	// RebootInstance restarts the container in place, keeping the GPU.
 	RebootInstance(ctx context.Context, id InstanceID) error

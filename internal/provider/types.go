@@ -204,6 +204,11 @@ func (i Instance) Running() bool {
 type ListOptions struct {
 	// Labels restricts the listing to instances carrying one of these labels.
 	Labels []string
+	// Brief reads only what finding and cleaning up needs: each instance's
+	// ID, Label and states (ActualStatus, IntendedStatus, CurState,
+	// NextState); every other field is left zero. The API is asked for
+	// those columns alone, so a page is a fraction of its full size.
+	Brief bool
 }
 
 // User is the account behind a key.

@@ -988,7 +988,6 @@ func (s *Stream) end() {
 	})
 }
 
-// outputGate serialises the writes of a session's two channels.
 // outputGate serializes the writes of a session's output goroutines
 // into the caller's writers (one write at a time, whichever stream it
 // comes from) and, once shut, drops them: a session's copies can outlive
@@ -1020,4 +1019,18 @@ func (g gatedWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return g.w.Write(p)
+}
+
+// DialWithin is Dial with the first connection bounded by timeout instead
+// of d.Timeout (a readiness probe, which must not wait long on a host that
+// is not up yet); the Client's later redials use d.Timeout.
+func (d Dialer) DialWithin(ctx context.Context, eps []Endpoint, timeout time.Duration) (*Client, error) {
+	first := d
+	first.Timeout = timeout
+	c, err := first.Dial(ctx, eps)
+	if err != nil {
+		return nil, err
+	}
+	c.d = d
+	return c, nil
 }

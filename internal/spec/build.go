@@ -67,7 +67,10 @@ func Build(c *config.Config, f Facts) Manifest {
 			Compare:     CanaryCompare{Tolerance: k.Compare.Tolerance, Ignore: k.Compare.Ignore},
 			ImageSource: k.ImageSource, Containerfile: k.Containerfile}
 	}
-	m.Policy.MinHostTime = HostTime(m)
+	if c.Timeouts.PullStall > 0 {
+		m.PullStall = c.Timeouts.PullStall.String()
+	}
+	m.Derive()
 	return m
 }
 

@@ -69,6 +69,12 @@ type Manifest struct {
 	// HeartbeatTTL is the dead-man switch's TTL (timeouts.heartbeat_ttl,
 	// or up's --ttl; training keeps Train.HeartbeatTTL).
 	HeartbeatTTL string `json:"heartbeat_ttl,omitempty"`
+	// PullStall is timeouts.pull_stall when set ("" for the default).
+	PullStall string `json:"pull_stall,omitempty"`
+	// ImageBytes is the image's compressed size as its registry manifest
+	// said at the freeze (0: not known): a fact of the run, read for the
+	// pull-aware ready deadline and fast_ready.
+	ImageBytes int64 `json:"image_bytes,omitempty"`
 }
 
 // Duration is a duration frozen as its text ("1m30s").
@@ -194,7 +200,14 @@ func ParseDuration(s string) time.Duration {
 // workflow reads none of them (ci, up, and the runs exec and down begin).
 func (m *Manifest) DropSections() {
 	m.Train, m.Canary = nil, nil
+	m.Derive()
+}
+
+// Derive sets what the policy reads from the manifest but never freezes
+// itself: the host time bound (HostTime) and the image's size.
+func (m *Manifest) Derive() {
 	m.Policy.MinHostTime = HostTime(*m)
+	m.Policy.ImageBytes = m.ImageBytes
 }
 
 // Hash is the SHA-256 of the manifest's canonical JSON.
@@ -246,7 +259,7 @@ func Load(runDir, hash string) (Manifest, error) {
 	}
 	// Derived from the frozen durations, never frozen itself: a manifest
 	// an older vastrun froze gets the same bound as a new one.
-	m.Policy.MinHostTime = HostTime(m)
+	m.Derive()
 	return m, nil
 }
 
@@ -256,7 +269,7 @@ func RunScoped(uri, runID string) string { return strings.TrimRight(uri, "/") + 
 
 // runFacts are manifest fields that describe the run, not its
 // configuration: they are not compared on resume.
-var runFacts = []string{"schema", "run_id", "label", "workflow", "commit", "ci_run", "evidence_dir", "created_at"}
+var runFacts = []string{"schema", "run_id", "label", "workflow", "commit", "ci_run", "evidence_dir", "created_at", "image_bytes"}
 
 // Diff lists the JSON paths of the configuration fields that differ
 // between two manifests, sorted; the run's facts are never a difference.

@@ -79,9 +79,12 @@ func testAttachTwice(t *testing.T, h Harness) {
 	}
 }
 
-// testBulkGone: a bulk destroy whose ids are all gone is 404
-// instances_not_found; a bulk stop with one live id among gone ones
-// succeeds for the live one (vast-api.md §12.1).
+// testBulkGone: the bulk destroy's documented answers (vast-api.md
+// §12.1), on which vastrun's cleanup in O(1) calls rests: ids none of
+// which is the account's are 404 instances_not_found, and so is a second
+// destroy of ids already gone; an empty id list is 400 invalid_args; a
+// call of provider.MaxBulkIDs ids (the chunk vastrun sends) destroys. A
+// bulk stop with one live id among gone ones succeeds for the live one.
 func testBulkGone(t *testing.T, h Harness) {
 	ops := needOps(t, h)
 	ctx := ctxFor(t)
@@ -107,8 +110,15 @@ func testBulkGone(t *testing.T, h Harness) {
 	if err := ops.StartInstances(ctx, many); err == nil {
 		t.Errorf("a bulk start of 65 ids was accepted; Vast takes 64 a call")
 	}
-	if err := ops.DestroyInstances(ctx, []provider.InstanceID{id}); err != nil {
-		t.Fatalf("bulk destroy: %v", err)
+	if err := ops.DestroyInstances(ctx, nil); !errors.As(err, &ae) || ae.Status != 400 || ae.Code != "invalid_args" {
+		t.Errorf("bulk destroy of no ids: %v, want 400 invalid_args", err)
+	}
+	chunk := make([]provider.InstanceID, provider.MaxBulkIDs)
+	for i := range chunk {
+		chunk[i] = id
+	}
+	if err := ops.DestroyInstances(ctx, chunk); err != nil {
+		t.Fatalf("bulk destroy of %d ids: %v", len(chunk), err)
 	}
 	waitFor(t, h, id, "gone", func(i provider.Instance, err error) bool { return errors.Is(err, provider.ErrNotFound) })
 	if err := ops.DestroyInstances(ctx, []provider.InstanceID{id}); !errors.Is(err, provider.ErrNotFound) {

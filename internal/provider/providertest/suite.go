@@ -218,6 +218,16 @@ func testLifecycle(t *testing.T, h Harness) {
 	if len(list) != 1 || list[0].ID != id {
 		t.Fatalf("list by label %q = %+v, want exactly instance %d", label, list, id)
 	}
+	// A brief listing (select_cols) carries the id, label and states, and
+	// nothing else: the columns were asked for, not just read.
+	brief, err := h.Market.ListInstances(ctx, provider.ListOptions{Labels: []string{label}, Brief: true})
+	if err != nil {
+		t.Fatalf("brief list by label: %v", err)
+	}
+	if len(brief) != 1 || brief[0].ID != id || brief[0].Label != label || brief[0].ActualStatus != list[0].ActualStatus ||
+		brief[0].IntendedStatus != list[0].IntendedStatus || brief[0].GPUName != "" || brief[0].MachineID != 0 {
+		t.Fatalf("brief list by label %q = %+v, want instance %d's id, label and states alone", label, brief, id)
+	}
 
 	relabel := label + "-renamed"
 	if err := h.Market.LabelInstance(ctx, id, relabel); err != nil {

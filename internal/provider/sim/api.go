@@ -509,8 +509,16 @@ func (s *Server) createLocked(o *offer, b createBody, disk float64, tmpl *templa
 		}
 	}
 	fs := &s.faults
+	if n := s.imageSizes[b.Image]; n > 0 {
+		in.pullBytes = n
+		in.loadFor = pullTime(n, o.InetDown)
+	}
 	if fs.slowLoading > 0 {
 		in.loadFor = fs.slowLoading
+	}
+	if fs.pullStall > 0 {
+		fs.pullStall--
+		in.pullStalls = true
 	}
 	switch {
 	case fs.pullFailNext > 0:
@@ -875,6 +883,10 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 	picked = picked[:min(limit, len(picked))]
 	page := make([]map[string]any, 0, len(picked))
 	for _, in := range picked {
+		if row := briefRow(in, cols); row != nil {
+			page = append(page, row)
+			continue
+		}
 		page = append(page, s.instanceRow(in))
 	}
 	s.mu.Unlock()
@@ -895,6 +907,43 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 		"success": true, "instances_found": len(page), "total_instances": total,
 		"label_counts": labelCounts, "next_token": next, "instances": page,
 	})
+}
+
+// briefColumns render the columns a brief listing asks for (select_cols)
+// without the whole row: the values instanceRow gives them (held to it by
+// TestBriefColumnsMatchInstanceRow).
+var briefColumns = map[string]func(in *instance) any{
+	"id":              func(in *instance) any { return in.ID },
+	"label":           func(in *instance) any { return orNil(in.Label) },
+	"actual_status":   func(in *instance) any { return orNil(in.Actual) },
+	"intended_status": func(in *instance) any { return in.Intended },
+	"cur_state":       func(in *instance) any { return in.Cur },
+	"next_state":      func(in *instance) any { return in.Next },
+}
+
+// briefRow renders only cols when every one of them is a brief column;
+// nil otherwise (the whole row is rendered, then cut to cols).
+func briefRow(in *instance, cols []string) map[string]any {
+	if len(cols) == 0 {
+		return nil
+	}
+	row := make(map[string]any, len(cols))
+	for _, c := range cols {
+		f, ok := briefColumns[c]
+		if !ok {
+			return nil
+		}
+		row[c] = f(in)
+	}
+	return row
+}
+
+// orNil is a string column that is null when empty.
+func orNil(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
 }
 
 // instanceColumns are the columns of an instance row.

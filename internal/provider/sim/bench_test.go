@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 
 	"github.com/vastrun/vastrun/internal/provider/sim"
@@ -16,8 +17,18 @@ import (
 //
 //	go test ./internal/provider/sim -run '^$' -bench BenchmarkListV1Page
 func BenchmarkListV1Page(b *testing.B) {
-	for _, n := range []int{100, 1000, 10000} {
-		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		n    int
+		cols string
+	}{{100, ""}, {1000, ""}, {10000, ""}, {1000, `["id","label","actual_status","intended_status","cur_state","next_state"]`}} {
+		n := c.n
+		name := fmt.Sprintf("instances=%d", n)
+		query := "limit=25"
+		if c.cols != "" {
+			name += "/brief"
+			query += "&select_cols=" + url.QueryEscape(c.cols)
+		}
+		b.Run(name, func(b *testing.B) {
 			s, err := sim.New(sim.Config{DisableSSH: true, Offers: n + 10})
 			if err != nil {
 				b.Fatal(err)
@@ -28,7 +39,7 @@ func BenchmarkListV1Page(b *testing.B) {
 			}
 			srv := httptest.NewServer(s)
 			b.Cleanup(srv.Close)
-			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/instances/?limit=25", nil)
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/instances/?"+query, nil)
 			req.Header.Set("Authorization", "Bearer "+s.APIKey())
 			for b.Loop() {
 				res, err := http.DefaultClient.Do(req)

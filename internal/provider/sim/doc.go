@@ -91,6 +91,10 @@
 //     none is the caller's and calls the mixed case UNCERTAIN. The 404's
 //     id list is written as a Python list ("Instances [1, 2] not found."),
 //     a guess at the documented "Instances <ids> not found.".
+//   - Bulk destroy takes at most 64 ids (400 invalid_args "chunk length of
+//     N > 64"), the cap §12.1 documents for the bulk state change: the
+//     destroy's own cap is not documented, so the simulator is no more
+//     lenient than the route beside it.
 //   - Bulk start/stop never answers 400 insufficient_credit (§12.1): the
 //     simulated account's credit is not checked there.
 //   - An unknown template_hash_id in a create is 400 invalid_args

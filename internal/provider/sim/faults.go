@@ -116,6 +116,18 @@ const (
 	// accepted, the contract ends For seconds after it is asked (default
 	// 1 h) (vast-api.md §12.2).
 	FaultPriceIncrease = "price_increase"
+	// FaultImageSize gives Image a compressed size of Bytes: an instance
+	// created from it pulls that many bytes at its host's inet_down (Mb/s),
+	// so its loading lasts Bytes×8/(inet_down×10⁶) seconds, with docker's
+	// progress ("<layer>: Downloading 1.20GB/8.00GB") as its status
+	// message; ImageSize answers it (the simulator's registry, for --sim).
+	FaultImageSize = "image_size"
+	// FaultInetDown sets the download rate (inet_down, Mb/s) of Machine's
+	// offers, or of every offer when Machine is 0: a slow or a fast host.
+	FaultInetDown = "inet_down"
+	// FaultPullStall makes the next Count creates (default 1) pull without
+	// progress: loading forever, its status message never changing.
+	FaultPullStall = "pull_stall"
 	// FaultClear removes every pending fault.
 	FaultClear = "clear"
 )
@@ -141,6 +153,10 @@ type Fault struct {
 	// this file (checked whenever the instance is looked at), then Seconds
 	// more: a test can raise a price at a point of its workload.
 	File string `json:"file,omitempty"`
+	// Bytes is an image's compressed size (image_size).
+	Bytes int64 `json:"bytes,omitempty"`
+	// Mbps is a host's download rate (inet_down).
+	Mbps float64 `json:"mbps,omitempty"`
 }
 
 // Endpoint names used by FaultFail and FaultRateLimit.
@@ -183,6 +199,7 @@ type faults struct {
 	createLateFor     time.Duration
 	priceAfter        Fault // a price increase: Count left, Seconds after running, Price, For
 	hostEndAfter      Fault // a host's end: Count left, Seconds after running
+	pullStall         int
 	ssh               []*sshSchedule
 }
 
@@ -343,6 +360,25 @@ func (s *Server) Inject(f Fault) error {
 		}
 	case FaultPriceIncrease:
 		return s.injectIncrease(f, now)
+	case FaultImageSize:
+		if f.Image == "" || f.Bytes <= 0 {
+			return fmt.Errorf("fault %s needs image and bytes > 0", f.Kind)
+		}
+		if s.imageSizes == nil {
+			s.imageSizes = map[string]int64{}
+		}
+		s.imageSizes[f.Image] = f.Bytes
+	case FaultInetDown:
+		if f.Mbps <= 0 {
+			return fmt.Errorf("fault %s needs mbps > 0", f.Kind)
+		}
+		for _, o := range s.offers {
+			if f.Machine == 0 || o.MachineID == f.Machine {
+				o.InetDown = f.Mbps
+			}
+		}
+	case FaultPullStall:
+		fs.pullStall = max(f.Count, 1)
 	case FaultClear:
 		*fs = faults{v0ListStatus: http.StatusGone}
 		s.mkt.events = nil

@@ -43,6 +43,9 @@ type instance struct {
 	nextState                   string
 	loadFor                     time.Duration
 	pullFails                   bool
+	pullBytes                   int64         // the image's compressed size (0: unknown)
+	pullStalls                  bool          // the pull never progresses (pull_stall)
+	loadingSince                time.Time     // when the pull began
 	pullMsg                     string        // the docker error when pullFails; default "manifest unknown"
 	preemptAfter                time.Duration // >0: pause this long after running starts
 	killPending                 bool          // processes must die (paused by a scheduled fault)
@@ -146,6 +149,7 @@ func (in *instance) advance(now time.Time) {
 		in.expire(end)
 	}
 	in.marketTo(now)
+	in.pullProgress(now)
 }
 
 // runTo runs the boot sequence's transitions due by now, billing each
@@ -187,6 +191,10 @@ func (in *instance) enter(state string, at time.Time) {
 		in.Actual = "loading"
 		in.StatusMsg = "a1b2c3d4e5f6: Pulling fs layer"
 		in.logf(at, "Pulling image %s", in.Image)
+		in.loadingSince = at
+		if in.pullStalls { // never done, never a new message
+			return
+		}
 		in.nextAt, in.nextState = at.Add(in.loadFor), "running"
 	case "preempted":
 		in.Actual, in.Intended, in.Cur, in.Next, in.StatusMsg = "stopped", "stopped", "stopped", "stopped", ""
@@ -236,11 +244,38 @@ func (in *instance) enter(state string, at time.Time) {
 	}
 }
 
+// pullTime is how long a host with inetDown Mb/s takes to pull bytes.
+func pullTime(bytes int64, inetDown float64) time.Duration {
+	if inetDown <= 0 {
+		inetDown = 100
+	}
+	return time.Duration(float64(bytes) * 8 / (inetDown * 1e6) * float64(time.Second))
+}
+
+// pullProgress writes docker's pull progress as the status message of a
+// loading instance, as Vast shows it: bytes of the image's size when it is
+// known, else a share of the pull. A stalled pull keeps its first message.
+func (in *instance) pullProgress(now time.Time) {
+	if in.Actual != "loading" || in.pullStalls || in.loadFor <= 0 || in.loadingSince.IsZero() {
+		return
+	}
+	frac := min(float64(now.Sub(in.loadingSince))/float64(in.loadFor), 1)
+	if frac <= 0 {
+		return
+	}
+	if in.pullBytes > 0 {
+		in.StatusMsg = fmt.Sprintf("a1b2c3d4e5f6: Downloading %.2fGB/%.2fGB", frac*float64(in.pullBytes)/1e9, float64(in.pullBytes)/1e9)
+		return
+	}
+	in.StatusMsg = fmt.Sprintf("a1b2c3d4e5f6: Downloading %.1f%%", 100*frac)
+}
+
 // setState applies a user or fault state change at time now.
 func (in *instance) setState(now time.Time, actual, intended, cur, next, msg string) {
 	in.advance(now)
 	in.nextAt = time.Time{}
 	in.awaitBox = false
+	in.loadingSince = time.Time{} // a restart's loading is no pull
 	in.Actual, in.Intended, in.Cur, in.Next, in.StatusMsg = actual, intended, cur, next, msg
 	in.logf(now, "state: actual=%s intended=%s", actual, intended)
 }

@@ -107,8 +107,14 @@ func (s *Server) handleBulkDestroy(w http.ResponseWriter, r *http.Request, _ int
 		writeError(w, http.StatusBadRequest, "invalid_args", "invalid request format")
 		return
 	}
-	if len(b.IDs) == 0 {
+	switch {
+	case len(b.IDs) == 0:
 		writeError(w, http.StatusBadRequest, "invalid_args", "instance_ids array is required")
+		return
+	case len(b.IDs) > maxBulkIDs:
+		// The bulk state change's cap (§12.1); the destroy's is not
+		// documented, so it is held to the same (see the deviations).
+		writeError(w, http.StatusBadRequest, "invalid_args", fmt.Sprintf("chunk length of %d > %d", len(b.IDs), maxBulkIDs))
 		return
 	}
 	s.mu.Lock()

@@ -25,6 +25,15 @@ func (s *Server) SetPrivateImage(repo, user, token string) {
 	s.private[repo] = privateRepo{registry: registryOf(repo), user: user, token: token}
 }
 
+// ImageSize is the compressed size of image as the simulated registry
+// knows it (the image_size fault), 0 when it knows none: what a client
+// under --sim reads instead of a real registry's manifest.
+func (s *Server) ImageSize(image string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.imageSizes[image]
+}
+
 // pullDenied returns the docker error for pulling image with login, or ""
 // when the pull is allowed. Called with s.mu held.
 func (s *Server) pullDenied(image string, login *string) string {

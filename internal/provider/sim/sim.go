@@ -77,6 +77,9 @@ type Server struct {
 	maxLive map[string]int
 	// private holds the repositories only one login may pull (SetPrivateImage).
 	private map[string]privateRepo
+	// imageSizes are images' compressed sizes (image_size): their pulls
+	// last as long as their bytes take at their host's inet_down.
+	imageSizes map[string]int64
 	// sshFaultsFired counts ssh_drop and ssh_stall actions.
 	sshFaultsFired int
 	clouds         []*cloudIntegration // fixed at New: read without s.mu

@@ -841,3 +841,72 @@ func (m simMarket) Outbid(id provider.InstanceID, d time.Duration) error {
 func (m simMarket) RaisePrice(id provider.InstanceID, dph float64, term time.Duration) error {
 	return m.s.Inject(sim.Fault{Kind: sim.FaultPriceIncrease, Instance: int64(id), Price: dph, For: term.Seconds()})
 }
+
+// TestBulkDestroyCap: a bulk destroy of more ids than a bulk state change
+// takes is refused before anything is destroyed (the simulator's deviation:
+// the destroy's own cap is not documented).
+func TestBulkDestroyCap(t *testing.T) {
+	e := newEnv(t, sim.Config{})
+	ids, err := e.sim.SeedInstances(1, func(int) string { return "cap" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"instance_ids": [` + strings.TrimSuffix(strings.Repeat(fmt.Sprint(ids[0])+",", provider.MaxBulkIDs+1), ",") + `]}`
+	req, _ := http.NewRequest(http.MethodDelete, e.srv.URL+"/api/v0/instances/", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+e.sim.APIKey())
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 400 || !strings.Contains(string(b), `chunk length of 65 \u003e 64`) {
+		t.Fatalf("%d ids: %d %s, want 400 chunk length", provider.MaxBulkIDs+1, res.StatusCode, b)
+	}
+	if live := e.sim.Snapshot().Live; len(live) != 1 {
+		t.Fatalf("live %d after a refused bulk destroy, want 1", len(live))
+	}
+}
+
+// TestPullFollowsImageSizeAndInetDown: an image of known size pulls for
+// size×8/inet_down on its host, its status message carrying the progress,
+// and the simulator's registry answers the size; a stalled pull never
+// runs and its message never changes.
+func TestPullFollowsImageSizeAndInetDown(t *testing.T) {
+	e := newEnv(t, sim.Config{DisableSSH: true, ScheduleDelay: 2 * time.Second, LoadDuration: 8 * time.Second})
+	ctx := context.Background()
+	for _, f := range []sim.Fault{{Kind: sim.FaultImageSize, Image: "img:1", Bytes: 1.5e9}, {Kind: sim.FaultInetDown, Mbps: 100}} {
+		if err := e.sim.Inject(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.sim.ImageSize("img:1"); n != 1.5e9 {
+		t.Fatalf("ImageSize = %d", n)
+	}
+	_, id := rent(t, e, "pull")
+	var msgs []string
+	for _, at := range []time.Duration{3 * time.Second, 60 * time.Second, 58 * time.Second} { // 2 s schedule, then the 120 s pull
+		e.clk.Advance(at)
+		inst, err := e.client.ShowInstance(ctx, id)
+		if err != nil || inst.ActualStatus != "loading" {
+			t.Fatalf("after %s more: %+v %v, want loading", at, inst, err)
+		}
+		msgs = append(msgs, inst.StatusMsg)
+	}
+	if msgs[0] == msgs[1] || msgs[1] == msgs[2] || !strings.Contains(msgs[2], "GB/1.50GB") {
+		t.Fatalf("pull progress: %q", msgs)
+	}
+	e.clk.Advance(2 * time.Second)
+	if inst, _ := e.client.ShowInstance(ctx, id); inst.ActualStatus != "running" {
+		t.Fatalf("not running once the pull's 120 s passed: %+v", inst)
+	}
+	e.sim.Inject(sim.Fault{Kind: sim.FaultPullStall})
+	_, stalled := rent(t, e, "stalled")
+	e.clk.Advance(3 * time.Second)
+	first, _ := e.client.ShowInstance(ctx, stalled)
+	e.clk.Advance(time.Hour)
+	later, _ := e.client.ShowInstance(ctx, stalled)
+	if first.ActualStatus != "loading" || later.ActualStatus != "loading" || later.StatusMsg != first.StatusMsg {
+		t.Fatalf("stalled pull: %+v then %+v", first, later)
+	}
+}

@@ -344,6 +344,9 @@ func (c *Client) ListInstances(ctx context.Context, opts provider.ListOptions) (
 	if len(opts.Labels) > 0 {
 		q.Set("select_filters", jsonParam(map[string]any{"label": map[string]any{"in": opts.Labels}}))
 	}
+	if opts.Brief {
+		q.Set("select_cols", briefCols)
+	}
 	var all []provider.Instance
 	seen := map[string]bool{}
 	total := -1
@@ -400,6 +403,10 @@ func (c *Client) ListInstances(ctx context.Context, opts provider.ListOptions) (
 	}
 	return all, nil
 }
+
+// briefCols are the columns a brief listing asks for (select_cols): what
+// provider.ListOptions.Brief promises.
+var briefCols = jsonParam([]string{"id", "label", "actual_status", "intended_status", "cur_state", "next_state"})
 
 // DestroyInstance implements provider.InstanceDestroyer (DELETE
 // /api/v0/instances/{id}/); an instance that is already gone is success.

@@ -25,17 +25,14 @@ func idList(ids []provider.InstanceID) []int64 {
 	return out
 }
 
-// maxBulkIDs is the most ids one bulk state change takes.
-const maxBulkIDs = 64
-
 // bulkState changes every listed instance; Vast answers success when at
 // least one of them was updated, with no per-id result.
 func (c *Client) bulkState(ctx context.Context, verb, state string, ids []provider.InstanceID) error {
 	op := fmt.Sprintf("%s instances %v", verb, ids)
 	// Vast takes at most 64 ids a call (vast-api.md §12.1); refuse locally
 	// what it would refuse.
-	if len(ids) > maxBulkIDs {
-		return fmt.Errorf("%s: %d ids, over the %d one call takes (send them in chunks): %w", op, len(ids), maxBulkIDs, provider.ErrInvalidRequest)
+	if len(ids) > provider.MaxBulkIDs {
+		return fmt.Errorf("%s: %d ids, over the %d one call takes (send them in chunks): %w", op, len(ids), provider.MaxBulkIDs, provider.ErrInvalidRequest)
 	}
 	_, err := c.do(ctx, call{op: op, method: http.MethodPut, path: "/api/v0/instances/",
 		body: map[string]any{"ids": idList(ids), "state": state}})
@@ -55,6 +52,9 @@ func (c *Client) StartInstances(ctx context.Context, ids []provider.InstanceID) 
 // DestroyInstances destroys every listed instance (DELETE /api/v0/instances/).
 func (c *Client) DestroyInstances(ctx context.Context, ids []provider.InstanceID) error {
 	op := fmt.Sprintf("destroy instances %v", ids)
+	if len(ids) > provider.MaxBulkIDs { // held to the bulk state change's cap (provider.MaxBulkIDs)
+		return fmt.Errorf("%s: %d ids, over the %d one call takes (send them in chunks): %w", op, len(ids), provider.MaxBulkIDs, provider.ErrInvalidRequest)
+	}
 	_, err := c.do(ctx, call{op: op, method: http.MethodDelete, path: "/api/v0/instances/",
 		body: map[string]any{"instance_ids": idList(ids)}})
 	return err

@@ -7,6 +7,7 @@ package registrytest
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"log"
@@ -16,12 +17,15 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Options shape the registry.
@@ -199,4 +203,32 @@ func BusyboxImage(busybox string, files map[string]string) (v1.Image, error) {
 	cf.Config.Cmd = []string{"sh"}
 	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	return mutate.ConfigFile(img, cf)
+}
+
+// rawManifest is a manifest pushed as its bytes (remote.Put).
+type rawManifest []byte
+
+func (m rawManifest) RawManifest() ([]byte, error) { return m, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) {
+	return types.OCIManifestSchema1, nil
+}
+
+// PushSized pushes to host/repo a manifest whose one layer is bytes long
+// (compressed) and returns its pinned reference: what a registry says of a
+// large image without holding its bytes (the layer itself is never
+// uploaded, and nothing here pulls it).
+func PushSized(host, repo string, bytes int64) (string, error) {
+	layer := sha256.Sum256([]byte(fmt.Sprintf("layer of %d bytes", bytes)))
+	config := sha256.Sum256([]byte("config"))
+	m := fmt.Sprintf(`{"schemaVersion":2,"mediaType":%q,"config":{"mediaType":%q,"size":6,"digest":"sha256:%x"},"layers":[{"mediaType":%q,"size":%d,"digest":"sha256:%x"}]}`,
+		types.OCIManifestSchema1, types.OCIConfigJSON, config, types.OCILayer, bytes, layer)
+	ref, err := name.ParseReference(host+"/"+repo+":sized", name.Insecure)
+	if err != nil {
+		return "", err
+	}
+	if err := remote.Put(ref, rawManifest(m)); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(m))
+	return fmt.Sprintf("%s/%s@sha256:%x", host, repo, sum), nil
 }
