@@ -138,6 +138,20 @@ func readDeadManSpec(l Layout) (*DeadManSpec, error) {
 // the new settings at its next look. With r.Refresh it only beats and
 // reports the armed switch (Armed false when there is none).
 func Arm(l Layout, exe string, args, env []string, getenv func(string) string, r ArmRequest, now time.Time) (ArmResult, error) {
+	return ArmWith(l, execSwitch(l, exe, args, env), getenv, r, now)
+}
+
+// SwitchStarter starts the switch (RunDeadMan) detached from the arm
+// request, handing it lock, the switch's lock, which it must hold for the
+// switch's whole life and close (release) when the switch ends; it
+// returns the switch's process id. It owns lock from the call on, even
+// when it fails.
+type SwitchStarter func(lock *os.File) (pid int, err error)
+
+// ArmWith is Arm with the switch started by start: Arm's starts a process
+// of its own (`agent deadman`); a test harness may run the switch in
+// process, on its own clock, through the same arming.
+func ArmWith(l Layout, start SwitchStarter, getenv func(string) string, r ArmRequest, now time.Time) (ArmResult, error) {
 	if r.Refresh {
 		spec, err := readDeadManSpec(l)
 		if err != nil || spec == nil {
@@ -167,23 +181,36 @@ func Arm(l Layout, exe string, args, env []string, getenv func(string) string, r
 	if held {
 		return res, nil // the running switch reads the new settings
 	}
-	defer lf.Close() //nolint:errcheck // the switch holds its own copy of the lock
-	logf, err := os.OpenFile(l.Abs(AgentLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	pid, err := start(lf)
 	if err != nil {
 		return ArmResult{}, fmt.Errorf("agent arm: %w", err)
 	}
-	defer logf.Close() //nolint:errcheck // the switch writes through its own copy
-	cmd := exec.Command(exe, args...)
-	cmd.Dir, cmd.Env = l.Home, env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{lf} // fd 3: the lock, handed over for the switch's life
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return ArmResult{}, fmt.Errorf("agent arm: start the switch: %w", err)
-	}
-	res.Started, res.PID = true, cmd.Process.Pid
-	cmd.Process.Release() //nolint:errcheck // the switch is never waited for: it outlives this call
+	res.Started, res.PID = true, pid
 	return res, nil
+}
+
+// execSwitch starts `exe args` in a session of its own, logging to
+// AgentLog, the lock on its fd 3.
+func execSwitch(l Layout, exe string, args, env []string) SwitchStarter {
+	return func(lf *os.File) (int, error) {
+		defer lf.Close() //nolint:errcheck // the switch holds its own copy of the lock
+		logf, err := os.OpenFile(l.Abs(AgentLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return 0, err
+		}
+		defer logf.Close() //nolint:errcheck // the switch writes through its own copy
+		cmd := exec.Command(exe, args...)
+		cmd.Dir, cmd.Env = l.Home, env
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.ExtraFiles = []*os.File{lf} // fd 3: the lock, handed over for the switch's life
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			return 0, fmt.Errorf("start the switch: %w", err)
+		}
+		pid := cmd.Process.Pid
+		cmd.Process.Release() //nolint:errcheck // the switch is never waited for: it outlives this call
+		return pid, nil
+	}
 }
 
 // lockFile takes the lock at name without waiting; held reports that

@@ -236,15 +236,28 @@ type ui struct{ w io.Writer }
 
 func (u ui) Infof(format string, args ...any) { fmt.Fprintf(u.w, "vastrun: "+format+"\n", args...) }
 
-// schedule picks faults for a seed; it returns a description for reports.
+// schedule picks faults for a seed and sets them on s; it returns a
+// description for reports.
 func schedule(rng *rand.Rand, s *sim.Server) []string {
+	return injectFaults(s, drawFaults(rng))
+}
+
+// injectFaults sets faults on s and describes those it took.
+func injectFaults(s *sim.Server, faults []sim.Fault) []string {
 	var applied []string
-	inject := func(f sim.Fault) {
+	for _, f := range faults {
 		if err := s.Inject(f); err == nil {
 			b, _ := jsonFault(f)
 			applied = append(applied, b)
 		}
 	}
+	return applied
+}
+
+// drawFaults picks the ci family's faults for a seed.
+func drawFaults(rng *rand.Rand) []sim.Fault {
+	var faults []sim.Fault
+	inject := func(f sim.Fault) { faults = append(faults, f) }
 	endpoints := []string{"search", "create", "show", "list", "destroy", "attach_ssh"}
 	if rng.Float64() < 0.5 {
 		inject(sim.Fault{Kind: sim.FaultRateLimit, Endpoint: []string{"*", endpoints[rng.IntN(len(endpoints))]}[rng.IntN(2)], Count: 1 + rng.IntN(6)})
@@ -286,7 +299,7 @@ func schedule(rng *rand.Rand, s *sim.Server) []string {
 	if rng.Float64() < 0.15 {
 		inject(sim.Fault{Kind: sim.FaultSSHStall, Seconds: float64(5 + rng.IntN(60)), Count: 1})
 	}
-	return applied
+	return faults
 }
 
 // runSchedule runs one seed and returns the violated invariants.

@@ -23,11 +23,12 @@ import (
 // keeps `go test` from answering from its cache (the variable's value is
 // part of the cache key).
 const (
-	envSeeds       = "VASTRUN_CHAOS_SEEDS"
-	envTrainSeeds  = "VASTRUN_CHAOS_TRAIN_SEEDS"
-	envMarketSeeds = "VASTRUN_CHAOS_MARKET_SEEDS"
-	envTeamSeeds   = "VASTRUN_CHAOS_TEAM_SEEDS"
-	envReport      = "VASTRUN_CHAOS_REPORT"
+	envSeeds        = "VASTRUN_CHAOS_SEEDS"
+	envTrainSeeds   = "VASTRUN_CHAOS_TRAIN_SEEDS"
+	envMarketSeeds  = "VASTRUN_CHAOS_MARKET_SEEDS"
+	envTeamSeeds    = "VASTRUN_CHAOS_TEAM_SEEDS"
+	envDeadManSeeds = "VASTRUN_CHAOS_DEADMAN_SEEDS"
+	envReport       = "VASTRUN_CHAOS_REPORT"
 )
 
 // envErrs holds the seed-count variables that are not counts; every family
