@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -379,6 +380,11 @@ func DestroyUntilGone(ctx context.Context, o DeadManOptions, destroy func(contex
 	}
 	if p.Max <= 0 {
 		p.Max = time.Minute
+	}
+	if p.Jitter == nil {
+		// Spread the retries of many switches firing at once (a lost CI
+		// runner's whole matrix): Vast's 429s carry no Retry-After.
+		p.Jitter = rand.Float64
 	}
 	p.Deadline = time.Time{}
 	p.Permanent = func(error) bool { return false } // never give up

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/poll"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/sim"
 )
@@ -97,7 +99,8 @@ func TestDeadManFiresAfterTheTTLAndNeverGivesUp(t *testing.T) {
 	armed(t, l, DeadManSpec{TTL: Duration(2 * time.Minute), ArmedAt: t0, APIURL: "https://console.vast.ai"})
 	api := &apiFaults{clk: clk}
 	var log bytes.Buffer
-	err := RunDeadMan(ctx, DeadManOptions{Layout: l, Clock: clk, Log: &log, Destroy: api.destroy})
+	// A jitter at its middle leaves each wait as the policy says.
+	err := RunDeadMan(ctx, DeadManOptions{Layout: l, Clock: clk, Log: &log, Destroy: api.destroy, Backoff: poll.Policy{Jitter: func() float64 { return 0.5 }}})
 	if err != nil {
 		t.Fatalf("the switch ended with %v\n%s", err, log.String())
 	}
@@ -267,7 +270,7 @@ func TestDeadManCountsSimulatedTime(t *testing.T) {
 	}
 	getenv := func(k string) string { return map[string]string{SimClockSpeedEnv: "5"}[k] }
 	var log bytes.Buffer
-	if err := RunDeadMan(ctx, DeadManOptions{Layout: l, Clock: clk, Log: &log, Destroy: destroy, Getenv: getenv}); err != nil {
+	if err := RunDeadMan(ctx, DeadManOptions{Layout: l, Clock: clk, Log: &log, Destroy: destroy, Getenv: getenv, Backoff: poll.Policy{Jitter: func() float64 { return 0.5 }}}); err != nil {
 		t.Fatal(err)
 	}
 	if d := calls[0].Sub(t0); d <= time.Minute || d > time.Minute+time.Second {
@@ -358,5 +361,52 @@ func TestArmRequestAndAnswer(t *testing.T) {
 	ok := fmt.Sprintf(`{"schema":%q,"schema_version":1,"armed":true,"ttl":"3m0s","beat_every":"1m0s","clock_speed":1}`, ArmSchema)
 	if r, err := DecodeArm([]byte(ok)); err != nil || r.TTL != Duration(3*time.Minute) {
 		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+// By default the retries are spread (±20%), so the switches of many
+// instances whose controller died at once do not retry in step.
+func TestDeadManRetriesAreJittered(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
+	var calls []time.Time
+	destroy := func(context.Context) (bool, error) {
+		calls = append(calls, clk.Now())
+		if len(calls) <= 12 {
+			return false, &provider.APIError{Status: 503}
+		}
+		return true, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- DestroyUntilGone(ctx, DeadManOptions{Clock: clk}, destroy, "test", 1) }()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			off := 0
+			for i := 1; i < len(calls); i++ {
+				want := min(2*time.Second<<(i-1), time.Minute)
+				gap := calls[i].Sub(calls[i-1])
+				if gap < want*8/10-10*time.Millisecond || gap > want*12/10+10*time.Millisecond {
+					t.Fatalf("wait %d is %s, want %s ±20%%", i, gap, want)
+				}
+				if gap != want {
+					off++
+				}
+			}
+			if off == 0 {
+				t.Fatalf("no wait was spread: %v", calls)
+			}
+			return
+		default:
+			if clk.Waiters() > 0 {
+				clk.Advance(10 * time.Millisecond)
+			} else {
+				runtime.Gosched()
+			}
+		}
 	}
 }
