@@ -172,16 +172,16 @@ func deadManStep(ctx context.Context, e *Scope) error {
 	if err := armSwitch(ctx, e, e.Conn, e.Inst.ID); err != nil {
 		return err
 	}
-	e.stopBeats()
+	e.sw.stopBeats()
 	e.sw.stop = e.KeepAlive(ctx, e.Conn, e.Inst.ID)
 	return nil
 }
 
-// stopBeats ends the DeadMan step's beats.
-func (e *Run) stopBeats() {
-	if e.sw.stop != nil {
-		e.sw.stop()
-		e.sw.stop = nil
+// stopBeats ends the DeadMan step's beats, if any.
+func (sw *switches) stopBeats() {
+	if sw.stop != nil {
+		sw.stop()
+		sw.stop = nil
 	}
 }
 

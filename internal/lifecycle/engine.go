@@ -316,7 +316,7 @@ var ErrJournal = errors.New("the run's journal could not be written")
 // perform.
 func (e *Run) Record(typ, step string, data any) error {
 	defer e.observeRecord(typ, step, data)
-	defer e.notifyRecord(typ, step, data)
+	defer e.Notify.record(e, typ, step, data)
 	if e.state == nil {
 		e.state = &runstate.State{}
 	}

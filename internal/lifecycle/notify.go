@@ -26,11 +26,11 @@ type Notifications struct {
 // notifyFlush bounds the wait for the last events at the end of a run.
 const notifyFlush = 10 * time.Second
 
-// notifyRecord turns the journal record just written into an event: every
+// record turns the journal record e just wrote into an event: every
 // phase of every workflow passes through Record, so this is the one hook
-// (as observeRecord is for the live line).
-func (e *Run) notifyRecord(typ, step string, data any) {
-	if e.Notify == nil || e.Notify.Sender == nil || e.state == nil {
+// (as observeRecord is for the live line). A nil n sends nothing.
+func (n *Notifications) record(e *Run, typ, step string, data any) {
+	if n == nil || n.Sender == nil || e.state == nil {
 		return
 	}
 	cur := e.state.Current()
@@ -40,78 +40,82 @@ func (e *Run) notifyRecord(typ, step string, data any) {
 		if cur != nil {
 			text = fmt.Sprintf("renting a %s x%d at $%.4f/h (budget $%.2f)", cur.GPUName, cur.NumGPUs, cur.DPHTotal, e.Frozen().MaxSpendUSD)
 		}
-		e.notify(notify.Start, 0, "", nil, text)
+		n.send(e, notify.Start, 0, "", nil, text)
 	case step == stepReady && typ == "done":
 		d, _ := data.(runstate.InstanceData)
 		text := fmt.Sprintf("instance %d is running", d.Instance)
 		if cur != nil {
 			text += fmt.Sprintf(" (%s x%d, $%.4f/h)", cur.GPUName, cur.NumGPUs, cur.DPHTotal)
 		}
-		e.notify(notify.Ready, d.Instance, "", nil, text)
+		n.send(e, notify.Ready, d.Instance, "", nil, text)
 	case step == stepInterrupted:
 		if d, ok := data.(runstate.InterruptedData); ok && d.Reason == "outbid" {
 			text := fmt.Sprintf("instance %d was outbid", d.Instance)
 			if d.LastCheckpoint != nil {
 				text += fmt.Sprintf("; the last committed checkpoint is step %d", d.LastCheckpoint.Step)
 			}
-			e.notify(notify.Outbid, d.Instance, "", nil, text)
+			n.send(e, notify.Outbid, d.Instance, "", nil, text)
 		}
 	case step == "checkpoint":
 		if m, ok := data.(map[string]any); ok {
 			if s, ok := m["step"].(int64); ok {
-				e.notify(notify.Checkpoint, instanceOf(cur), "", &s, fmt.Sprintf("checkpoint step %d committed", s))
+				n.send(e, notify.Checkpoint, instanceOf(cur), "", &s, fmt.Sprintf("checkpoint step %d committed", s))
 			}
 		}
 	}
 }
 
-// notifyOutcome sends done or failed for the run's outcome.
-func (e *Run) notifyOutcome(outcome receipt.Outcome, runErr error) {
-	if e.Notify == nil || e.Notify.Sender == nil {
+// outcome sends done or failed for e's outcome.
+func (n *Notifications) outcome(e *Run, outcome receipt.Outcome, runErr error) {
+	if n == nil || n.Sender == nil {
 		return
 	}
 	cost := fmt.Sprintf("~$%.4f", e.SpentSoFar())
 	if outcome.Succeeded() {
-		e.notify(notify.Done, 0, string(outcome), nil, fmt.Sprintf("%s, %s spent", outcome, cost))
+		n.send(e, notify.Done, 0, string(outcome), nil, fmt.Sprintf("%s, %s spent", outcome, cost))
 		return
 	}
 	text := fmt.Sprintf("%s, %s spent", outcome, cost)
 	if runErr != nil {
 		text += ": " + runErr.Error()
 	}
-	e.notify(notify.Failed, 0, string(outcome), nil, text)
+	n.send(e, notify.Failed, 0, string(outcome), nil, text)
 }
 
-// notify queues one event; its text is what a person reads in Slack.
-func (e *Run) notify(name string, inst provider.InstanceID, outcome string, step *int64, text string) {
+// send queues one event of e's; its text is what a person reads in Slack.
+func (n *Notifications) send(e *Run, name string, inst provider.InstanceID, outcome string, step *int64, text string) {
+	if n == nil || n.Sender == nil {
+		return
+	}
 	prefix := fmt.Sprintf("vastrun %s %s: ", e.Workflow, e.state.RunID)
 	if e.Simulated {
 		prefix = "[simulated] " + prefix
 	}
-	e.Notify.Sender.Send(notify.Event{Name: name, RunID: e.state.RunID, Workflow: e.Workflow, Label: e.state.Label,
+	n.Sender.Send(notify.Event{Name: name, RunID: e.state.RunID, Workflow: e.Workflow, Label: e.state.Label,
 		InstanceID: int64(inst), Outcome: outcome, Step: step, At: time.Now().UTC(), Simulated: e.Simulated,
 		CIRun: e.CI.RunURL, Text: e.Redactor.String(prefix + text)})
 }
 
-// closeNotify waits (at most notifyFlush, detached from a cancelled run)
-// for the queued events and says in the receipt what became of each.
-func (e *Run) closeNotify(ctx context.Context) *receipt.Notify {
-	if e.Notify == nil {
+// close waits (at most notifyFlush, detached from a cancelled run) for
+// the queued events and says in the receipt what became of each, masked
+// by red.
+func (n *Notifications) close(ctx context.Context, red func(string) string) *receipt.Notify {
+	if n == nil {
 		return nil
 	}
-	r := &receipt.Notify{WebhookEnv: e.Notify.WebhookEnv, Events: e.Notify.Events, Deliveries: []receipt.NotifyDelivery{}, Error: e.Notify.Error}
+	r := &receipt.Notify{WebhookEnv: n.WebhookEnv, Events: n.Events, Deliveries: []receipt.NotifyDelivery{}, Error: n.Error}
 	if r.Events == nil {
 		r.Events = []string{}
 	}
-	if e.Notify.Sender == nil {
+	if n.Sender == nil {
 		return r
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), notifyFlush)
 	defer cancel()
-	rep := e.Notify.Sender.Close(fctx)
+	rep := n.Sender.Close(fctx)
 	for _, d := range rep.Deliveries {
 		r.Deliveries = append(r.Deliveries, receipt.NotifyDelivery{Event: d.Event, At: d.At, Delivered: d.Delivered,
-			Attempts: d.Attempts, Status: d.Status, Error: e.Redactor.String(d.Error)})
+			Attempts: d.Attempts, Status: d.Status, Error: red(d.Error)})
 	}
 	r.Dropped = rep.Dropped
 	return r

@@ -137,7 +137,7 @@ func chargedAttempts(attempts []*receipt.Attempt, byID map[provider.InstanceID]f
 // back for (finished.go).
 func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error) *receipt.Receipt {
 	if !unapproved(e, outcome) { // nothing happened when nothing was approved
-		e.notifyOutcome(outcome, runErr)
+		e.Notify.outcome(e.Run, outcome, runErr)
 	}
 	charged := chargesFor(ctx, e)
 	e.cost.EstimateUSD = round6(e.SpentSoFar())
@@ -190,7 +190,7 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 	}
 	r.Cleanup.Warnings = e.cleanupWarnings
 	r.Cleanup.LateInstanceIDs = st.Late
-	r.Notify = e.closeNotify(ctx)
+	r.Notify = e.Notify.close(ctx, e.Redactor.String)
 	if unapproved(e, outcome) {
 		terminalRecord(e, runstate.OutcomeData{Outcome: outcome})
 		e.writeStateFile(e.runDir, st, e.EvidenceDir)

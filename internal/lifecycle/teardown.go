@@ -536,7 +536,7 @@ func escalate(ctx context.Context, e *Scope, ce *CleanupError) {
 		}
 	}
 	if e.Notify != nil && e.Notify.Sender != nil {
-		e.notify(notify.CleanupUnconfirmed, 0, "", nil, msg)
+		e.Notify.send(e.Run, notify.CleanupUnconfirmed, 0, "", nil, msg)
 	}
 	e.Record("event", stepAlert, map[string]any{"instances": ce.Instances, "webhook_sent": sent})
 	e.cost.AlertSent = sent

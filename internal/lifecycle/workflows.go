@@ -119,7 +119,7 @@ func settle(ctx context.Context, e *Scope, recovered any, keep bool, err error) 
 	}
 	// The beats end first: a teardown that cannot confirm still has the
 	// instance's own switch behind it once the TTL passes.
-	e.stopBeats()
+	e.sw.stopBeats()
 	if e.Conn != nil {
 		e.Conn.Close()
 		e.Conn = nil

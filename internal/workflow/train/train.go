@@ -391,7 +391,7 @@ func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[st
 			from := r.RestoredStep
 			r.RegressedFrom = &from
 			e.warn(fmt.Sprintf("the workload on instance %d started at step %d, below the restored step %d: it did not resume from the checkpoint put back for it (%s)",
-				inst, *rs.FirstStep, from, e.resumeHint()))
+				inst, *rs.FirstStep, from, resumeHint(e.trainSpec())))
 			if e.trainSpec().RequireResume {
 				e.notResumed = fmt.Errorf("%w: the workload on instance %d started at step %d, below the restored step %d", ErrNotResumed, inst, *rs.FirstStep, from)
 			}
@@ -593,8 +593,7 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 }
 
 // watchSpec is the agent's checkpoint loop for `agent start`.
-func (e *flow) watchSpec() agent.WatchSpec {
-	t := e.trainSpec()
+func watchSpec(t lifecycle.TrainSpec) agent.WatchSpec {
 	return agent.WatchSpec{Store: t.CheckpointURI, Dir: t.CheckpointDir, Keep: t.Keep, Status: agent.StatusFile, Quiet: agent.Duration(t.QuietPeriod.Duration()),
 		Files: t.CheckpointFile, Check: t.CheckpointCheck, StepFrom: t.StepFrom}
 }
@@ -634,7 +633,7 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 		if err := e.s.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": -1, "skipped": len(rs.Skipped)}); err != nil {
 			return err
 		}
-		e.warn(fmt.Sprintf("instance %d restored nothing: no checkpoint was committed before the interruption, so the workload starts from the beginning (%s)", inst.ID, e.commitHint()))
+		e.warn(fmt.Sprintf("instance %d restored nothing: no checkpoint was committed before the interruption, so the workload starts from the beginning (%s)", inst.ID, commitHint(e.trainSpec())))
 		if t.RequireResume {
 			return &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("%w: instance %d had nothing to restore (no checkpoint was committed before the interruption)", ErrNotResumed, inst.ID)}
 		}
@@ -653,7 +652,7 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 	// The supervisor keeps no switch of its own: the instance's dead-man
 	// switch, armed by Attach, destroys it when the controller is gone or
 	// the runtime deadline (and teardown) has passed.
-	w := e.watchSpec()
+	w := watchSpec(e.trainSpec())
 	w.Poll = agent.Duration(time.Second)
 	if err := e.s.Record("intent", lifecycle.StepWork, map[string]any{"instance_id": inst.ID, "command": t.Command, "resume_step": rs.Step}); err != nil {
 		return err // no intent, no workload
@@ -675,16 +674,15 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 }
 
 // resumeHint says what a workload that did not resume must do.
-func (e *flow) resumeHint() string {
-	if f := e.trainSpec().CheckpointFile; f != "" {
+func resumeHint(t lifecycle.TrainSpec) string {
+	if f := t.CheckpointFile; f != "" {
 		return "it must load " + f + " when that file exists"
 	}
 	return "it must load $VASTRUN_RESUME_DIR when $VASTRUN_RESUME_STEP is set"
 }
 
 // commitHint says why nothing may have been committed.
-func (e *flow) commitHint() string {
-	t := e.trainSpec()
+func commitHint(t lifecycle.TrainSpec) string {
 	switch {
 	case t.CheckpointFile != "" && t.StepFrom != "":
 		return "did the workload save " + t.CheckpointFile + " and print a line train.step_from matches?"
