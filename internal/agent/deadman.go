@@ -77,13 +77,14 @@ type DeadManSpec struct {
 // API is on a loopback address, else 1 (the wall clock).
 func SimClockSpeed(getenv func(string) string, apiURL string) float64 {
 	v, err := strconv.ParseFloat(getenv(SimClockSpeedEnv), 64)
-	if err != nil || v <= 1 || math.IsInf(v, 0) || math.IsNaN(v) || !loopback(apiURL) {
+	if err != nil || v <= 1 || math.IsInf(v, 0) || math.IsNaN(v) || !LoopbackURL(apiURL) {
 		return 1
 	}
 	return v
 }
 
-func loopback(apiURL string) bool {
+// LoopbackURL says apiURL names a loopback host: a simulator, never Vast.
+func LoopbackURL(apiURL string) bool {
 	u, err := url.Parse(apiURL)
 	if err != nil {
 		return false

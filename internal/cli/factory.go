@@ -11,7 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/agent"
 	"github.com/vastrun/vastrun/internal/clock"
+	"github.com/vastrun/vastrun/internal/preflight"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/provider/retry"
 	"github.com/vastrun/vastrun/internal/provider/sim"
@@ -206,6 +208,43 @@ func (f *Factory) startSim() (url, key string, err error) {
 // KeyForMasking is the API key in use (after Marketplace), so that output
 // can be masked. It must never be printed.
 func (f *Factory) KeyForMasking() string { return f.keyUsed }
+
+// instanceBinary is the vastrun copied to every instance (the dead-man
+// switch, training's agent), and whether it must run as on Vast, in any
+// image: everywhere but the simulator's host sandbox, which is this
+// machine (the test binary, built with cgo, runs there). Judged after
+// Marketplace, which says where the instances are.
+func (f *Factory) instanceBinary() (path string, anyImage bool, err error) {
+	path, err = agent.LocalBinary(f.Getenv)
+	switch {
+	case f.simSrv != nil:
+		anyImage = !f.simSrv.HostSandbox()
+	case f.Sim:
+		anyImage = f.Getenv(sim.ImagesEnv) == "podman"
+	default:
+		// A marketplace on a loopback address is a simulator (sim serve),
+		// whose instances run on this host unless it runs images (then the
+		// arm fails at once, nothing paid); Vast is never on one.
+		anyImage = !agent.LoopbackURL(f.apiURL)
+	}
+	return path, anyImage, err
+}
+
+// agentBinary is the path instanceBinary names ("": this executable).
+func (f *Factory) agentBinary() string {
+	p, _, _ := f.instanceBinary()
+	return p
+}
+
+// checkInstanceBinary refuses, before anything is rented, a vastrun that
+// an instance could not run (preflight.AgentBinary).
+func (f *Factory) checkInstanceBinary() error {
+	path, anyImage, err := f.instanceBinary()
+	if err != nil || !anyImage {
+		return err
+	}
+	return preflight.AgentBinary(path, f.Getenv(agent.BinaryEnv) != "")
+}
 
 // SimServer is the embedded simulator, when --sim started one.
 func (f *Factory) SimServer() *sim.Server { return f.simSrv }

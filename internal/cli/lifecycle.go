@@ -132,7 +132,7 @@ func newEngine(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.
 		Redactor: red, Annotations: f.IO.ErrOut,
 		Config: cfg, RepoDir: repo, StateRoot: cfg.StateDir, EvidenceDir: o.EvidenceDir, EvidenceRoot: cfg.EvidenceDir,
 		Base: o.Base, Simulated: f.Sim, Stream: f.IO.ErrOut, ImageSize: f.imageSizer(cfg),
-		Notify: notifications(f, cfg),
+		Notify: notifications(f, cfg), AgentBinary: f.agentBinary(),
 	})
 	// The dead-man switch on every instance destroys it through this API.
 	e.APIURL = f.APIURL()

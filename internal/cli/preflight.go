@@ -38,6 +38,9 @@ func checkBeforeRenting(ctx context.Context, f *Factory, cfg *config.Config, wor
 	if err != nil {
 		return nil, err
 	}
+	if err := f.checkInstanceBinary(); err != nil {
+		return nil, err
+	}
 	rep, err := preflight.Market(ctx, m, cfg)
 	var pe *preflight.Error
 	switch {
@@ -144,8 +147,15 @@ func runValidate(ctx context.Context, o *ValidateOptions) error {
 			return serr
 		}
 	}
-	var merr error
-	switch m, err := f.Marketplace(ctx); {
+	// The vastrun every instance runs (after the simulator, if any, has
+	// said where its instances run).
+	m, merr := f.Marketplace(ctx)
+	if berr := f.checkInstanceBinary(); errors.As(berr, &pe) {
+		res.Problems = append(res.Problems, pe.Problems...)
+	} else if berr != nil {
+		return berr
+	}
+	switch err := merr; {
 	case o.Offline:
 		res.MarketSkipped = "--offline"
 	case errors.Is(err, vast.ErrNoAPIKey):

@@ -79,7 +79,7 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Condition: scriptCondition,
-		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "repocopy": cmdRepoCopy, "simtouch": cmdSimTouch, "pty": cmdPty, "simready": cmdSimReady, "planage": cmdPlanAge, "jsonschema": cmdJSONSchema, "noforms": cmdNoForms, "s3": cmdS3, "teams3": cmdTeamS3, "s3proxy": cmdS3Proxy, "fakes3": cmdFakeS3},
+		Cmds:      map[string]func(ts *testscript.TestScript, neg bool, args []string){"sim": cmdSim, "webhook": cmdWebhook, "ckpt": cmdCkpt, "freeport": cmdFreeport, "envfile": cmdEnvFile, "registry": cmdRegistry, "ocilayout": cmdOCILayout, "repocopy": cmdRepoCopy, "simtouch": cmdSimTouch, "pty": cmdPty, "simready": cmdSimReady, "planage": cmdPlanAge, "jsonschema": cmdJSONSchema, "noforms": cmdNoForms, "s3": cmdS3, "teams3": cmdTeamS3, "s3proxy": cmdS3Proxy, "fakes3": cmdFakeS3, "staticvastrun": cmdStaticVastrun},
 	})
 }
 

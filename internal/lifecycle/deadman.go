@@ -197,7 +197,7 @@ func armSwitch(ctx context.Context, e *Scope, c *remote.Client, inst provider.In
 	err := poll.Until(ctx, e.Clock, poll.Policy{Initial: time.Second, Max: 10 * time.Second, Jitter: e.jitter(), Deadline: e.Now().Add(e.readyDeadline()),
 		Permanent: func(err error) bool {
 			return stopped != "" || errors.Is(err, agent.ErrSchema) || errors.Is(err, agent.ErrRequest) ||
-				errors.Is(err, remote.ErrHostKeyChanged) || errors.Is(err, remote.ErrClosed)
+				errors.Is(err, remote.ErrHostKeyChanged) || errors.Is(err, remote.ErrClosed) || cannotRun(err)
 		}},
 		func(ctx context.Context) (bool, error) {
 			r, err := e.deadManSwitch().Arm(ctx, c, inst, req)
@@ -244,6 +244,14 @@ func armSwitch(ctx context.Context, e *Scope, c *remote.Client, inst provider.In
 	}
 	e.Infof("dead-man switch armed on instance %d: it destroys itself %s%s after %s was last heard from", inst, time.Duration(res.TTL), sim, words)
 	return nil
+}
+
+// cannotRun says the instance's shell could not run the agent (126: not
+// executable, 127: not found, as a binary without its loader is): no
+// retry runs it.
+func cannotRun(err error) bool {
+	var ee *remote.ExitError
+	return errors.As(err, &ee) && (ee.Code == 126 || ee.Code == 127)
 }
 
 // Attach is attach, then the switch armed on the instance: every rental a

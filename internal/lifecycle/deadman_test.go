@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +126,28 @@ func TestASwitchThatCannotBeArmedFailsTheRun(t *testing.T) {
 	h.noLeaks()
 	if r == nil || r.Test != nil || !r.Cleanup.Confirmed {
 		t.Fatalf("receipt: %+v", r)
+	}
+}
+
+// An instance whose shell cannot run the agent (127: a binary without its
+// loader reads "not found"; 126: not executable) answers so on every try:
+// the run fails on the first, not at the ready deadline.
+func TestAnAgentTheInstanceCannotRunFailsAtOnce(t *testing.T) {
+	for _, code := range []int{126, 127} {
+		h := newHarness(t, baseConfig, true)
+		sw := h.engine.Switch.(*fakeSwitch)
+		sw.err = fmt.Errorf("agent arm on instance 1: %w: /bin/sh: .vastrun/bin/vastrun: not found", &remote.ExitError{Code: code})
+		_, err := ci.Run(context.Background(), h.engine)
+		var ee *remote.ExitError
+		if !errors.As(err, &ee) || ee.Code != code {
+			t.Fatalf("exit %d: err %v", code, err)
+		}
+		sw.mu.Lock()
+		arms := len(sw.arms)
+		sw.mu.Unlock()
+		if arms != 1 {
+			t.Fatalf("exit %d: armed %d times, want 1 (no retry runs it)", code, arms)
+		}
+		h.noLeaks()
 	}
 }

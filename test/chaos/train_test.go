@@ -318,27 +318,32 @@ func runTrain(t *testing.T, seed uint64, bin string, script []byte, sc trainSche
 // interruption is independently on record (the attempt's failover, or the
 // simulator's outbid count). The last resume, whose workload finished the
 // run, must always be proven.
-func checkResumes(receipt *receipt.Receipt, snap sim.State, bad func(string, ...any)) {
-	if receipt.Train == nil {
+func checkResumes(rc *receipt.Receipt, snap sim.State, bad func(string, ...any)) {
+	if rc.Train == nil {
 		return // reported above
 	}
-	rs := receipt.Train.Resumes
+	rs := rc.Train.Resumes
 	interrupted := map[int64]bool{}
 	for _, in := range append(snap.Gone, snap.Live...) {
 		interrupted[in.ID] = in.Outbids > 0
 	}
-	for _, a := range receipt.Attempts {
+	for _, a := range rc.Attempts {
 		if a.Failure != "" {
 			interrupted[int64(a.InstanceID)] = true
 		}
 	}
+	restoredAny := false
 	for i, r := range rs {
 		switch {
 		case r.Proven:
+		case r.Restored == receipt.RestoredNone && r.RestoredStep == -1 && !restoredAny:
+			// A replacement before the first commit starts over: nothing
+			// to prove. After any restore, "none" would be a lost checkpoint.
 		case r.ReportedStep == nil && r.Interrupted != "" && interrupted[int64(r.Instance)] && i < len(rs)-1:
 		default:
 			bad("resume on %d not proven: %+v", r.Instance, r)
 		}
+		restoredAny = restoredAny || r.RestoredStep >= 0
 	}
 }
 

@@ -50,6 +50,10 @@ func (s *Server) InstanceRuntime(image string) string {
 	return Sandboxed
 }
 
+// HostSandbox says whether simulated instances run their commands on
+// this host (the sandbox), where any binary this host runs runs too.
+func (s *Server) HostSandbox() bool { return s.cfg.Images == nil }
+
 func lastLine(s string) string {
 	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
 		s = s[:len(s)-1]
