@@ -20,7 +20,6 @@ import (
 	"github.com/vastrun/vastrun/internal/lifecycle"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
-	"github.com/vastrun/vastrun/internal/redact"
 	"github.com/vastrun/vastrun/internal/remote"
 	"github.com/vastrun/vastrun/internal/runstate"
 	"github.com/vastrun/vastrun/internal/storage"
@@ -307,18 +306,18 @@ func (e *flow) attemptLogFor(n int) *attemptLog {
 	// start. Created now, so every attempt has its log in the evidence, with
 	// what the polls brought back before any interruption. An evidence file
 	// that cannot be created is said; training goes on without it.
-	if err := createEvidence(e.s.Sink(), p); err != nil {
+	if err := createEvidence(e.s, p); err != nil {
 		e.s.Infof("could not create %s in the evidence (training goes on without it): %v", filepath.Base(p), err)
 	}
 	return &attemptLog{path: p, attempt: n, skipMetrics: recordedMetrics(e.s.EvidenceDir, n)}
 }
 
 // createEvidence creates (or truncates) the empty evidence file p.
-func createEvidence(sink redact.Sink, p string) error {
+func createEvidence(s *lifecycle.Scope, p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	f, err := sink.Create(p, 0o644)
+	f, err := s.Sink().Create(p, 0o644)
 	if err != nil {
 		return err
 	}
