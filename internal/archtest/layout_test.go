@@ -37,7 +37,7 @@ var layout = map[string][]string{
 	"internal/plan":                  {"internal/spec"}, // a saved plan binds the spec the run will freeze, and names the fields that changed
 	"internal/mcpserver":             {"internal/plan"}, // the tools run commands through the CLI's Runner; apply reads the plan it asks the operator about
 	"internal/poll":                  {"internal/clock", "internal/provider"},
-	"internal/preflight":             {"internal/config", "internal/policy", "internal/provider", "internal/redact", "internal/storage", "internal/text", "internal/workdir"}, // workdir: uploads must lie inside the repository; storage: the stores a run writes to are probed before renting
+	"internal/preflight":             {"internal/agent", "internal/config", "internal/policy", "internal/provider", "internal/redact", "internal/storage", "internal/text", "internal/workdir"}, // workdir: uploads must lie inside the repository; storage: the stores a run writes to are probed before renting; agent: the binary every instance runs as its switch is checked before renting
 	"internal/progress":              {"internal/clock"},
 	"internal/provider":              {},
 	"internal/publish":               {"internal/container", "internal/image"},

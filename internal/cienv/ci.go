@@ -1,4 +1,4 @@
-// Package ci knows the CI systems vastrun runs in: which one it is, whether
+// Package cienv knows the CI systems vastrun runs in: which one it is, whether
 // the triggering event is trusted, and how to leave state, outputs,
 // annotations and summaries where that system keeps them.
 //

@@ -79,6 +79,14 @@ func reapTeam(ctx context.Context, f *Factory, o *reapTeamOptions) error {
 		if jerr := ctrl.Reaped(j.Instance, via, derr); jerr != nil {
 			f.IO.Infof("reap --team: run %s's journal does not record instance %d's destruction (%v); its listing may still show it", j.Run, j.Instance, jerr)
 		}
+		// The run's last instance gone: the run has ended, and its
+		// reservation in the team budget is released.
+		if s, settled, serr := ctrl.SettleReaped(ctx); serr != nil {
+			f.IO.Infof("reap --team: run %s's spend was not settled in the team ledger (%v); its reservation stands", j.Run, serr)
+		} else if settled {
+			j.Settled = &s
+			f.IO.Infof("team budget: run %s settled at $%.4f (%s); its reservation is released", j.Run, s.USD, s.Basis)
+		}
 		if cerr := ctrl.Close(ctx, true); cerr != nil {
 			f.IO.Infof("reap --team: run %s's lease was not released (%v); it expires by itself", j.Run, cerr)
 		}

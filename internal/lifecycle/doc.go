@@ -1,4 +1,4 @@
-// Package run is vastrun's lifecycle core: a run is an ordered list of
+// Package lifecycle is vastrun's lifecycle core: a run is an ordered list of
 // idempotent steps (gate, paths, freeze, select, approve, rent, ready,
 // connect, verify, then the workflow's own, then teardown and receipt)
 // over a journal, reading the run's frozen spec (internal/spec), never the

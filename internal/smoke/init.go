@@ -1,4 +1,4 @@
-// Package canary holds the canary contract's parts that do not need a
+// Package smoke holds the canary contract's parts that do not need a
 // rental: Init reads a repository and proposes the contract; RunServer is
 // the server smoke contract (start, wait, probe, stop), written once
 // against a [Host] so that the local and the GPU side run it alike;

@@ -247,8 +247,8 @@ func Settle(ctx context.Context, b teamstate.Backend, period, run string, s Sett
 
 // Settlement is what a run that ended settles to, and from what.
 type Settlement struct {
-	USD   float64
-	Basis string // BasisCharges, BasisEstimate or BasisNothingRented
+	USD   float64 `json:"usd"`
+	Basis string  `json:"basis"` // BasisCharges, BasisEstimate or BasisNothingRented
 }
 
 // SettlementOf is what the run st settles to; ok is false while it may
@@ -258,7 +258,13 @@ type Settlement struct {
 // not be read) counts its estimate, and the run's basis is then
 // BasisEstimate.
 func SettlementOf(st *runstate.State) (s Settlement, ok bool) {
-	if st == nil || st.Outcome == "" || len(st.Unconfirmed()) > 0 || st.AmbiguousRent() {
+	return settlement(st, false)
+}
+
+// settlement is SettlementOf; with abandoned, a run with no outcome (its
+// controller died, and reap --team destroyed what it rented) has ended too.
+func settlement(st *runstate.State, abandoned bool) (s Settlement, ok bool) {
+	if st == nil || (st.Outcome == "" && !abandoned) || len(st.Unconfirmed()) > 0 || st.AmbiguousRent() {
 		return Settlement{}, false
 	}
 	s.Basis = BasisNothingRented

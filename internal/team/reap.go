@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vastrun/vastrun/internal/journal"
 	"github.com/vastrun/vastrun/internal/label"
 	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/runstate"
@@ -32,6 +33,9 @@ type Judgement struct {
 	Verdict  string              `json:"verdict"`
 	Reason   string              `json:"reason"`
 	Result   string              `json:"result,omitempty"`
+	// Settled is what the run's line in the team ledger settled to when
+	// this reap ended the run (SettleReaped).
+	Settled *Settlement `json:"settled,omitempty"`
 }
 
 // Classify judges every instance of the account by its label and the
@@ -126,4 +130,39 @@ func (c *Controller) Reaped(id provider.InstanceID, via []string, derr error) er
 		return c.record(runstate.StepDestroy, "failed", runstate.InstanceData{Instance: id, Reason: "reap --team: " + derr.Error()})
 	}
 	return c.record(runstate.StepConfirm, "done", runstate.InstanceData{Instance: id, Via: via})
+}
+
+// SettleReaped settles the run's line in the team ledger once the reaper
+// has confirmed the destruction of every instance the run rented: the run
+// has ended (a run whose controller died ends here), so its reservation
+// is released, replaced by its journaled charges or, where none were
+// read, its estimate (Basis says which). Nothing is written when the run
+// reserved nothing (no team budget) or was settled already, nor while an
+// instance may still bill or a create's result is unknown; settled says
+// whether the line was settled now.
+func (c *Controller) SettleReaped(ctx context.Context) (s Settlement, settled bool, err error) {
+	c.mu.Lock()
+	recs := append([]journal.Record(nil), c.recs...)
+	c.mu.Unlock()
+	st, err := runstate.Replay(recs)
+	if err != nil {
+		return Settlement{}, false, fmt.Errorf("settle run %s: %w", c.run, err)
+	}
+	s, ok := settlement(st, true)
+	if !ok {
+		return s, false, nil
+	}
+	period := Period(st.Started)
+	l, _, err := ReadLedger(ctx, c.o.Backend, period)
+	if err != nil {
+		return s, false, fmt.Errorf("settle run %s: %w", c.run, err)
+	}
+	if line := l.Runs[c.run]; line == nil || line.SettledUSD != nil {
+		return s, false, nil
+	}
+	settled, err = Settle(ctx, c.o.Backend, period, c.run, s, c.o.Now())
+	if err != nil {
+		return s, false, fmt.Errorf("settle run %s: %w", c.run, err)
+	}
+	return s, settled, nil
 }

@@ -1,4 +1,4 @@
-// Package state keeps vastrun's run state where a whole team can share it:
+// Package teamstate keeps vastrun's run state where a whole team can share it:
 // a [Backend] is a flat store of small objects with conditional writes, and
 // on top of it sit run leases with fencing ([Acquire]), a fenced run
 // journal ([RunLog]), the conditional-write [Probe] and the team ledger.
