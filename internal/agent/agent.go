@@ -185,7 +185,7 @@ func Watch(ctx context.Context, o Options) error {
 		defer w.snap.close()
 		w.snap.warn, w.snap.onStep = w.warnOnce, o.resume.step
 		if w.snap.why != "" {
-			fmt.Fprintf(o.Log, "vastrun agent: %s: saves of %s are seen by polling every %s\n", w.snap.why, o.Files, o.Poll) //nolint:errcheck // the log is the only place to tell
+			sayf(o.Log, "%s: saves of %s are seen by polling every %s", w.snap.why, o.Files, o.Poll)
 		}
 	}
 	if entries, err := os.ReadDir(o.CheckpointDir); err == nil { // there before the workload: not its steps
@@ -207,7 +207,7 @@ func Watch(ctx context.Context, o Options) error {
 		}
 		w.pass(ctx, ph)
 		if ph != phaseRunning && exited != nil {
-			fmt.Fprintf(o.Log, "vastrun agent: the workload exited with status %d; final checkpoint pass done\n", code)
+			sayf(o.Log, "the workload exited with status %d; final checkpoint pass done", code)
 			if o.Finalized != nil {
 				o.Finalized(code)
 			}
@@ -282,12 +282,18 @@ func (w *watcher) logSize() int64 {
 	return 0
 }
 
+// sayf writes one line to the agent's log. The log is the only place to
+// tell: a line it refuses has nowhere else to go, and the agent goes on.
+func sayf(log io.Writer, format string, args ...any) {
+	fmt.Fprintf(log, "vastrun agent: %s\n", fmt.Sprintf(format, args...)) //nolint:errcheck // see above
+}
+
 func (w *watcher) warnOnce(key, msg string) {
 	if w.warned[key] {
 		return
 	}
 	w.warned[key] = true
-	fmt.Fprintf(w.o.Log, "vastrun agent: %s\n", msg)
+	sayf(w.o.Log, "%s", msg)
 	w.status.Warnings = append(w.status.Warnings, msg)
 }
 
@@ -297,7 +303,7 @@ func (w *watcher) pass(ctx context.Context, ph phase) {
 	if w.snap != nil && ph != phaseExitedFailed {
 		if err := w.snap.take(ph, w.lastDone(), w.workloadDying); err != nil {
 			w.status.LastError = err.Error()
-			fmt.Fprintf(w.o.Log, "vastrun agent: %v\n", err)
+			sayf(w.o.Log, "%v", err)
 		}
 		w.status.StepSource = w.snap.source
 	}
@@ -397,16 +403,16 @@ func (w *watcher) commitComplete(ctx context.Context, ph phase) {
 		cm, err := w.o.Checkpoints.Commit(ctx, filepath.Join(w.o.CheckpointDir, strconv.FormatInt(step, 10)), step, w.o.Clock.Now())
 		if err != nil {
 			w.status.LastError = err.Error()
-			fmt.Fprintf(w.o.Log, "vastrun agent: %v\n", err)
+			sayf(w.o.Log, "%v", err)
 			break // retry next poll; never skip ahead of an uncommitted step
 		}
 		w.done[step] = true
 		w.setLast(cm)
 		w.status.LastError = ""
-		fmt.Fprintf(w.o.Log, "vastrun agent: committed checkpoint %d (%d files)\n", step, len(cm.Manifest.Files))
+		sayf(w.o.Log, "committed checkpoint %d (%d files)", step, len(cm.Manifest.Files))
 		if w.o.Keep > 0 {
 			if err := w.o.Checkpoints.Prune(ctx, w.o.Keep); err != nil {
-				fmt.Fprintf(w.o.Log, "vastrun agent: prune: %v\n", err)
+				sayf(w.o.Log, "prune: %v", err)
 			}
 		}
 	}
@@ -443,7 +449,7 @@ func (w *watcher) pruneLocal() {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(w.o.CheckpointDir, strconv.FormatInt(step, 10))); err != nil {
-			fmt.Fprintf(w.o.Log, "vastrun agent: prune local checkpoint %d: %v\n", step, err)
+			sayf(w.o.Log, "prune local checkpoint %d: %v", step, err)
 		}
 	}
 	entries, _ = os.ReadDir(w.o.CheckpointDir)
@@ -459,7 +465,7 @@ func (w *watcher) pruneLocal() {
 func (w *watcher) quietSince(dir string) time.Duration {
 	var newest time.Time
 	found := false
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error { //nolint:errcheck // the function returns nil for every path, so WalkDir does too
 		if err == nil && !d.IsDir() {
 			if fi, err := d.Info(); err == nil {
 				found = true
@@ -482,7 +488,11 @@ func (w *watcher) writeStatus() {
 	}
 	w.status.Time = w.o.Clock.Now().UTC()
 	b, _ := json.Marshal(w.status)
-	writeAtomic(w.o.StatusFile, b)
+	if err := writeAtomic(w.o.StatusFile, b); err != nil {
+		// Once: the next pass tries again, and the status carries the
+		// warning once it can be written.
+		w.warnOnce("status", fmt.Sprintf("could not write the status file %s (the controller reads a stale one): %v", w.o.StatusFile, err))
+	}
 }
 
 // writeAtomic replaces path with b so that a reader sees the old or the
@@ -499,11 +509,11 @@ func writeAtomic(path string, b []byte) error {
 		werr = cerr
 	}
 	if werr != nil {
-		os.Remove(f.Name())
+		os.Remove(f.Name()) //nolint:errcheck // the write's error is the one to report; a leftover is a hidden temporary file
 		return werr
 	}
 	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		os.Remove(f.Name())
+		os.Remove(f.Name()) //nolint:errcheck // as above
 		return err
 	}
 	return os.Rename(f.Name(), path)

@@ -72,7 +72,7 @@ func DecodeHeartbeatAnswer(b []byte, seq uint64) (HeartbeatAnswer, error) {
 func decodeHeartbeatAnswer(b []byte) (HeartbeatAnswer, error) {
 	var a HeartbeatAnswer
 	if err := json.Unmarshal(b, &a); err != nil {
-		return HeartbeatAnswer{}, fmt.Errorf("%w: %v", ErrSchema, err)
+		return HeartbeatAnswer{}, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	return a, checkSchema(a.Schema, a.SchemaVersion, HeartbeatSchema)
 }
@@ -104,8 +104,11 @@ func ServeHeartbeat(l Layout, r io.Reader, w io.Writer, clk clock.Clock) error {
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			enc.Encode(refuse(0, clk.Now(), fmt.Sprintf("a request line is longer than %d bytes", maxHeartbeatLine)))
-			return fmt.Errorf("%w: line longer than %d bytes", ErrHeartbeatRefused, maxHeartbeatLine)
+			refused := fmt.Errorf("%w: line longer than %d bytes", ErrHeartbeatRefused, maxHeartbeatLine)
+			if err := enc.Encode(refuse(0, clk.Now(), fmt.Sprintf("a request line is longer than %d bytes", maxHeartbeatLine))); err != nil {
+				return errors.Join(refused, fmt.Errorf("answer the refusal: %w", err))
+			}
+			return refused
 		}
 		return fmt.Errorf("read heartbeat requests: %w", err)
 	}
@@ -161,7 +164,9 @@ func touchHeartbeat(l Layout, now time.Time) (*float64, error) {
 		if err != nil {
 			return nil, fmt.Errorf("touch the heartbeat: %w", err)
 		}
-		f.Close()
+		if err := f.Close(); err != nil {
+			return nil, fmt.Errorf("touch the heartbeat: %w", err)
+		}
 	}
 	if err := os.Chtimes(hb, now, now); err != nil {
 		return age, fmt.Errorf("touch the heartbeat: %w", err)

@@ -138,7 +138,10 @@ func (h *Heartbeater) loop(ctx context.Context) {
 	var op *opening
 	defer func() {
 		if s != nil {
-			go s.p.Close() // never wait on a stalled transport to stop
+			p := s.p
+			// Never wait on a stalled transport to stop; the session is
+			// given up, so how its close went changes nothing.
+			go func() { _ = p.Close() }()
 		}
 		if op != nil {
 			op.drop()
@@ -154,8 +157,8 @@ func (h *Heartbeater) loop(ctx context.Context) {
 		wait := h.Every
 		h.mu.Lock()
 		h.stats.Last = h.Clock.Now()
-		switch {
-		case err == nil:
+		switch err {
+		case nil:
 			h.stats.Beats++
 			h.stats.LastAgeSeconds = a.PreviousAgeSeconds
 		default:
@@ -187,8 +190,10 @@ func (h *Heartbeater) beat(ctx context.Context, sp **session, op **opening, seq 
 	fail := func(err error) (HeartbeatAnswer, error) {
 		if *sp != nil {
 			// In the background: closing writes to the connection, and a
-			// stalled one must not hold the next beat.
-			go (*sp).p.Close()
+			// stalled one must not hold the next beat. The session is
+			// given up: how its close went changes nothing.
+			p := (*sp).p
+			go func() { _ = p.Close() }()
 			*sp = nil
 		}
 		return HeartbeatAnswer{}, err
@@ -260,7 +265,7 @@ func (o *opening) drop() {
 	o.cancel()
 	go func() {
 		if r := <-o.ch; r.p != nil {
-			r.p.Close()
+			_ = r.p.Close() // given up before it was used: nothing to lose
 		}
 	}()
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,7 +158,7 @@ func (l Layout) lock() (*os.File, bool, error) {
 		return nil, false, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		_ = f.Close() // nothing was written; the lock's answer is what counts
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, true, nil
 		}
@@ -173,7 +174,7 @@ func (l Layout) agentRunning() bool {
 		return false
 	}
 	if f != nil {
-		f.Close() // closing releases it
+		_ = f.Close() // closing releases it; nothing was written
 	}
 	return held
 }
@@ -193,7 +194,9 @@ func Start(l Layout, exe string, args []string, env []string, stdin []byte) (Sta
 		res.Refused = "a workload is already running under its agent on this instance"
 		return res, nil
 	}
-	defer lf.Close()
+	// Our copy of the lock: the supervisor holds it on its own descriptor
+	// (fd 3). Closing ours releases nothing of its, and nothing was written.
+	defer func() { _ = lf.Close() }()
 	if r, err := l.readRecord(); err != nil || r != nil {
 		res.Refused = ErrAlreadyStarted.Error()
 		if err != nil {
@@ -205,18 +208,20 @@ func Start(l Layout, exe string, args []string, env []string, stdin []byte) (Sta
 	if err != nil {
 		return res, err
 	}
-	defer pr.Close()
+	defer func() { _ = pr.Close() }() // only read
 	logf, err := os.OpenFile(l.Abs(AgentLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		pw.Close()
+		_ = pw.Close() // never written; the open's error is the one reported
 		return res, err
 	}
-	defer logf.Close()
+	// Handed to the supervisor, which writes it on its own descriptors;
+	// this process writes nothing to it.
+	defer func() { _ = logf.Close() }()
 	// The request goes through a pipe of our own, not exec's copier: the
 	// supervisor is never waited for, and the copier ends only with Wait.
 	ir, iw, err := os.Pipe()
 	if err != nil {
-		pw.Close()
+		_ = pw.Close() // never written; the pipe's error is the one reported
 		return res, err
 	}
 	cmd := exec.Command(exe, args...)
@@ -227,17 +232,22 @@ func Start(l Layout, exe string, args []string, env []string, stdin []byte) (Sta
 	cmd.ExtraFiles = []*os.File{lf, pw} // fd 3: the lock, handed over; fd 4: ready
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
-	pw.Close()
-	ir.Close()
+	// This process's copies of the supervisor's ends: closed so that the
+	// ready line's read ends when the supervisor's end closes. Neither is
+	// written here.
+	_ = pw.Close()
+	_ = ir.Close()
 	if err != nil {
-		iw.Close()
+		_ = iw.Close() // never written; the start's error is the one reported
 		return res, fmt.Errorf("agent start: %w", err)
 	}
-	cmd.Process.Release()
+	_ = cmd.Process.Release() // only frees this process's handle: the supervisor is never waited for
 	// Written after the start: a request larger than the pipe's buffer
 	// waits for the supervisor to read it; one that died makes this fail.
 	_, werr := iw.Write(stdin)
-	iw.Close()
+	if cerr := iw.Close(); werr == nil {
+		werr = cerr
+	}
 	if werr != nil {
 		return res, fmt.Errorf("agent start: hand the supervisor its request: %w (see %s)", werr, AgentLog)
 	}
@@ -281,8 +291,15 @@ func (s *Supervisor) Launch() (pid int, exited <-chan int, err error) {
 			msg["error"] = err.Error()
 		}
 		b, _ := json.Marshal(msg)
-		ready.Write(append(b, '\n'))
-		ready.Close()
+		_, werr := ready.Write(append(b, '\n'))
+		if cerr := ready.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			// agent start then says the supervisor did not report, and
+			// points at this log (the supervisor's stderr).
+			fmt.Fprintf(os.Stderr, "vastrun agent: report the start to agent start: %v\n", werr)
+		}
 	}
 	l := s.Layout
 	logf, err := os.OpenFile(l.Abs(LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -295,24 +312,33 @@ func (s *Supervisor) Launch() (pid int, exited <-chan int, err error) {
 	cmd.Env = l.WorkloadEnv(s.Env)
 	for _, kv := range cmd.Env {
 		if k, v, _ := strings.Cut(kv, "="); (k == "VASTRUN_CHECKPOINT_DIR" || k == "VASTRUN_OUTPUT_DIR") && v != "" {
-			os.MkdirAll(v, 0o755)
+			if err := os.MkdirAll(v, 0o755); err != nil {
+				// The workload may create it itself, or fail saying so.
+				fmt.Fprintf(os.Stderr, "vastrun agent: create %s %s: %v\n", k, v, err)
+			}
 		}
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group: signals reach all of it
 	if err := cmd.Start(); err != nil {
-		logf.Close()
+		_ = logf.Close() // nothing was written to it; the start's error is the one reported
 		code := 127
 		now := s.Clock.Now().UTC()
-		l.writeRecord(record{State: "exited", Started: now, Ended: &now, ExitCode: &code, Finalized: true, Error: err.Error()})
+		if rerr := l.writeRecord(record{State: "exited", Started: now, Ended: &now, ExitCode: &code, Finalized: true, Error: err.Error()}); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("record the failed start: %w", rerr))
+		}
 		report(0, err)
 		return 0, nil, err
 	}
-	logf.Close()
+	_ = logf.Close() // the workload writes it on its own descriptors; this process wrote nothing
 	pid = cmd.Process.Pid
 	rec := record{State: "running", PID: pid, StartTicks: startTicks(pid), Started: s.Clock.Now().UTC()}
 	if err := l.writeRecord(rec); err != nil {
-		cmd.Process.Kill()
+		// No record, no workload: one running unrecorded could be
+		// started again beside itself.
+		if kerr := cmd.Process.Kill(); kerr != nil {
+			err = errors.Join(err, fmt.Errorf("stop the unrecorded workload (pid %d): %w", pid, kerr))
+		}
 		report(0, err)
 		return 0, nil, err
 	}
@@ -338,7 +364,9 @@ func (s *Supervisor) Finalize() {
 		return
 	}
 	r.Finalized = true
-	s.Layout.writeRecord(*r)
+	if err := s.Layout.writeRecord(*r); err != nil {
+		fmt.Fprintf(os.Stderr, "vastrun agent: record the final checkpoint pass: %v\n", err)
+	}
 }
 
 func exitStatus(cmd *exec.Cmd, err error) (int, string) {
@@ -485,7 +513,7 @@ func readResume(l Layout, obs *Observed) *Resume {
 	}
 	if f, err := os.Open(l.Abs(ProofFile)); err == nil {
 		p, _ := io.ReadAll(io.LimitReader(f, 65))
-		f.Close()
+		_ = f.Close() // only read
 		text := strings.TrimSpace(string(p))
 		n, err := strconv.ParseInt(text, 10, 64)
 		switch {
@@ -520,7 +548,7 @@ func readLog(path string, off, limit int64) LogChunk {
 	if err != nil {
 		return c
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // only read
 	fi, err := f.Stat()
 	if err != nil {
 		return c
@@ -596,7 +624,11 @@ func Restore(ctx context.Context, l Layout, cs checkpoint.Store, dir, files stri
 			res.Placed = append(res.Placed, f.Path)
 		}
 	}
-	os.Remove(l.Abs(ProofFile)) // a proof left from before is not this restore's
+	// A proof left from before is not this restore's: one that stays
+	// would be read as the workload's word on this one.
+	if err := os.Remove(l.Abs(ProofFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return res, fmt.Errorf("restore checkpoint %d: remove the earlier resume proof: %w", cm.Step, err)
+	}
 	b, _ := json.Marshal(res)
 	if err := writeAtomic(l.Abs(RestoreFile), b); err != nil {
 		return res, err

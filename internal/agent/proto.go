@@ -183,7 +183,7 @@ func orNone(s string) string {
 func DecodeReport(b []byte) (Report, error) {
 	var r Report
 	if err := json.Unmarshal(b, &r); err != nil {
-		return Report{}, fmt.Errorf("%w: %v", ErrSchema, err)
+		return Report{}, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	if err := checkSchema(r.Schema, r.SchemaVersion, StatusSchema); err != nil {
 		return Report{}, err
@@ -204,7 +204,7 @@ func DecodeReport(b []byte) (Report, error) {
 func DecodeStart(b []byte) (StartResult, error) {
 	var r StartResult
 	if err := json.Unmarshal(b, &r); err != nil {
-		return StartResult{}, fmt.Errorf("%w: %v", ErrSchema, err)
+		return StartResult{}, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	return r, checkSchema(r.Schema, r.SchemaVersion, StartSchema)
 }
@@ -213,7 +213,7 @@ func DecodeStart(b []byte) (StartResult, error) {
 func DecodeRestore(b []byte) (RestoreResult, error) {
 	var r RestoreResult
 	if err := json.Unmarshal(b, &r); err != nil {
-		return RestoreResult{}, fmt.Errorf("%w: %v", ErrSchema, err)
+		return RestoreResult{}, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	return r, checkSchema(r.Schema, r.SchemaVersion, RestoreSchema)
 }
@@ -278,7 +278,7 @@ type ManifestResult struct {
 func DecodeManifest(b []byte) (ManifestResult, error) {
 	var r ManifestResult
 	if err := json.Unmarshal(b, &r); err != nil {
-		return ManifestResult{}, fmt.Errorf("%w: %v", ErrSchema, err)
+		return ManifestResult{}, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	return r, checkSchema(r.Schema, r.SchemaVersion, ManifestSchema)
 }

@@ -314,7 +314,7 @@ func (e *RemoteError) Is(target error) bool {
 func DecodeErrorAnswer(b []byte) (*RemoteError, error) {
 	var a ErrorAnswer
 	if err := json.Unmarshal(b, &a); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSchema, err)
+		return nil, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	if err := checkSchema(a.Schema, a.SchemaVersion, ErrorSchema); err != nil {
 		return nil, err
@@ -331,7 +331,7 @@ func DecodeErrorAnswer(b []byte) (*RemoteError, error) {
 func DecodeUpload(b []byte) (UploadResult, error) {
 	var r UploadResult
 	if err := json.Unmarshal(b, &r); err != nil {
-		return UploadResult{}, fmt.Errorf("%w: %v", ErrSchema, err)
+		return UploadResult{}, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	if err := checkSchema(r.Schema, r.SchemaVersion, UploadSchema); err != nil {
 		return UploadResult{}, err
@@ -346,7 +346,7 @@ func DecodeUpload(b []byte) (UploadResult, error) {
 func DecodeCommit(b []byte) (CommitResult, error) {
 	var r CommitResult
 	if err := json.Unmarshal(b, &r); err != nil {
-		return CommitResult{}, fmt.Errorf("%w: %v", ErrSchema, err)
+		return CommitResult{}, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	return r, checkSchema(r.Schema, r.SchemaVersion, CommitSchema)
 }

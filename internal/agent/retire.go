@@ -39,7 +39,7 @@ func RetireLost(l Layout, now time.Time) (RetireResult, error) {
 		res.Kept = "a supervisor holds the instance"
 		return res, nil
 	}
-	defer lf.Close()
+	defer func() { _ = lf.Close() }() // closing releases the lock; nothing was written to it
 	rec, err := l.readRecord()
 	switch {
 	case err != nil:
@@ -66,7 +66,7 @@ func RetireLost(l Layout, now time.Time) (RetireResult, error) {
 func DecodeRetire(b []byte) (RetireResult, error) {
 	var r RetireResult
 	if err := json.Unmarshal(b, &r); err != nil {
-		return RetireResult{}, fmt.Errorf("%w: %v", ErrSchema, err)
+		return RetireResult{}, fmt.Errorf("%w: %w", ErrSchema, err)
 	}
 	if err := checkSchema(r.Schema, r.SchemaVersion, RetireSchema); err != nil {
 		return RetireResult{}, err

@@ -351,7 +351,7 @@ func (s *snapshotter) take(ph phase, lastStep int64, dying func() bool) error {
 	}
 	if open := openForWriting(ms); len(open) > 0 {
 		for _, p := range open {
-			fmt.Fprintf(s.o.Log, "vastrun agent: not snapshotting yet: %s is open for writing\n", p)
+			sayf(s.o.Log, "not snapshotting yet: %s is open for writing", p)
 			break
 		}
 		return nil
@@ -381,8 +381,11 @@ func (s *snapshotter) take(ph phase, lastStep int64, dying func() bool) error {
 		}
 	}
 	tmp := filepath.Join(s.o.CheckpointDir, ".snapshot")
-	os.RemoveAll(tmp)
-	defer os.RemoveAll(tmp)
+	// A leftover of an earlier pass must not end up in this step.
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("snapshot: clear %s: %w", tmp, err)
+	}
+	defer os.RemoveAll(tmp) //nolint:errcheck // renamed away on success; a leftover is cleared by the next snapshot (above)
 	for _, m := range ms {
 		if err := copyFile(m, filepath.Join(tmp, s.rel(m))); err != nil {
 			return fmt.Errorf("snapshot %s: %w", m, err)
@@ -415,16 +418,18 @@ func (s *snapshotter) take(ph phase, lastStep int64, dying func() bool) error {
 		return err
 	}
 	dst := filepath.Join(s.o.CheckpointDir, strconv.FormatInt(step, 10))
-	os.RemoveAll(dst)
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return err
 	}
 	s.remember(cur)
 	if source != s.source {
-		fmt.Fprintf(s.o.Log, "vastrun agent: the steps of %s come from %s\n", s.o.Files, describeSource(source, s.o.StepFrom)) //nolint:errcheck // the log is the only place to tell
+		sayf(s.o.Log, "the steps of %s come from %s", s.o.Files, describeSource(source, s.o.StepFrom))
 		s.source = source
 	}
-	fmt.Fprintf(s.o.Log, "vastrun agent: snapshot %s as step %d (%s)\n", strings.Join(s.rels(ms), ", "), step, source)
+	sayf(s.o.Log, "snapshot %s as step %d (%s)", strings.Join(s.rels(ms), ", "), step, source)
 	return nil
 }
 
@@ -444,7 +449,7 @@ func describeSource(source, stepFrom string) string {
 // hears of it.
 func (s *snapshotter) notAfter(cur map[string]fileSig, step, lastStep int64, source string) {
 	s.remember(cur)
-	fmt.Fprintf(s.o.Log, "vastrun agent: not snapshotting step %d: it is not after the last committed step %d\n", step, lastStep)
+	sayf(s.o.Log, "not snapshotting step %d: it is not after the last committed step %d", step, lastStep)
 	if s.repeated++; s.repeated >= 2 {
 		s.warn("notafter", fmt.Sprintf("saves of %s are labelled step %d by %s, not after the last committed step %d, so they are not committed: the workload is behind the checkpoint it was given, or its steps do not grow", s.o.Files, step, describeSource(source, s.o.StepFrom), lastStep))
 	}
@@ -533,17 +538,17 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // only read: io.Copy reports a failed read
 	out, err := os.Create(dst)
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close() // the copy's error is the one reported
 		return err
 	}
 	if err := out.Sync(); err != nil {
-		out.Close()
+		_ = out.Close() // the sync's error is the one reported
 		return err
 	}
 	return out.Close()

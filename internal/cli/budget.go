@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"text/tabwriter"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -94,13 +94,15 @@ func runBudget(ctx context.Context, opts *BudgetOptions) error {
 	if l.LimitUSD > 0 {
 		limit = fmt.Sprintf("$%.2f (left $%.4f)", l.LimitUSD, l.LimitUSD-committed)
 	}
-	fmt.Fprintf(f.IO.Out, "period %s  limit %s  reserved $%.4f  settled $%.4f\n", period, limit, reserved, settled)
-	tw := tabwriter.NewWriter(f.IO.Out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tWORST CASE\tRESERVED\tSETTLED\tHOLDER")
-	for _, id := range l.RunIDs() {
-		fmt.Fprintln(tw, ledgerRow(id, l.Runs[id]))
+	if _, err := fmt.Fprintf(f.IO.Out, "period %s  limit %s  reserved $%.4f  settled $%.4f\n", period, limit, reserved, settled); err != nil {
+		return err
 	}
-	return tw.Flush()
+	var tw strings.Builder
+	fmt.Fprintln(&tw, "RUN\tWORST CASE\tRESERVED\tSETTLED\tHOLDER")
+	for _, id := range l.RunIDs() {
+		fmt.Fprintln(&tw, ledgerRow(id, l.Runs[id]))
+	}
+	return writeTable(f.IO.Out, tw.String())
 }
 
 // ledgerRow is one run of the ledger, tab-separated: the worst case it was

@@ -172,8 +172,8 @@ func runCanaryInit(_ context.Context, opts *CanaryInitOptions) error {
 		if f.JSON {
 			return writeJSON(f.IO, canaryInitJSON{Schema: "vastrun.canary.init/v1", YAML: block, Sources: nonNil(p.Sources)})
 		}
-		fmt.Fprint(f.IO.Out, block)
-		return nil
+		_, err := fmt.Fprint(f.IO.Out, block)
+		return err
 	}
 	// A proposal with no smoke is a contract validate rejects: it is
 	// shown, never written.

@@ -66,7 +66,7 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	if err := openRun(e, dir); err != nil {
 		return err
 	}
-	defer e.Close()
+	defer func() { _ = e.Close() }() // releases the journal's lock: its records are fsync'd as appended
 	st := e.State()
 	if err := confirmDestroy(ctx, f, o.Yes, fmt.Sprintf("run %s: instances %v and anything labelled %s", st.RunID, st.Unconfirmed(), st.Label)); err != nil {
 		return err
@@ -77,7 +77,11 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 		before[i] = &c
 	}
 	r, err := e.Down(ctx)
-	printDown(f, downResult{Schema: "vastrun.down/v1", Label: st.Label, RunID: st.RunID, Simulated: f.Sim, Destroyed: report.NewlyConfirmed(before, r.Attempts)})
+	// The teardown's own error first (its exit code); the printing error
+	// when the teardown succeeded (as reportRun).
+	if perr := printDown(f, downResult{Schema: "vastrun.down/v1", Label: st.Label, RunID: st.RunID, Simulated: f.Sim, Destroyed: report.NewlyConfirmed(before, r.Attempts)}); err == nil {
+		err = perr
+	}
 	return err
 }
 
@@ -170,7 +174,7 @@ func recordSwept(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 	if err == nil {
 		if err = openRun(e, dir); err == nil {
 			err = e.RecordSwept(ids)
-			e.Close()
+			_ = e.Close() // releases the journal's lock: its records are fsync'd as appended
 		}
 	}
 	if err != nil {

@@ -200,7 +200,9 @@ func hints(err error) []string {
 // withoutEvidenceErr splits failed evidence uploads off err (the engine
 // joins them to the run's error); ok reports whether there were any.
 func withoutEvidenceErr(err error) (rest error, ok bool) {
-	if _, isEv := err.(*lifecycle.EvidenceUploadError); isEv {
+	// The join's own members only, not errors.As: an evidence error
+	// wrapped inside the run's own error is part of that error.
+	if _, isEv := err.(*lifecycle.EvidenceUploadError); isEv { //nolint:errorlint // see above
 		return nil, true
 	}
 	j, isJoin := err.(interface{ Unwrap() []error })
@@ -209,7 +211,7 @@ func withoutEvidenceErr(err error) (rest error, ok bool) {
 	}
 	var kept []error
 	for _, e := range j.Unwrap() {
-		if _, isEv := e.(*lifecycle.EvidenceUploadError); isEv {
+		if _, isEv := e.(*lifecycle.EvidenceUploadError); isEv { //nolint:errorlint // a member of the join, as above
 			ok = true
 			continue
 		}

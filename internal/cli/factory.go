@@ -179,18 +179,18 @@ func (f *Factory) startSim() (url, key string, err error) {
 	for _, raw := range f.SimFaults {
 		var fault sim.Fault
 		if err := json.Unmarshal([]byte(raw), &fault); err != nil {
-			s.Close()
+			_ = s.Close() // the fault's error is the one to report; a leftover is the simulator's temporary directory
 			return "", "", &UsageError{Err: fmt.Errorf("--sim-fault %s: %w", raw, err), Hint: `write faults as JSON, e.g. '{"kind":"preempt_after","seconds":60}'`}
 		}
 		if err := s.Inject(fault); err != nil {
-			s.Close()
+			_ = s.Close() // as above
 			return "", "", &UsageError{Err: fmt.Errorf("--sim-fault: %w", err)}
 		}
 		f.IO.Infof("simulator fault armed: %s", raw)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		s.Close()
+		_ = s.Close() // as above
 		return "", "", fmt.Errorf("start embedded simulator: %w", err)
 	}
 	f.simSrv = s
@@ -259,7 +259,10 @@ func (f *Factory) Close() {
 	if f.simHTTP != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		f.simHTTP.Shutdown(ctx)
+		if err := f.simHTTP.Shutdown(ctx); err != nil {
+			// Connections still open after 2s: the process ends with them.
+			f.Logger().Debug("embedded simulator shutdown", "err", err)
+		}
 	}
 	if f.simSrv != nil {
 		// The embedded simulator dies with this command: say what it still
@@ -271,7 +274,9 @@ func (f *Factory) Close() {
 			}
 			f.IO.Infof("embedded simulator: %d instance(s) still live as it stops: %v (on Vast they would still be billing)", len(live), ids)
 		}
-		f.simSrv.Close()
+		if err := f.simSrv.Close(); err != nil {
+			f.IO.Infof("warning: embedded simulator: %v", err)
+		}
 	}
 }
 

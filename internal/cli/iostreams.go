@@ -57,7 +57,7 @@ func (s *IOStreams) Infof(format string, args ...any) {
 		d.Line(s.Redactor().String(fmt.Sprintf(format, args...)))
 		return
 	}
-	io.WriteString(s.ErrOut, s.Redactor().String(fmt.Sprintf("vastrun: "+format+"\n", args...)))
+	io.WriteString(s.ErrOut, s.Redactor().String(fmt.Sprintf("vastrun: "+format+"\n", args...))) //nolint:errcheck // stderr is for people: a refused write cannot be reported
 }
 
 // Hintf prints a "hint:" line suggesting how to fix a problem.
@@ -66,5 +66,5 @@ func (s *IOStreams) Hintf(format string, args ...any) {
 		d.Line(s.Redactor().String(fmt.Sprintf("hint: "+format, args...)))
 		return
 	}
-	io.WriteString(s.ErrOut, s.Redactor().String(fmt.Sprintf("vastrun: hint: "+format+"\n", args...)))
+	io.WriteString(s.ErrOut, s.Redactor().String(fmt.Sprintf("vastrun: hint: "+format+"\n", args...))) //nolint:errcheck // as Infof's
 }

@@ -160,7 +160,9 @@ func checkTrust(f *Factory, o *WorkflowOptions, env cienv.Env) (bool, error) {
 		return true, nil
 	}
 	f.IO.Infof("skipping the GPU step: %s", t.Reason)
-	env.AppendSummary("## vastrun: skipped\n\n" + t.Reason + "\n")
+	if err := env.AppendSummary("## vastrun: skipped\n\n" + t.Reason + "\n"); err != nil {
+		f.IO.Infof("warning: could not write the job summary: %v", err)
+	}
 	if f.JSON {
 		return false, json.NewEncoder(f.IO.Out).Encode(map[string]string{"schema": receipt.Schema, "outcome": string(lifecycle.OutcomeUntrusted), "reason": t.Reason})
 	}
@@ -338,14 +340,16 @@ func runUp(ctx context.Context, opts *UpOptions) error {
 	}
 	r, runErr := ci.Up(ctx, e)
 	if runErr != nil {
-		printReceipt(f, r)
+		_ = printReceipt(f, r) // the run's error is the one to report, as reportRun does
 		return asCancelled(withRunHints(f, o, runErr))
 	}
 	a := e.State().Current()
 	if f.JSON {
 		return json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.up/v1", "run_id": r.RunID, "label": r.Label, "instance_id": a.InstanceID, "simulated": f.Sim})
 	}
-	fmt.Fprintf(f.IO.Out, "run_id=%s\nlabel=%s\ninstance_id=%d\n", r.RunID, r.Label, a.InstanceID)
+	if _, err := fmt.Fprintf(f.IO.Out, "run_id=%s\nlabel=%s\ninstance_id=%d\n", r.RunID, r.Label, a.InstanceID); err != nil {
+		return err
+	}
 	f.IO.Infof("instance %d is up; run 'vastrun exec -- CMD', then 'vastrun down --yes'", a.InstanceID)
 	return nil
 }
@@ -399,7 +403,7 @@ func runExec(ctx context.Context, opts *ExecOptions) error {
 		if err := e.Begin("exec"); err != nil {
 			return err
 		}
-		defer e.Close()
+		defer func() { _ = e.Close() }() // releases the journal's lock: its records are fsync'd as appended
 		res, err = e.ExecInstance(ctx, provider.InstanceID(opts.Instance), opts.Script)
 	} else {
 		dir, derr := runDir(cfg.StateDir, o.RunID)
@@ -412,7 +416,7 @@ func runExec(ctx context.Context, opts *ExecOptions) error {
 		if err := openRun(e, dir); err != nil {
 			return err
 		}
-		defer e.Close()
+		defer func() { _ = e.Close() }() // as above
 		res, err = e.Exec(ctx, opts.Script)
 	}
 	if err != nil {

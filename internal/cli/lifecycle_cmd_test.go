@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestNewCmdWorkflows(t *testing.T) {
 		cmd.SilenceErrors, cmd.SilenceUsage = true, true
 		err := cmd.Execute()
 		called := p != (parsed{})
-		if _, ok := err.(*UsageError); !ok || called {
+		if ue := (*UsageError)(nil); !errors.As(err, &ue) || called {
 			t.Errorf("%s %q: err %v (runF called: %v), want a usage error", tc.cmd, tc.args, err, called)
 		}
 	}

@@ -124,7 +124,7 @@ func findLockHolder(path string) *lockHolder {
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // only read
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// 1: FLOCK  ADVISORY  WRITE 12345 08:01:131074 0 EOF

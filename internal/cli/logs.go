@@ -82,7 +82,9 @@ func runLogs(ctx context.Context, opts *LogsOptions) error {
 			if _, seen := offsets[p]; !seen {
 				offsets[p] = 0
 				if printed > 0 || len(report.LogFiles(evidence)) > 1 {
-					fmt.Fprintf(opts.IO.Out, "==> %s <==\n", filepath.Base(p))
+					if _, err := fmt.Fprintf(opts.IO.Out, "==> %s <==\n", filepath.Base(p)); err != nil {
+						return err
+					}
 				}
 				printed++
 			}
@@ -120,7 +122,7 @@ func copyFrom(w io.Writer, path string, off int64) (int64, error) {
 	if err != nil {
 		return 0, nil // not there yet
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // only read
 	b, err := io.ReadAll(io.NewSectionReader(f, off, 1<<40))
 	if err != nil {
 		return 0, err

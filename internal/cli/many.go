@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,7 +176,9 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 			return nil
 		})
 	}
-	g.Wait()
+	if err := g.Wait(); err != nil { // each child's own error is in errs: none comes back here
+		errs = append(errs, err)
+	}
 	mr.FinishedAt = time.Now().UTC()
 	passed := 0
 	for _, c := range mr.Children {
@@ -220,14 +224,16 @@ func writeManyReceipt(f *Factory, o *WorkflowOptions, cfg *config.Config, mr *Ma
 		_, err = f.IO.Out.Write(append(b, '\n'))
 		return err
 	}
+	var out strings.Builder
 	for _, c := range mr.Children {
 		cost := fmt.Sprintf("est $%.4f", c.EstimateUSD)
 		if c.ChargedUSD != nil {
 			cost = fmt.Sprintf("charged $%.4f", *c.ChargedUSD)
 		}
-		fmt.Fprintf(f.IO.Out, "%s\t%s\t%s\t%s\tcleanup confirmed: %v\n", c.Name, c.RunID, c.Outcome, cost, c.Cleanup)
+		fmt.Fprintf(&out, "%s\t%s\t%s\t%s\tcleanup confirmed: %v\n", c.Name, c.RunID, c.Outcome, cost, c.Cleanup)
 	}
-	return nil
+	_, err = io.WriteString(f.IO.Out, out.String())
+	return err
 }
 
 // maybeMatrix runs `vastrun ci` as a GPU matrix when the config has

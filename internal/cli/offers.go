@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -151,13 +150,13 @@ func runOffers(ctx context.Context, opts *OffersOptions) error {
 	if opts.Simulated() {
 		opts.IO.Infof("simulated offers: prices and machines are not real")
 	}
-	tw := tabwriter.NewWriter(opts.IO.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tGPU\tVRAM\t$/HR\tRELIABILITY\tLOCATION\tCUDA\tVERIFIED")
+	var tw strings.Builder
+	fmt.Fprintln(&tw, "ID\tGPU\tVRAM\t$/HR\tRELIABILITY\tLOCATION\tCUDA\tVERIFIED")
 	for _, o := range offers {
-		fmt.Fprintf(tw, "%d\t%s x%d\t%.0f GB\t%.4f\t%.4f\t%s\t%.1f\t%s\n",
+		fmt.Fprintf(&tw, "%d\t%s x%d\t%.0f GB\t%.4f\t%.4f\t%s\t%.1f\t%s\n",
 			o.ID, o.GPUName, o.NumGPUs, o.GPURAMMB/1024, o.DPHTotal, o.Reliability, o.Geolocation, o.CUDAMax, yesNo(o.Verified()))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeTable(opts.IO.Out, tw.String()); err != nil {
 		return err
 	}
 	opts.IO.Infof("%d offers; $/HR includes storage for %g GB of disk", len(offers), opts.DiskGB)

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -137,7 +137,7 @@ func runDown(ctx context.Context, opts *DownOptions) error {
 	return downTargets(ctx, f, o, cfg, opts.Instances, opts.Label, opts.Settle)
 }
 
-func printDown(f *Factory, res downResult) {
+func printDown(f *Factory, res downResult) error {
 	// Lists are lists, [] when empty (docs/json.md), whichever path built res.
 	if res.Destroyed == nil {
 		res.Destroyed = []provider.InstanceID{}
@@ -146,18 +146,22 @@ func printDown(f *Factory, res downResult) {
 		res.NotFound = []provider.InstanceID{}
 	}
 	if f.JSON {
-		json.NewEncoder(f.IO.Out).Encode(res)
-		return
+		return json.NewEncoder(f.IO.Out).Encode(res)
 	}
+	var b strings.Builder
 	for _, id := range res.Destroyed {
-		fmt.Fprintf(f.IO.Out, "destroyed %d (confirmed)\n", id)
+		fmt.Fprintf(&b, "destroyed %d (confirmed)\n", id)
 	}
 	for _, id := range res.NotFound {
-		fmt.Fprintf(f.IO.Out, "not found %d: the account has no such instance, nothing to destroy\n", id)
+		fmt.Fprintf(&b, "not found %d: the account has no such instance, nothing to destroy\n", id)
+	}
+	if _, err := io.WriteString(f.IO.Out, b.String()); err != nil {
+		return err
 	}
 	if len(res.Destroyed) == 0 && len(res.NotFound) == 0 {
 		f.IO.Infof("nothing to destroy")
 	}
+	return nil
 }
 
 func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, ids []int64, lbl string, settle time.Duration) error {
@@ -184,20 +188,18 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		res.Destroyed = append(res.Destroyed, ids...)
 		t.Drop(ids)
 		if err != nil {
-			printDown(f, res)
+			_ = printDown(f, res) // ce is the error to report (its exit code), as reportRun does
 			ce := &lifecycle.CleanupError{Label: lbl, Err: err}
 			cienv.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
 			return ce
 		}
 		recordSwept(ctx, f, o, cfg, lbl, ids)
 		if len(targets) == 0 {
-			printDown(f, res)
-			return nil
+			return printDown(f, res)
 		}
 	}
 	if len(targets) == 0 {
-		printDown(f, res)
-		return nil
+		return printDown(f, res)
 	}
 	keys := t.IDs()
 	if err := confirmDestroy(ctx, f, o.Yes, fmt.Sprintf("instances %v", keys)); err != nil {
@@ -227,13 +229,13 @@ func downTargets(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *confi
 		f.IO.Infof("instance %d destroyed (confirmed by %s)", id, strings.Join(via, ", "))
 		res.Destroyed = append(res.Destroyed, id)
 	}
-	printDown(f, res)
+	perr := printDown(f, res)
 	if len(failed) > 0 {
 		ce := &lifecycle.CleanupError{Label: lbl, Instances: failed, Err: errors.Join(errs...)}
 		cienv.Detect(f.Getenv).Annotate(f.IO.ErrOut, "error", f.IO.Redactor().String(ce.Error()))
-		return ce
+		return ce // the error to report (its exit code), as reportRun does
 	}
-	return nil
+	return perr
 }
 
 // StatusOptions are `vastrun status`'s parsed flags and dependencies.
@@ -320,20 +322,22 @@ func runStatus(ctx context.Context, opts *StatusOptions) error {
 			"workflow": st.Workflow, "outcome": outcomeOrUnfinished(string(st.Outcome)), "instances": rows, "unconfirmed": un, "unconfirmed_instance_ids": un})
 	}
 	outcome := receipt.Outcome(outcomeOrUnfinished(string(st.Outcome)))
-	fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, outcome)
+	if _, err := fmt.Fprintf(f.IO.Out, "run %s (%s)  label %s  outcome %s\n", st.RunID, st.Workflow, st.Label, outcome); err != nil {
+		return err
+	}
 	if n := (&receipt.Receipt{RunID: st.RunID, Workflow: st.Workflow, Outcome: outcome}).Next(); n != "" {
 		defer f.IO.Infof("next: %s", n)
 	}
-	tw := tabwriter.NewWriter(f.IO.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
+	var tw strings.Builder
+	fmt.Fprintln(&tw, "INSTANCE\tMACHINE\tLIVE\tDESTROYED\tNOTE")
 	for _, r := range rows {
 		live := text.OrDash(r.Live)
 		if r.LiveError != "" {
 			live += " (" + r.LiveError + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
+		fmt.Fprintf(&tw, "%d\t%d\t%s\t%s\t%s\n", r.Instance, r.Machine, live, map[bool]string{true: "confirmed", false: "no"}[r.Confirmed], r.Failure)
 	}
-	return tw.Flush()
+	return writeTable(f.IO.Out, tw.String())
 }
 
 // renewLease renews the lease of an up rental that status found running:
@@ -433,18 +437,22 @@ func runReap(ctx context.Context, opts *ReapOptions) error {
 		defer cancel()
 		failed = janitor.Reap(dctx, lifecycle.Confirmer{Market: m, Clock: f.clock()}, cands, f.clock().Now().Add(reapLimit))
 	}
+	var perr error
 	if f.JSON {
-		json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.reap/v1", "dry_run": !opts.Yes, "scanned": len(list), "expired": cands})
+		perr = json.NewEncoder(f.IO.Out).Encode(map[string]any{"schema": "vastrun.reap/v1", "dry_run": !opts.Yes, "scanned": len(list), "expired": cands})
 	} else {
+		var b strings.Builder
 		for _, c := range cands {
-			fmt.Fprintf(f.IO.Out, "%d\t%s\texpired %s\t%s\n", c.ID, c.Label, c.Expiry.Format(time.RFC3339), c.Result)
+			fmt.Fprintf(&b, "%d\t%s\texpired %s\t%s\n", c.ID, c.Label, c.Expiry.Format(time.RFC3339), c.Result)
 		}
+		_, perr = io.WriteString(f.IO.Out, b.String())
 		f.IO.Infof("%d instances scanned, %d with an expired vastrun label%s", len(list), len(cands), map[bool]string{true: "", false: " (dry run: pass --yes to destroy)"}[opts.Yes])
 	}
 	if len(failed) > 0 {
+		// The cleanup error before the printing one (its exit code).
 		return &lifecycle.CleanupError{Instances: failed, Err: errors.New("reap could not confirm every destruction")}
 	}
-	return nil
+	return perr
 }
 
 // DoctorOptions are `vastrun doctor`'s parsed flags and dependencies.

@@ -176,7 +176,9 @@ func runValidate(ctx context.Context, o *ValidateOptions) error {
 	res.OK = len(res.Problems) == 0
 	if f.JSON {
 		b, _ := json.Marshal(res)
-		f.IO.Out.Write(append(f.IO.Redactor().JSON(b), '\n'))
+		if _, err := f.IO.Out.Write(append(f.IO.Redactor().JSON(b), '\n')); err != nil && res.OK {
+			return err // with problems, the preflight error below is the one to report (its exit code)
+		}
 	} else {
 		if res.MarketSkipped != "" {
 			f.IO.Infof("preflight: live offer checks skipped: %s", res.MarketSkipped)

@@ -79,8 +79,8 @@ func runPublishCmd(ctx context.Context, o *PublishOptions) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	fmt.Fprintln(f.IO.Out, res.Pinned)
-	return nil
+	_, err = fmt.Fprintln(f.IO.Out, res.Pinned)
+	return err
 }
 
 // runPublish pushes and pins; cfg.Image is set to the pinned reference

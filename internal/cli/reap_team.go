@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -95,21 +97,25 @@ func reapTeam(ctx context.Context, f *Factory, o *reapTeamOptions) error {
 			j.Result = "destroyed (confirmed), after taking the run's lease"
 		}
 	}
+	var perr error
 	if f.JSON {
 		if js == nil {
 			js = []team.Judgement{}
 		}
 		enc := json.NewEncoder(f.IO.Out)
 		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"schema": "vastrun.reap.team", "v": 1, "dry_run": !o.yes, "state": loc.String(), "scanned": len(list), "instances": js})
+		perr = enc.Encode(map[string]any{"schema": "vastrun.reap.team", "v": 1, "dry_run": !o.yes, "state": loc.String(), "scanned": len(list), "instances": js})
 	} else {
+		var out strings.Builder
 		for _, j := range js {
-			fmt.Fprintf(f.IO.Out, "%d\t%s\t%s\t%s\t%s\n", j.Instance, dashIfEmpty(j.Label), j.Verdict, j.Reason, j.Result)
+			fmt.Fprintf(&out, "%d\t%s\t%s\t%s\t%s\n", j.Instance, dashIfEmpty(j.Label), j.Verdict, j.Reason, j.Result)
 		}
+		_, perr = io.WriteString(f.IO.Out, out.String())
 		f.IO.Infof("%d instances scanned%s", len(list), map[bool]string{true: "", false: " (dry run: pass --yes to destroy the orphans)"}[o.yes])
 	}
 	if len(failed) > 0 {
+		// The cleanup error before the printing one (its exit code).
 		return &lifecycle.CleanupError{Instances: failed, Err: errors.New("reap --team could not confirm every destruction")}
 	}
-	return nil
+	return perr
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"charm.land/lipgloss/v2"
 
@@ -13,8 +12,9 @@ import (
 
 // writeReceiptText renders a receipt for a terminal: aligned "key  value"
 // lines under plain headings instead of Markdown table syntax (which is
-// what CI summaries and summary.md get).
-func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
+// what CI summaries and summary.md get). It is built in memory, where a
+// write cannot fail; its caller writes it out.
+func writeReceiptText(w *strings.Builder, r *receipt.Receipt, color bool) error {
 	bold, good, bad := lipgloss.NewStyle(), lipgloss.NewStyle(), lipgloss.NewStyle()
 	if color {
 		bold = bold.Bold(true)
@@ -33,10 +33,10 @@ func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 		fmt.Fprintf(w, "error: %s\n", r.Error)
 	}
 	if n := r.Next(); n != "" {
-		fmt.Fprintf(w, "next: %s\n", n) //nolint:errcheck // w is for people: a refused write cannot be reported
+		fmt.Fprintf(w, "next: %s\n", n)
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "  %s\t%s\n", k, v) }
+	var tw strings.Builder
+	row := func(k, v string) { fmt.Fprintf(&tw, "  %s\t%s\n", k, v) }
 	row("run", r.RunID)
 	row("label", r.Label)
 	row("commit", r.Commit)
@@ -58,16 +58,16 @@ func writeReceiptText(w io.Writer, r *receipt.Receipt, color bool) error {
 		row("test", r.Test.Status())
 	}
 	row("timings", receipt.TimingsLine(r.Timings))
-	if err := tw.Flush(); err != nil {
+	if err := writeTable(w, tw.String()); err != nil {
 		return err
 	}
 	for _, s := range receipt.Story(r) {
 		fmt.Fprintf(w, "\n%s\n", bold.Render(s.Title))
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		var tw strings.Builder
 		for _, rr := range s.Rows {
-			fmt.Fprintf(tw, "  %s\t%s\n", rr[0], rr[1])
+			fmt.Fprintf(&tw, "  %s\t%s\n", rr[0], rr[1])
 		}
-		if err := tw.Flush(); err != nil {
+		if err := writeTable(w, tw.String()); err != nil {
 			return err
 		}
 		if s.Block != "" {

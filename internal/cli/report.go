@@ -69,8 +69,12 @@ func runReport(_ context.Context, opts *ReportOptions) error {
 		if err != nil {
 			return err
 		}
-		defer out.Close()
 		if err := report.HTML(out, report.BuildWith(r, recs, reportExtras(r))); err != nil {
+			_ = out.Close() // the render's error is the one to report
+			return err
+		}
+		// Close writes the last lines and syncs: the report is whole only then.
+		if err := out.Close(); err != nil {
 			return err
 		}
 		f.IO.Infof("wrote %s", opts.HTMLPath)

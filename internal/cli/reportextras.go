@@ -27,7 +27,7 @@ func reportExtras(r *receipt.Receipt) report.Extras {
 				x.Metrics = append(x.Metrics, m)
 			}
 		}
-		f.Close()
+		_ = f.Close() // only read
 	}
 	if logs := report.LogFiles(r.EvidenceDir); len(logs) > 0 {
 		p := logs[len(logs)-1]

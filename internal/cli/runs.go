@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,8 +83,8 @@ func runRuns(ctx context.Context, opts *RunsOptions) error {
 		opts.IO.Infof("no runs in %s yet: 'vastrun ci' or 'vastrun up' starts one", cfg.StateDir)
 		return nil
 	}
-	tw := tabwriter.NewWriter(opts.IO.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tWORKFLOW\tOUTCOME\tSTARTED\tWALL\tCOST\tLIVE")
+	var tw strings.Builder
+	fmt.Fprintln(&tw, "RUN\tWORKFLOW\tOUTCOME\tSTARTED\tWALL\tCOST\tLIVE")
 	for _, r := range list {
 		mark := " "
 		if r.Latest {
@@ -111,9 +110,9 @@ func runRuns(ctx context.Context, opts *RunsOptions) error {
 		if r.Error != "" {
 			outcome += " (" + r.Error + ")"
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, r.RunID, r.Workflow, outcome, started, wall(r.WallSeconds), cost, live)
+		fmt.Fprintf(&tw, "%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", mark, r.RunID, r.Workflow, outcome, started, wall(r.WallSeconds), cost, live)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeTable(opts.IO.Out, tw.String()); err != nil {
 		return err
 	}
 	opts.IO.Infof("* latest run; ~ estimated cost; LIVE: instances not confirmed destroyed (vastrun down --run RUN)")

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/vastrun/vastrun/internal/team"
 	"github.com/vastrun/vastrun/internal/teamstate"
@@ -35,8 +34,8 @@ func listTeamRuns(ctx context.Context, f *Factory, o *WorkflowOptions, mine bool
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"schema": TeamRunsSchema, "v": 1, "state": loc.String(), "runs": rows})
 	}
-	tw := tabwriter.NewWriter(f.IO.Out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tWORKFLOW\tSTATE\tHOLDER\tLEASE\tINSTANCES\t$/H\tCOST")
+	var tw strings.Builder
+	fmt.Fprintln(&tw, "RUN\tWORKFLOW\tSTATE\tHOLDER\tLEASE\tINSTANCES\t$/H\tCOST")
 	for _, r := range rows {
 		lease := r.Lease
 		if r.Lease == team.LeaseLive {
@@ -54,9 +53,9 @@ func listTeamRuns(ctx context.Context, f *Factory, o *WorkflowOptions, mine bool
 		if live == "" {
 			live = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t$%.4f\n", r.RunID, dashIfEmpty(r.Workflow), r.State, holder, lease, live, r.DPH, r.CostUSD)
+		fmt.Fprintf(&tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.4f\t$%.4f\n", r.RunID, dashIfEmpty(r.Workflow), r.State, holder, lease, live, r.DPH, r.CostUSD)
 	}
-	return tw.Flush()
+	return writeTable(f.IO.Out, tw.String())
 }
 
 func dashIfEmpty(s string) string {

@@ -264,8 +264,6 @@ func waitFor(ts *testscript.TestScript, cond func() bool, what string) {
 	ts.Fatalf("timed out waiting %s for %s", waitLimit, what)
 }
 
-type hookKey struct{}
-
 type hookRecorder struct {
 	mu     sync.Mutex
 	bodies []string

@@ -119,7 +119,11 @@ func runSimServe(ctx context.Context, opts *SimServeOptions) error {
 	if err != nil {
 		return err
 	}
-	defer s.Close()
+	defer func() {
+		if err := s.Close(); err != nil {
+			opts.IO.Infof("warning: simulator: %v", err)
+		}
+	}()
 	if opts.PriceIncrease != "" {
 		f, err := ParsePriceIncrease(opts.PriceIncrease)
 		if err == nil {
@@ -144,9 +148,13 @@ func runSimServe(ctx context.Context, opts *SimServeOptions) error {
 
 	info := simServeJSON{Schema: "vastrun.sim/v1", URL: "http://" + ln.Addr().String(), APIKey: s.APIKey()}
 	if opts.JSON {
-		json.NewEncoder(opts.IO.Out).Encode(info)
+		if err := json.NewEncoder(opts.IO.Out).Encode(info); err != nil {
+			return err
+		}
 	} else {
-		fmt.Fprintf(opts.IO.Out, "export VAST_URL=%s\nexport VAST_API_KEY=%s\n", info.URL, info.APIKey)
+		if _, err := fmt.Fprintf(opts.IO.Out, "export VAST_URL=%s\nexport VAST_API_KEY=%s\n", info.URL, info.APIKey); err != nil {
+			return err
+		}
 		opts.IO.Infof("simulator listening on %s (%d offers, %d seeded instances, seed %d, speed %gx); Ctrl-C stops it", info.URL, opts.Offers, opts.Instances, opts.Seed, opts.Speed)
 	}
 	if opts.ReadyFile != "" {
@@ -163,7 +171,9 @@ func runSimServe(ctx context.Context, opts *SimServeOptions) error {
 	case <-ctx.Done():
 		shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 		defer cancel()
-		srv.Shutdown(shut)
+		if err := srv.Shutdown(shut); err != nil {
+			opts.IO.Infof("warning: the simulator's connections did not close in 3s: %v", err)
+		}
 		opts.IO.Infof("simulator stopped; %d instances were still live", len(s.Snapshot().Live))
 		return nil
 	case err := <-errc:

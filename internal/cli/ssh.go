@@ -150,7 +150,7 @@ func runSSH(ctx context.Context, o *SSHOptions) error {
 	if err := openRun(e, dir); err != nil {
 		return err
 	}
-	defer e.Close()
+	defer func() { _ = e.Close() }() // releases the journal's lock: its records are fsync'd as appended
 	client, inst, err := e.Interactive(ctx)
 	var nl *lifecycle.NotLiveError
 	if errors.As(err, &nl) {
@@ -159,7 +159,7 @@ func runSSH(ctx context.Context, o *SSHOptions) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer func() { _ = client.Close() }()   // always nil: it drops the connection once the session is over
 	defer e.Refresh(ctx, client, inst.ID)() // an up rental's lease, renewed while the session lasts
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -192,7 +192,11 @@ func runSSH(ctx context.Context, o *SSHOptions) error {
 		if in, ok := f.IO.In.(*os.File); ok && term.IsTerminal(int(in.Fd())) {
 			// Raw mode: keystrokes (Ctrl-C included) go to the instance.
 			if old, err := term.MakeRaw(int(in.Fd())); err == nil {
-				defer term.Restore(int(in.Fd()), old)
+				defer func() {
+					if err := term.Restore(int(in.Fd()), old); err != nil {
+						f.IO.Infof("could not restore the terminal (run 'reset'): %v", err)
+					}
+				}()
 			}
 			so.Width, so.Height, _ = term.GetSize(int(in.Fd()))
 			so.Resize = windowChanges(ctx, int(in.Fd()))

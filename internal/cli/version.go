@@ -77,6 +77,6 @@ func runVersion(_ context.Context, opts *VersionOptions) error {
 	if v.Date != "" {
 		extra += ", built " + v.Date
 	}
-	fmt.Fprintf(opts.IO.Out, "vastrun %s (%s, %s%s)\n", v.Version, v.GoVersion, v.Platform, extra)
-	return nil
+	_, err := fmt.Fprintf(opts.IO.Out, "vastrun %s (%s, %s%s)\n", v.Version, v.GoVersion, v.Platform, extra)
+	return err
 }

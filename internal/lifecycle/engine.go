@@ -431,16 +431,16 @@ func (e *Scope) Open(runDir string) error {
 	}
 	recs, err := j.Records()
 	if err != nil {
-		j.Close()
+		_ = j.Close() // only read: Close releases the lock, with nothing to lose; the read's error is the one to report
 		return err
 	}
 	st, err := runstate.Replay(recs)
 	if err != nil {
-		j.Close()
+		_ = j.Close() // only read, as above; the replay's error is the one to report
 		return err
 	}
 	if st.RunID == "" {
-		j.Close()
+		_ = j.Close() // only read, as above; that it holds no run is the error to report
 		return fmt.Errorf("run directory %s holds no run", runDir)
 	}
 	if e.JournalFault != nil {
@@ -470,7 +470,7 @@ func (e *Run) hookJournal(j *journal.Journal, runID string) error {
 	}
 	m, err := e.JournalHook(runID, e.runDir)
 	if err != nil {
-		j.Close()
+		_ = j.Close() // nothing was appended through the hook yet; the hook's error is the one to report
 		return err
 	}
 	j.SetMirror(m)

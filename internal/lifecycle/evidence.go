@@ -205,7 +205,7 @@ func fileSHA256(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // opened read-only: a failed read surfaces in io.Copy
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", err

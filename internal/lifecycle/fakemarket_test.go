@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -168,7 +169,8 @@ func (m *fakeMarket) CreateInstance(_ context.Context, req provider.CreateReques
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	err := m.call("create", req.OfferID)
-	anyway, rented := err.(rentedAnyway)
+	var anyway rentedAnyway
+	rented := errors.As(err, &anyway)
 	if err != nil && !rented {
 		return provider.CreateResult{}, err
 	}

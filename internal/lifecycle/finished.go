@@ -77,7 +77,8 @@ func resumeFinished(ctx context.Context, e *Scope) (*receipt.Receipt, error) {
 	} else {
 		writeFinishedReceipt(e, r, e.state.Receipt, true)
 	}
-	if terr != nil {
+	// A teardown record the journal refused fails this try too.
+	if terr = withJournalErr(e, terr); terr != nil {
 		return r, errors.Join(done, terr)
 	}
 	return r, done

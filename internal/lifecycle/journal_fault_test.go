@@ -72,3 +72,24 @@ func TestJournalFullAtWorkIntentStopsAndTearsDown(t *testing.T) {
 		t.Fatalf("journal after the disk filled: %v, last %+v", jerr, recs[len(recs)-1])
 	}
 }
+
+// A full disk at `down`'s destroy intent: the instance is still destroyed
+// and confirmed (destroying is the safe side), but down fails on the
+// journal error: its journal never learned the instance is gone.
+func TestJournalFullAtDestroyFailsDown(t *testing.T) {
+	h := newHarness(t, baseConfig, true)
+	if _, err := ci.Up(context.Background(), h.engine); err != nil {
+		t.Fatal(err)
+	}
+	h.engine.JournalFault = fullFrom(func(r journal.Record) bool { return r.Type == "intent" && r.Step == "destroy" })
+	e := *h.engine
+	if err := e.Open(h.engine.RunDir()); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	_, err := e.Down(context.Background())
+	if !errors.Is(err, lifecycle.ErrJournal) || !errors.Is(err, errDiskFull) {
+		t.Fatalf("down: %v, want the journal error", err)
+	}
+	h.noLeaks()
+}

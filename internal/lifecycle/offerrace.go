@@ -50,9 +50,9 @@ func rentRace(ctx context.Context, e *Scope, offer provider.Offer, err error, ex
 		next, ok := nextCandidate(e, gone, *exclude)
 		for !ok {
 			if !e.Now().Before(deadline) {
-				e.Record("failed", stepSelect, map[string]any{"offers_taken": tried})
-				return 0, offer, &StepError{Step: stepSelect, Outcome: OutcomeNoOffer, Err: fmt.Errorf(
-					"%w: %d offers meeting it were taken before vastrun could rent them, until the ready deadline %s", ErrNoOffer, tried, e.readyDeadline())}
+				jerr := e.Record("failed", stepSelect, map[string]any{"offers_taken": tried})
+				return 0, offer, errors.Join(&StepError{Step: stepSelect, Outcome: OutcomeNoOffer, Err: fmt.Errorf(
+					"%w: %d offers meeting it were taken before vastrun could rent them, until the ready deadline %s", ErrNoOffer, tried, e.readyDeadline())}, jerr)
 			}
 			if serr := e.Sleep(ctx, e.Jittered(wait)); serr != nil {
 				return 0, offer, serr
@@ -78,7 +78,10 @@ func rentRace(ctx context.Context, e *Scope, offer provider.Offer, err error, ex
 			continue
 		default:
 			e.Infof("offer %d is gone; renting the next offer meeting the policy: %d at $%.4f/h (approved up to $%.4f/h)", offer.ID, next.ID, dph, ceiling)
-			e.Record("event", stepApprove, map[string]any{"offer_id": next.ID, "dph_total": dph, "covered_by_approval_up_to": ceiling})
+			// What covers this rental is journaled before it is made.
+			if jerr := e.Record("event", stepApprove, map[string]any{"offer_id": next.ID, "dph_total": dph, "covered_by_approval_up_to": ceiling}); jerr != nil {
+				return 0, next, jerr
+			}
 		}
 		offer = next
 		var id provider.InstanceID

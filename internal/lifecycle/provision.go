@@ -234,7 +234,10 @@ func dedupe(ctx context.Context, e *Scope, keep provider.InstanceID) error {
 			// journal cannot say so, and the step fails after it.
 			jerr = errors.Join(jerr, e.Record("event", stepAdopt, runstate.InstanceData{Instance: in.ID, Reason: "duplicate"}))
 			e.Infof("instance %d also carries label %s: destroying the duplicate", in.ID, e.state.Label)
-			destroyConfirm(ctx, e, in.ID, time.Time{})
+			if err := destroyConfirm(ctx, e, in.ID, time.Time{}); err != nil {
+				// Journaled as an extra above: the teardown destroys it again.
+				e.Infof("the duplicate is not confirmed destroyed yet (%v); the teardown destroys it again", err)
+			}
 		}
 	}
 	return jerr
@@ -307,7 +310,7 @@ func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, 
 		// The ready wait may already hold a connection (its SSH probe).
 		inst, client, err := waitReady(ctx, e, id, deadline)
 		if err = e.journalCondition(stepReady, id, err); err != nil && client != nil {
-			client.Close() //nolint:errcheck // the step's error is the one reported; the connection is not used
+			_ = client.Close() // always nil (it drops the connection, which is not used); the step's error is the one reported
 			client = nil
 		}
 		if err == nil {
@@ -315,7 +318,7 @@ func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, 
 				client, err = connect(ctx, e, id, inst, deadline)
 			}
 			if err = e.journalCondition(stepConnect, id, err); err != nil && client != nil {
-				client.Close()
+				_ = client.Close() // always nil (it drops the connection, which is not used); the step's error is the one reported
 				client = nil
 			}
 		}
@@ -333,7 +336,7 @@ func provision(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, 
 		}
 		e.Infof("instance %d failed: %v; destroying it", id, se.Err)
 		if cerr := destroyConfirm(context.WithoutCancel(ctx), e, id, time.Time{}); cerr != nil {
-			return nil, inst, fmt.Errorf("%w; and its destruction is not confirmed: %v", err, cerr)
+			return nil, inst, fmt.Errorf("%w; and its destruction is not confirmed: %v", err, cerr) //nolint:errorlint // the class is the instance's failure; the destroy's error is context only (the teardown tries it again)
 		}
 		exclude = append(exclude, offer.MachineID)
 		if attempt >= provisionAttempts(e) {
@@ -457,7 +460,7 @@ func attach(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, pro
 				// A controller that died before its verify finished verifies
 				// now (a no-op when verify is True for this instance).
 				if err := verify(ctx, e, client, inst); err != nil {
-					client.Close()
+					_ = client.Close() // always nil (it drops the connection, which is not used); the verify's error is the one reported
 					return nil, inst, err
 				}
 				return client, inst, nil
@@ -494,7 +497,7 @@ func attach(ctx context.Context, e *Scope, exclude []int64) (*remote.Client, pro
 		return nil, inst, err
 	}
 	if err := verify(ctx, e, client, inst); err != nil {
-		client.Close()
+		_ = client.Close() // always nil (it drops the connection, which is not used); the verify's error is the one reported
 		return nil, inst, err
 	}
 	return client, inst, nil

@@ -193,7 +193,7 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 	r.Notify = e.Notify.close(ctx, e.Redactor.String)
 	if unapproved(e, outcome) {
 		terminalRecord(e, runstate.OutcomeData{Outcome: outcome})
-		e.writeStateFile(e.runDir, st, e.EvidenceDir)
+		writeFinalState(e)
 		forgetAsLatest(e)
 		return r
 	}
@@ -202,17 +202,32 @@ func finish(ctx context.Context, e *Scope, outcome receipt.Outcome, runErr error
 	if len(st.Receipt) > 0 {
 		doc = st.Receipt // the journal's copy: what a resume would write
 	}
-	os.MkdirAll(e.EvidenceDir, 0o755)
-	if err := e.writeFileAtomic(filepath.Join(e.EvidenceDir, "receipt.json"), receiptFile(doc), 0o644); err != nil {
+	err := os.MkdirAll(e.EvidenceDir, 0o755)
+	if err == nil {
+		err = e.writeFileAtomic(filepath.Join(e.EvidenceDir, "receipt.json"), receiptFile(doc), 0o644)
+	}
+	if err != nil {
 		e.Infof("could not write the receipt: %v", err)
 	}
 	md := e.Redactor.String(receipt.Summary(r))
-	e.writeFileAtomic(filepath.Join(e.EvidenceDir, "summary.md"), []byte(md), 0o644)
+	if err := e.writeFileAtomic(filepath.Join(e.EvidenceDir, "summary.md"), []byte(md), 0o644); err != nil {
+		e.Infof("could not write the receipt's summary: %v", err)
+	}
 	if err := e.CI.AppendSummary(md); err != nil {
 		e.Infof("could not write the CI step summary: %v", err)
 	}
-	e.writeStateFile(e.runDir, st, e.EvidenceDir)
+	writeFinalState(e)
 	return r
+}
+
+// writeFinalState writes state.json with the run's outcome once more: the
+// terminal record writes it too, but not when the journal refused that
+// record (the outcome is then applied in memory only). Scripts and the
+// CI's post step read it, so a failed write is said.
+func writeFinalState(e *Scope) {
+	if err := e.writeStateFile(e.runDir, e.state, e.EvidenceDir); err != nil {
+		e.Infof("run %s: state.json, which scripts read, does not say its outcome: %v", e.state.RunID, err)
+	}
 }
 
 func round6(x float64) float64 { return float64(int64(x*1e6+0.5)) / 1e6 }
@@ -220,6 +235,8 @@ func round6(x float64) float64 { return float64(int64(x*1e6+0.5)) / 1e6 }
 // writeSelection records why each offer was chosen or rejected.
 func (e *Deps) writeSelection(dir string, ds []policy.Decision) {
 	b, _ := json.MarshalIndent(receipt.DecisionRows(ds), "", "  ")
-	os.MkdirAll(dir, 0o755)
+	if os.MkdirAll(dir, 0o755) != nil {
+		return // as for the write below: an explanation a run does not fail for
+	}
 	e.Sink().WriteJSON(filepath.Join(dir, "selection.json"), append(b, '\n'), 0o644) //nolint:errcheck // an explanation beside the receipt, which names the chosen offer: a run does not fail for it
 }

@@ -176,11 +176,11 @@ func Execute(ctx context.Context, s *Scope, f Flow) (rec *receipt.Receipt, err e
 			return resumeFinished(ctx, s)
 		}
 		if err := adoptFrozen(ctx, s); err != nil {
-			s.Close()
+			s.Close() //nolint:errcheck // releases the journal's lock; its records are fsync'd as appended, and adoptFrozen's error is the one to report
 			return nil, err
 		}
 	}
-	defer s.Close()
+	defer s.Close() //nolint:errcheck // releases the journal's lock; its records are fsync'd as appended, so Close has nothing to lose
 	defer func() { rec, err = settle(ctx, s, recover(), f.Keep, err) }()
 	if err := os.MkdirAll(s.EvidenceDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create evidence directory: %w", err)

@@ -70,7 +70,7 @@ func (c Confirmer) DestroyConfirm(ctx context.Context, id provider.InstanceID, l
 	case errors.Is(err, poll.ErrDeadline):
 		return nil, fmt.Errorf("destroy instance %d: not confirmed before the teardown deadline: %w", id, last)
 	case ctx.Err() != nil && last != nil:
-		return nil, fmt.Errorf("destroy instance %d: %w (last: %v)", id, ctx.Err(), last)
+		return nil, fmt.Errorf("destroy instance %d: %w (last: %v)", id, ctx.Err(), last) //nolint:errorlint // the class is the context's end; the last answer is detail, as in remote's retries
 	}
 	return nil, fmt.Errorf("destroy instance %d: %w", id, err)
 }
@@ -205,9 +205,14 @@ func confirmer(e *Scope) Confirmer {
 	return Confirmer{
 		Market: e.Market, Clock: e.Clock,
 		// Destroying is the safe side effect: it goes ahead even when its
-		// intent cannot be journaled (the run then fails on ErrJournal).
-		OnIntent: func(id provider.InstanceID) { e.Record("intent", stepDestroy, runstate.InstanceData{Instance: id}) },
-		OnDone:   func(id provider.InstanceID) { e.Record("done", stepDestroy, runstate.InstanceData{Instance: id}) },
+		// intent cannot be journaled (the run then fails on ErrJournal,
+		// which Record keeps: settle, Down and resumeFinished return it).
+		OnIntent: func(id provider.InstanceID) {
+			e.Record("intent", stepDestroy, runstate.InstanceData{Instance: id}) //nolint:errcheck // kept as the run's journal error (see above)
+		},
+		OnDone: func(id provider.InstanceID) {
+			e.Record("done", stepDestroy, runstate.InstanceData{Instance: id}) //nolint:errcheck // kept as the run's journal error (see above)
+		},
 	}
 }
 
@@ -226,7 +231,7 @@ func destroyConfirm(ctx context.Context, e *Scope, id provider.InstanceID, deadl
 	}
 	// A confirmation the journal cannot hold is still a confirmation: it is
 	// kept in memory for the receipt, and the run fails on the journal error.
-	e.Record("done", stepConfirm, runstate.InstanceData{Instance: id, Via: via})
+	e.Record("done", stepConfirm, runstate.InstanceData{Instance: id, Via: via}) //nolint:errcheck // Record keeps a failed write as the run's journal error, which the run returns
 	e.Infof("instance %d destroyed (confirmed by %v)", id, via)
 	return nil
 }
@@ -241,7 +246,7 @@ func listedClean(e *Scope) {
 			continue
 		}
 		via := append(slices.Clone(a.ConfirmedBy), viaLabelListing)
-		e.Record("event", stepConfirm, runstate.InstanceData{Instance: a.InstanceID, Via: via})
+		e.Record("event", stepConfirm, runstate.InstanceData{Instance: a.InstanceID, Via: via}) //nolint:errcheck // evidence added to a confirmation; a failed write is kept as the run's journal error, which the run returns
 		e.Infof("instance %d confirmed by %v: label %s listed without it", a.InstanceID, via, e.state.Label)
 	}
 }
@@ -407,7 +412,7 @@ func destroyFound(ctx context.Context, e *Scope, id provider.InstanceID, deadlin
 	if e.state.AttemptFor(id) == nil && !containsID(e.state.Extras, id) {
 		// Destroying is the safe side: it goes ahead even when the journal
 		// cannot say so (the run fails on ErrJournal).
-		e.Record("event", stepAdopt, runstate.InstanceData{Instance: id, Reason: reason})
+		e.Record("event", stepAdopt, runstate.InstanceData{Instance: id, Reason: reason}) //nolint:errcheck // kept as the run's journal error, which the run returns
 		e.Infof("instance %d carries label %s (%s): destroying it", id, e.state.Label, reason)
 	}
 	return destroyConfirm(ctx, e, id, deadline)
@@ -528,7 +533,7 @@ func escalate(ctx context.Context, e *Scope, ce *CleanupError) {
 				client = http.DefaultClient
 			}
 			if res, err := client.Do(req); err == nil {
-				res.Body.Close()
+				_ = res.Body.Close() // only the status is read; the body's close cannot change whether the alert went
 				sent = res.StatusCode < 300
 			} else {
 				e.Infof("alert webhook failed: %v", err)
@@ -538,6 +543,8 @@ func escalate(ctx context.Context, e *Scope, ce *CleanupError) {
 	if e.Notify != nil && e.Notify.Sender != nil {
 		e.Notify.send(e.Run, notify.CleanupUnconfirmed, 0, "", nil, msg)
 	}
-	e.Record("event", stepAlert, map[string]any{"instances": ce.Instances, "webhook_sent": sent})
+	// The teardown already fails (ce); a journal that cannot hold the alert
+	// is kept as the run's journal error too.
+	e.Record("event", stepAlert, map[string]any{"instances": ce.Instances, "webhook_sent": sent}) //nolint:errcheck // see above: the run fails on ce either way
 	e.cost.AlertSent = sent
 }

@@ -166,12 +166,12 @@ func verifyOnce(ctx context.Context, e *Scope, c *remote.Client, inst provider.I
 		}
 	}
 	if len(failed) > 0 {
-		e.Record("failed", stepVerify, map[string]any{"instance_id": inst.ID, "checks": failed})
+		jerr := e.Record("failed", stepVerify, map[string]any{"instance_id": inst.ID, "checks": failed})
 		outcome := OutcomeVerifyFailed
 		if r.Checks[0].Name == "image" && !r.Checks[0].OK {
 			outcome = OutcomeRemoteDiffers
 		}
-		return &StepError{Step: stepVerify, Instance: inst.ID, Outcome: outcome, Err: errors.New(strings.Join(failed, "; "))}
+		return errors.Join(&StepError{Step: stepVerify, Instance: inst.ID, Outcome: outcome, Err: errors.New(strings.Join(failed, "; "))}, jerr)
 	}
 	e.Infof("verified instance %d: %s x%d, CUDA %.1f, %.0f GB free, image %s", inst.ID, r.GPUs[0].Name, len(r.GPUs), r.CUDA, r.FreeDiskGB, shortImage(inst.ImageUUID))
 	return e.Record("done", stepVerify, map[string]any{"instance_id": inst.ID})

@@ -130,7 +130,7 @@ func (p *uploadProgress) report() {
 // it only sizes progress lines).
 func treeSize(path string) int64 {
 	var n int64
-	filepath.Walk(path, func(_ string, info os.FileInfo, err error) error {
+	filepath.Walk(path, func(_ string, info os.FileInfo, err error) error { //nolint:errcheck // the function returns nil for every path, so Walk does too
 		if err == nil && info.Mode().IsRegular() {
 			n += info.Size()
 		}
@@ -146,7 +146,9 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 	if err != nil {
 		return nil, err
 	}
-	defer out.Close()
+	// On the early returns; once the command ends the log is closed below
+	// and checked.
+	defer func() { _ = out.Close() }() // the command never ran, or the log was closed and checked already
 
 	jctx, cancel := context.WithTimeout(ctx, e.jobTimeout())
 	defer cancel()
@@ -173,7 +175,12 @@ func work(ctx context.Context, e *Scope, c *remote.Client, script string, env ma
 	cause := context.Cause(rctx)
 	stopRun(nil)
 	<-watched
-	out.Flush()
+	// test.log is the test's evidence: a tail that could not be written
+	// fails a command that succeeded, as a write refused while it ran does
+	// (remote.Run returns that one).
+	if cerr := out.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("write test.log: %w", cerr)
+	}
 	res := &receipt.TestOutcome{Log: "test.log"}
 	var ee *remote.ExitError
 	if err != nil && cause != nil && jctx.Err() == nil { // stopped by the watch, not done

@@ -58,14 +58,14 @@ func syncWorkdir(e *Scope, c uploader) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer os.RemoveAll(tmp) //nolint:errcheck // a scratch directory under the temp dir: a leftover costs disk, not the sync
 	archive := filepath.Join(tmp, "workdir.tar.gz")
 	f, err := os.Create(archive)
 	if err != nil {
 		return err
 	}
 	if err := workdir.Pack(e.RepoDir, m, f); err != nil {
-		f.Close()
+		_ = f.Close() // the archive is discarded with tmp; the pack's error is the one reported
 		return err
 	}
 	if err := f.Close(); err != nil {

@@ -25,21 +25,29 @@ func gate(ctx context.Context, e *Scope) error {
 	if err != nil {
 		return err
 	}
-	defer out.Close()
+	// On the early returns; a gate that passed closes it below and checks.
+	defer func() { _ = out.Close() }() // a gate that failed (or was interrupted) says so; its log's tail changes nothing
 	// Each stream is masked on its own (see redact.File).
 	stdout, stderr := out.Stream(), out.Stream()
 	for _, command := range e.Frozen().Gate {
 		e.Infof("gate: %s", command)
-		fmt.Fprintf(out, "$ %s\n", command)
+		if _, err := fmt.Fprintf(out, "$ %s\n", command); err != nil {
+			return fmt.Errorf("write gate.log: %w", err)
+		}
 		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", command)
 		cmd.Dir, cmd.Stdout, cmd.Stderr = e.RepoDir, stdout, stderr
 		if err := cmd.Run(); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			e.Record("failed", stepGate, map[string]any{"command": command, "error": err.Error()})
-			return &StepError{Step: stepGate, Outcome: OutcomeGated, Err: fmt.Errorf("%w: %q: %v", ErrGated, command, err)}
+			jerr := e.Record("failed", stepGate, map[string]any{"command": command, "error": err.Error()})
+			return errors.Join(&StepError{Step: stepGate, Outcome: OutcomeGated, Err: fmt.Errorf("%w: %q: %w", ErrGated, command, err)}, jerr)
 		}
+	}
+	// The log is the gate's evidence: one whose end could not be written
+	// fails the gate, as a write refused while a command ran does.
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("write gate.log: %w", err)
 	}
 	return e.Record("done", stepGate, map[string]any{"commands": len(e.Frozen().Gate)})
 }
@@ -78,8 +86,8 @@ func pathsTouched(ctx context.Context, e *Scope) error {
 			}
 		}
 	}
-	e.Record("event", stepGate, map[string]any{"skipped": true, "changed_files": len(files)})
-	return &StepError{Step: stepPaths, Outcome: OutcomeSkipped, Err: ErrSkipped}
+	jerr := e.Record("event", stepGate, map[string]any{"skipped": true, "changed_files": len(files)})
+	return errors.Join(&StepError{Step: stepPaths, Outcome: OutcomeSkipped, Err: ErrSkipped}, jerr)
 }
 
 // ClassError is an error that names its own outcome class (a workflow's
@@ -121,19 +129,17 @@ func settle(ctx context.Context, e *Scope, recovered any, keep bool, err error) 
 	// instance's own switch behind it once the TTL passes.
 	e.sw.stopBeats()
 	if e.Conn != nil {
-		e.Conn.Close()
+		_ = e.Conn.Close() // the run is over: the connection's end changes no outcome
 		e.Conn = nil
 	}
 	err = asInterrupted(e, err) // cancel.go: words, not "context canceled"
 	outcome := e.workflow().outcome(err, Outcome(err))
 	// A run whose journal could not be written never counts as a success,
 	// even if the step that hit it did not report it.
-	if e.journalErr != nil && !errors.Is(err, ErrJournal) {
-		if err == nil {
-			outcome = Outcome(e.journalErr)
-		}
-		err = errors.Join(err, e.journalErr)
+	if e.journalErr != nil && err == nil {
+		outcome = Outcome(e.journalErr)
 	}
+	err = withJournalErr(e, err)
 	if keep && err == nil {
 		outcome = OutcomeUp
 	} else if e.rentAttempted() {
@@ -171,7 +177,9 @@ func (e *Scope) ExecInstance(ctx context.Context, id provider.InstanceID, script
 	if err != nil {
 		return nil, err
 	}
-	defer client.Close()
+	// Close is always nil: it drops the connection once the command's
+	// outcome is known.
+	defer func() { _ = client.Close() }()
 	defer e.Refresh(ctx, client, id)() // an up rental's lease, renewed while the command runs
 	env, err := testEnv(e)
 	if err != nil {
@@ -183,10 +191,21 @@ func (e *Scope) ExecInstance(ctx context.Context, id provider.InstanceID, script
 	return work(ctx, e, client, script, env)
 }
 
-// Down tears the run down and records the outcome.
+// withJournalErr adds the run's journal error to err, unless err already
+// carries one: the teardown goes on past records the journal refused
+// (destroying is the safe side), so those fail the run here.
+func withJournalErr(e *Scope, err error) error {
+	if e.journalErr == nil || errors.Is(err, ErrJournal) {
+		return err
+	}
+	return errors.Join(err, e.journalErr)
+}
+
+// Down tears the run down and records the outcome; a teardown whose
+// records the journal refused fails it, as it fails a run (settle).
 func (e *Scope) Down(ctx context.Context) (*receipt.Receipt, error) {
-	err := e.Teardown(ctx)
+	err := withJournalErr(e, e.Teardown(ctx))
 	evErr := uploadEvidence(ctx, e)
 	r := finish(ctx, e, OutcomeDown, err)
-	return r, withEvidenceErr(err, evErr, uploadReceipt(ctx, e))
+	return r, withEvidenceErr(withJournalErr(e, err), evErr, uploadReceipt(ctx, e))
 }

@@ -37,11 +37,13 @@ type ResumedData struct {
 
 // applyBid applies the interruptible rentals' steps to the state; Apply
 // calls it for every record.
-func applyBid(s *State, r journal.Record) {
+func applyBid(s *State, r journal.Record) error {
 	switch r.Step {
 	case StepBid:
 		var d BidData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if a := s.AttemptFor(d.Instance); a != nil && a.Bid != nil {
 			if d.Reason == "rebid" {
 				a.Bid.Rebids = append(a.Bid.Rebids, d.BidDPH)
@@ -52,18 +54,23 @@ func applyBid(s *State, r journal.Record) {
 		}
 	case StepInterrupted:
 		var d InterruptedData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if a := s.AttemptFor(d.Instance); a != nil && a.Bid != nil && d.Reason == "outbid" {
 			a.Bid.Outbids++
 			a.Bid.StoppedSince = r.Time
 		}
 	case StepResumed:
 		var d ResumedData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if a := s.AttemptFor(d.Instance); a != nil && a.Bid != nil {
 			a.Bid.StoppedSeconds += d.StoppedSeconds
 			a.Bid.StoppedStorageUSD += d.StoppedStorageUSD
 			a.Bid.StoppedSince = time.Time{}
 		}
 	}
+	return nil
 }

@@ -28,17 +28,17 @@ type PriceIncreaseData struct {
 // applyContract applies the contract's records to the state; Apply calls
 // it for every record. An accepted increase is the attempt's price from
 // then on.
-func applyContract(s *State, r journal.Record) {
+func applyContract(s *State, r journal.Record) error {
 	if r.Step != StepPriceIncrease || r.Type != "done" { // the answer, not its intent
-		return
+		return nil
 	}
 	var d PriceIncreaseData
-	if r.Decode(&d) != nil {
-		return // a damaged record marks nothing
+	if err := decode(r, &d); err != nil {
+		return err
 	}
 	a := s.AttemptFor(d.Instance)
 	if a == nil {
-		return
+		return nil
 	}
 	a.PriceIncreases = append(a.PriceIncreases, receipt.PriceIncrease{ID: d.ID, At: r.Time, OldDPH: d.OldDPH, NewDPH: d.NewDPH,
 		CeilingDPH: d.CeilingDPH, Decision: d.Decision, Reason: d.Reason, ContractEnd: d.ContractEnd})
@@ -46,4 +46,5 @@ func applyContract(s *State, r journal.Record) {
 		a.DPHBase += d.NewDPH - a.DPHTotal
 		a.DPHTotal = d.NewDPH
 	}
+	return nil
 }

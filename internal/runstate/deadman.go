@@ -23,13 +23,13 @@ type DeadManData struct {
 }
 
 // applyDeadMan applies a dead-man event; Apply calls it for every record.
-func applyDeadMan(s *State, r journal.Record) {
+func applyDeadMan(s *State, r journal.Record) error {
 	if r.Step != StepDeadMan || r.Type != "event" {
-		return
+		return nil
 	}
 	var d DeadManData
-	if r.Decode(&d) != nil {
-		return
+	if err := decode(r, &d); err != nil {
+		return err
 	}
 	if a := s.AttemptFor(d.Instance); a != nil {
 		dm := &receipt.DeadMan{TTL: d.TTL, Bound: d.Bound, ArmedAt: r.Time}
@@ -38,4 +38,5 @@ func applyDeadMan(s *State, r journal.Record) {
 		}
 		a.DeadMan = dm
 	}
+	return nil
 }

@@ -249,16 +249,25 @@ func Replay(recs []journal.Record) (*State, error) {
 }
 
 // Apply updates the state from one journal record. The engine applies each
-// record as it appends it, so no step ever re-reads the journal.
+// record as it appends it, so no step ever re-reads the journal. A record
+// whose data cannot be decoded is an error: applying the zero value in its
+// place would misstate the run (an instance 0 rented, a destruction never
+// marked).
 func (s *State) Apply(r journal.Record) error {
-	applyBid(s, r)      // interruptible rentals' records (bids.go)
-	applyContract(s, r) // a host's price increases (contract.go)
-	applyDeadMan(s, r)  // the dead-man switch's arming (deadman.go)
+	for _, apply := range []func(*State, journal.Record) error{
+		applyBid,      // interruptible rentals' records (bids.go)
+		applyContract, // a host's price increases (contract.go)
+		applyDeadMan,  // the dead-man switch's arming (deadman.go)
+	} {
+		if err := apply(s, r); err != nil {
+			return err
+		}
+	}
 	switch {
 	case r.Type == RecCondition:
 		var c Condition
-		if err := r.Decode(&c); err != nil {
-			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		if err := decode(r, &c); err != nil {
+			return err
 		}
 		c.At = r.Time
 		if s.Conditions == nil {
@@ -267,35 +276,41 @@ func (s *State) Apply(r journal.Record) error {
 		s.Conditions[r.Step] = c
 	case r.Step == StepStart:
 		var d StartData
-		if err := r.Decode(&d); err != nil {
-			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		if err := decode(r, &d); err != nil {
+			return err
 		}
 		s.RunID, s.Label, s.Workflow, s.Started = d.RunID, d.Label, d.Workflow, r.Time
 	case r.Step == StepFreeze && r.Type == "done":
 		var d struct {
 			Hash string `json:"manifest_sha256"`
 		}
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		s.ManifestHash = d.Hash
 	case r.Step == StepApprove && r.Type == "done":
 		s.Approved = true
 	case r.Step == StepRent && r.Type == "intent":
 		var d RentIntent
-		if err := r.Decode(&d); err != nil {
-			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		if err := decode(r, &d); err != nil {
+			return err
 		}
 		a := d.Attempt
 		a.OfferID, a.IntentAt = d.Offer, r.Time
 		s.Attempts = append(s.Attempts, &a)
 	case r.Step == StepRent && r.Type == "done", r.Step == StepAdopt && r.Type == "done":
 		var d InstanceData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if a := s.Current(); a != nil && a.InstanceID == 0 {
 			a.InstanceID, a.RentedAt = d.Instance, r.Time
 		}
 	case r.Step == StepRent && r.Type == "failed":
 		var d InstanceData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if a := s.Current(); a != nil && a.InstanceID == 0 {
 			a.Failure = d.Reason
 			if d.Ambiguous && a.IntentAt.After(s.PossiblyLiveSince) {
@@ -304,7 +319,9 @@ func (s *State) Apply(r journal.Record) error {
 		}
 	case r.Step == StepAdopt && r.Type == "event": // an extra found by label
 		var d InstanceData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if s.AttemptFor(d.Instance) == nil && !slices.Contains(s.Extras, d.Instance) {
 			s.Extras = append(s.Extras, d.Instance)
 			if d.Reason == ReasonLateCreate {
@@ -313,13 +330,17 @@ func (s *State) Apply(r journal.Record) error {
 		}
 	case r.Step == StepReady && r.Type == "done":
 		var d InstanceData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if a := s.AttemptFor(d.Instance); a != nil {
 			a.RunningAt = r.Time
 		}
 	case r.Step == StepFailover:
 		var d InstanceData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if a := s.AttemptFor(d.Instance); a != nil {
 			a.Failure = d.Reason
 		}
@@ -329,19 +350,25 @@ func (s *State) Apply(r journal.Record) error {
 		}
 	case r.Step == StepDestroy && r.Type == "intent":
 		var d InstanceData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if a := s.AttemptFor(d.Instance); a != nil && a.DestroySentAt.IsZero() {
 			a.DestroySentAt = r.Time
 		}
 	case r.Step == StepDestroy && r.Type == "done":
 		var d InstanceData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		if a := s.AttemptFor(d.Instance); a != nil {
 			a.Destroyed = true
 		}
 	case r.Step == StepConfirm && r.Type == "done":
 		var d InstanceData
-		r.Decode(&d)
+		if err := decode(r, &d); err != nil {
+			return err
+		}
 		a := s.AttemptFor(d.Instance)
 		if a == nil { // an extra: track its confirmation as a pseudo-attempt
 			a = &receipt.Attempt{InstanceID: d.Instance, Failure: "extra instance carrying the run label"}
@@ -351,16 +378,16 @@ func (s *State) Apply(r journal.Record) error {
 		a.Destroyed, a.Confirmed, a.ConfirmedBy, a.ConfirmedAt = true, true, d.Via, r.Time
 	case r.Step == StepConfirm && r.Type == "event": // more evidence for a confirmed destruction
 		var d InstanceData
-		if err := r.Decode(&d); err != nil {
-			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		if err := decode(r, &d); err != nil {
+			return err
 		}
 		if a := s.AttemptFor(d.Instance); a != nil && a.Confirmed {
 			a.ConfirmedBy = d.Via
 		}
 	case r.Step == StepCharges && r.Type == "event":
 		var d ChargesData
-		if err := r.Decode(&d); err != nil {
-			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		if err := decode(r, &d); err != nil {
+			return err
 		}
 		for id, usd := range d.Charges {
 			if a := s.AttemptFor(id); a != nil && id != 0 {
@@ -369,10 +396,18 @@ func (s *State) Apply(r journal.Record) error {
 		}
 	case r.Step == StepOutcome:
 		var d OutcomeData
-		if err := r.Decode(&d); err != nil {
-			return fmt.Errorf("journal record %d: %w", r.Seq, err)
+		if err := decode(r, &d); err != nil {
+			return err
 		}
 		s.Outcome, s.Receipt, s.OutcomeAt = d.Outcome, d.Receipt, r.Time
+	}
+	return nil
+}
+
+// decode decodes r's data into v, naming the record when it cannot.
+func decode(r journal.Record, v any) error {
+	if err := r.Decode(v); err != nil {
+		return fmt.Errorf("journal record %d (%s %s): %w", r.Seq, r.Type, r.Step, err)
 	}
 	return nil
 }

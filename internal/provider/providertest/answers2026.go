@@ -158,7 +158,11 @@ func testTemplateExample(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatalf("create --template_hash %s --disk 64 (the documented example): %v", exampleTemplate, err)
 	}
-	t.Cleanup(func() { h.Market.DestroyInstance(ctxFor(t), res.InstanceID) })
+	t.Cleanup(func() {
+		if err := h.Market.DestroyInstance(ctxFor(t), res.InstanceID); err != nil {
+			t.Errorf("cleanup: destroy instance %d: %v", res.InstanceID, err)
+		}
+	})
 	if inst := waitFor(t, h, res.InstanceID, "visible", func(i provider.Instance, err error) bool { return err == nil }); inst.ImageUUID != image {
 		t.Errorf("instance from the example template runs %q, want %q", inst.ImageUUID, image)
 	}

@@ -90,14 +90,19 @@ func (e *flow) containerSmoke(ctx context.Context, eng *container.Engine, file, 
 }
 
 // logTo runs fn with a redacting writer on the evidence file name (and the
-// live stream).
+// live stream). Closing writes the streams' last partial lines and syncs
+// the file: when that fails the log is incomplete, which the receipt's
+// capture errors say; fn's outcome stands.
 func (e *flow) logTo(ctx context.Context, name string, fn func(io.Writer) error) error {
 	f, err := e.s.Sink().Create(filepath.Join(e.s.EvidenceDir, name), 0o644, e.s.Stream)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	return fn(f)
+	err = fn(f)
+	if cerr := f.Close(); cerr != nil {
+		e.captureFailed("write "+name, cerr)
+	}
+	return err
 }
 
 // containerHost runs the server smoke contract in the container built from

@@ -47,18 +47,18 @@ func budgetReached(pctx, ctx context.Context) bool {
 // that it and the teardown after it fit in what is left of the budget at
 // dph: the pass gets the time until spending would reach the budget less
 // the teardown's own deadline, and none when that is already past (the last
-// committed checkpoint stands).
-func (e *flow) commitBeforeBudget(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool, dph float64) {
+// committed checkpoint stands). Its error is commitPending's.
+func (e *flow) commitBeforeBudget(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool, dph float64) error {
 	if dph > 0 {
 		teardown := min(e.s.TeardownLimit(), time.Minute)
 		left := e.s.Frozen().MaxSpendUSD - e.s.SpentSoFar() - dph*teardown.Hours()
 		if left <= 0 {
 			e.s.Infof("no budget left for a final checkpoint commit on instance %d: the last committed checkpoint stands", inst)
-			return
+			return nil
 		}
 		cctx, cancel := e.budgetCtx(ctx, e.s.Now().Add(time.Duration(left/dph*float64(time.Hour))))
 		defer cancel()
 		ctx = cctx
 	}
-	e.commitPending(ctx, c, inst, seen)
+	return e.commitPending(ctx, c, inst, seen)
 }

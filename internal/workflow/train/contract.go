@@ -34,7 +34,9 @@ func (e *flow) contractEnding(ctx context.Context, c *remote.Client, cur provide
 	if apiErr == nil && cur.Running() && started {
 		e.s.Infof("the contract of instance %d ends %s (%s), before training would be done: committing a last checkpoint, then replacing it",
 			cur.ID, ended.End.UTC().Format(time.RFC3339), ended.Why)
-		e.commitPending(ctx, c, cur.ID, seen)
+		if err := e.commitPending(ctx, c, cur.ID, seen); err != nil {
+			return trainEnd{}, err, true // a failed journal write fails the step; teardown destroys the instance
+		}
 	}
 	return trainEnd{interrupted: fmt.Sprintf("contract ends %s (%s)", ended.End.UTC().Format(time.RFC3339), ended.Why)}, nil, true
 }

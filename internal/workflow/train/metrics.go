@@ -64,7 +64,7 @@ func (l *attemptLog) addMetrics(s *lifecycle.Scope, ch *agent.LogChunk) {
 	if out.Len() == 0 {
 		return
 	}
-	os.MkdirAll(s.EvidenceDir, 0o755)
+	// The evidence directory is the attempt log's (attemptLogFor).
 	if f, err := s.Sink().Append(filepath.Join(s.EvidenceDir, receipt.MetricsFile), 0o644); err == nil {
 		f.Write([]byte(out.String())) //nolint:errcheck // evidence beside the receipt, best effort: the run's progress does not hang on it
 		f.Close()                     //nolint:errcheck // as the write above
@@ -84,7 +84,7 @@ func recordedMetrics(evidenceDir string, attempt int) int {
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // only read: a failed close loses nothing
 	n := 0
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 2*logChunk)

@@ -85,7 +85,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 	var client *remote.Client
 	defer func() {
 		if client != nil {
-			client.Close()
+			_ = client.Close() // always nil: it only drops the SSH connection, and teardown destroys the instance whatever it did
 		}
 	}()
 	e.ensureReport()
@@ -131,7 +131,7 @@ func (e *flow) drive(ctx context.Context) (err error) {
 				}
 			}
 			end, err = e.trainOn(ctx, client, inst, deadline)
-			client.Close()
+			_ = client.Close() // always nil: it only drops the SSH connection; the next attach dials afresh
 			client = nil
 		}
 		// SSH lost for good mid-step: look at the instance again (attach
@@ -301,15 +301,27 @@ func (e *flow) newAttemptLog() *attemptLog {
 
 // attemptLogFor is the log collection of attempt n (1-based).
 func (e *flow) attemptLogFor(n int) *attemptLog {
-	os.MkdirAll(e.s.EvidenceDir, 0o755)
 	p := filepath.Join(e.s.EvidenceDir, fmt.Sprintf("train.attempt-%d.log", n))
 	// Truncated: a re-attached controller reads the remote log again from its
 	// start. Created now, so every attempt has its log in the evidence, with
-	// what the polls brought back before any interruption.
-	if f, err := e.s.Sink().Create(p, 0o644); err == nil {
-		f.Close()
+	// what the polls brought back before any interruption. An evidence file
+	// that cannot be created is said; training goes on without it.
+	if err := createEvidence(e.s, p); err != nil {
+		e.s.Infof("could not create %s in the evidence (training goes on without it): %v", filepath.Base(p), err)
 	}
 	return &attemptLog{path: p, attempt: n, skipMetrics: recordedMetrics(e.s.EvidenceDir, n)}
+}
+
+// createEvidence creates (or truncates) the empty evidence file p.
+func createEvidence(s *lifecycle.Scope, p string) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	f, err := s.Sink().Create(p, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // add appends a chunk up to its last newline (a secret is masked whole,
@@ -355,15 +367,18 @@ func (e *flow) warn(msg string) {
 // noteStatus takes what the controller records from one status answer:
 // newly committed checkpoints (journaled), the resume proof the agent
 // validated or observed, a workload that started below the restored step,
-// and the agent's errors, warnings and disk warnings (each once).
-func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[string]bool) {
+// and the agent's errors, warnings and disk warnings (each once). It
+// returns the checkpoint record's journal error, after taking the rest: a
+// failed journal write fails the step.
+func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[string]bool) error {
+	var jerr error
 	if st.Checkpoint.StepSource != "" {
 		e.report.StepSource = st.Checkpoint.StepSource
 	}
 	if cp := st.Checkpoint; cp.LastStep >= 0 {
 		if e.report.LastCheckpoint == nil || e.report.LastCheckpoint.Step != cp.LastStep {
 			e.s.Infof("checkpoint %d committed", cp.LastStep)
-			e.s.Record("event", "checkpoint", map[string]any{"step": cp.LastStep, "manifest_sha256": cp.LastSHA256})
+			jerr = e.s.Record("event", "checkpoint", map[string]any{"step": cp.LastStep, "manifest_sha256": cp.LastSHA256})
 		}
 		e.report.LastCheckpoint = &receipt.CheckpointRef{Step: cp.LastStep, ManifestSHA256: cp.LastSHA256}
 	}
@@ -415,6 +430,7 @@ func (e *flow) noteStatus(inst provider.InstanceID, st agent.Report, seen map[st
 		e.s.Infof("warning: instance %d has %.1f GiB free, room for few more checkpoints of %.1f GiB (raise gpu.disk_gb or lower train.keep)",
 			inst, float64(st.Disk.FreeBytes)/(1<<30), float64(st.Checkpoint.LastSize)/(1<<30))
 	}
+	return jerr
 }
 
 // trainOn sets up the instance if the agent says no workload was started
@@ -462,8 +478,8 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 		// at the budget's moment is a budget stop (its failed calls say
 		// nothing about the instance).
 		if budgetReached(pctx, ctx) && (!done || end.exitCode == nil) {
-			e.commitBeforeBudget(ctx, c, inst.ID, seen, e.s.State().Current().DPHTotal)
-			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("spending would pass budget.max_spend $%.4f once stopping is paid: the budget's moment came while the controller waited on instance %d: stopped with the last committed checkpoint", e.s.Frozen().MaxSpendUSD, inst.ID)}
+			jerr := e.commitBeforeBudget(ctx, c, inst.ID, seen, e.s.State().Current().DPHTotal)
+			return trainEnd{}, withJournal(&lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("spending would pass budget.max_spend $%.4f once stopping is paid: the budget's moment came while the controller waited on instance %d: stopped with the last committed checkpoint", e.s.Frozen().MaxSpendUSD, inst.ID)}, jerr)
 		}
 		if done {
 			return end, err
@@ -491,16 +507,16 @@ func (e *flow) trainOn(ctx context.Context, c *remote.Client, inst provider.Inst
 		spent := e.s.SpentSoFar()
 		projected := spent + dph*(2*gap+stopping).Hours()
 		if projected > e.s.Frozen().MaxSpendUSD {
-			e.commitBeforeBudget(ctx, c, inst.ID, seen, dph)
-			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.s.Frozen().MaxSpendUSD)}
+			jerr := e.commitBeforeBudget(ctx, c, inst.ID, seen, dph)
+			return trainEnd{}, withJournal(&lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeBudget, Err: fmt.Errorf("projected spend $%.4f would pass budget.max_spend $%.2f: stopped with the last committed checkpoint", projected, e.s.Frozen().MaxSpendUSD)}, jerr)
 		}
 		if dph > 0 {
 			left := e.s.Frozen().MaxSpendUSD - spent - dph*stopping.Hours()
 			budgetAt = e.s.Now().Add(time.Duration(left / dph * float64(time.Hour)))
 		}
 		if !e.s.Now().Before(deadline) {
-			e.commitPending(ctx, c, inst.ID, seen)
-			return trainEnd{}, &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.trainSpec().RuntimeDeadline)}
+			jerr := e.commitPending(ctx, c, inst.ID, seen)
+			return trainEnd{}, withJournal(&lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeTimeout, Err: fmt.Errorf("the runtime deadline %s passed", e.trainSpec().RuntimeDeadline)}, jerr)
 		}
 	}
 }
@@ -562,9 +578,12 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 			return trainEnd{interrupted: "SSH lost and the API cannot be read: " + sshErr.Error()}, nil, true
 		}
 		if sshErr == nil {
-			e.noteStatus(inst.ID, st, seen)
+			jerr := e.noteStatus(inst.ID, st, seen)
 			alog.add(e.s, st.Log)
 			alog.addMetrics(e.s, st.Metrics)
+			if jerr != nil { // a checkpoint the journal does not hold: no training past it
+				return trainEnd{}, jerr, true
+			}
 			if e.notResumed != nil { // train.require_resume: redoing the work is not paid for
 				return trainEnd{}, &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: e.notResumed}, true
 			}
@@ -584,8 +603,8 @@ func (e *flow) trainPass(ctx context.Context, c *remote.Client, inst provider.In
 				return trainEnd{}, &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("the workload on instance %d is lost: %s", inst.ID, st.Workload.Error)}, true
 			}
 			if st.Disk.Full {
-				e.commitPending(ctx, c, inst.ID, seen)
-				return trainEnd{}, &lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("instance %d has %d MiB free, too little for another checkpoint of %d MiB: stopped with the last committed checkpoint (raise gpu.disk_gb, lower train.keep, or save smaller checkpoints)", inst.ID, st.Disk.FreeBytes>>20, st.Checkpoint.LastSize>>20)}, true
+				jerr := e.commitPending(ctx, c, inst.ID, seen)
+				return trainEnd{}, withJournal(&lifecycle.StepError{Step: "train", Instance: inst.ID, Err: fmt.Errorf("instance %d has %d MiB free, too little for another checkpoint of %d MiB: stopped with the last committed checkpoint (raise gpu.disk_gb, lower train.keep, or save smaller checkpoints)", inst.ID, st.Disk.FreeBytes>>20, st.Checkpoint.LastSize>>20)}, jerr), true
 			}
 		}
 		return trainEnd{cur: cur}, nil, false
@@ -647,7 +666,9 @@ func (e *flow) startTraining(ctx context.Context, c *remote.Client, inst provide
 			e.s.Infof("put %s back at its path for the workload's own resume", p)
 		}
 		e.report.Resumes = append(e.report.Resumes, receipt.ResumeProof{Instance: inst.ID, RestoredStep: rs.Step, Skipped: rs.Skipped})
-		e.s.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)})
+		if err := e.s.Record("event", "restore", map[string]any{"instance_id": inst.ID, "step": rs.Step, "manifest_sha256": rs.ManifestSHA256, "skipped": len(rs.Skipped)}); err != nil {
+			return err // a restore the journal does not hold: no workload
+		}
 	}
 	// The supervisor keeps no switch of its own: the instance's dead-man
 	// switch, armed by Attach, destroys it when the controller is gone or
@@ -720,25 +741,36 @@ func (e *flow) trainUpload(ctx context.Context, c *remote.Client, inst provider.
 	return e.s.Upload(c)
 }
 
+// withJournal is a stop's error err with jerr, the journal's error from the
+// final commit pass, when there was one.
+func withJournal(err, jerr error) error {
+	if jerr == nil {
+		return err
+	}
+	return errors.Join(err, jerr)
+}
+
 // commitPending has the agent commit complete checkpoints now, under the
-// same rules as its own passes, and takes the result.
-func (e *flow) commitPending(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool) {
+// same rules as its own passes, and takes the result; it returns the
+// journal's error when a checkpoint it took could not be recorded (a
+// failed pass is only logged: the last committed checkpoint stands).
+func (e *flow) commitPending(ctx context.Context, c *remote.Client, inst provider.InstanceID, seen map[string]bool) error {
 	t := e.trainSpec()
 	w := agent.WatchSpec{Store: t.CheckpointURI, Dir: t.CheckpointDir, Keep: t.Keep, Status: agent.StatusFile, Quiet: agent.Duration(t.QuietPeriod.Duration())}
 	if _, err := e.agentOn(c, inst).Commit(ctx, agent.CommitRequest{Watch: w}, e.trainEnv(-1)); err != nil {
 		e.s.Log.Debug("final commit pass failed", "err", err)
 	}
 	if st, err := e.askAgent(ctx, c, inst, 0); err == nil {
-		e.noteStatus(inst, st, seen)
+		return e.noteStatus(inst, st, seen)
 	}
+	return nil
 }
 
 // finishTraining takes what the agent's final pass committed, uploads
 // outputs with checksums and collects the log, result and proof.
 func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provider.InstanceID, code int, alog *attemptLog) error {
 	t := e.trainSpec()
-	os.MkdirAll(e.s.EvidenceDir, 0o755)
-	logPath := filepath.Join(e.s.EvidenceDir, "train.log")
+	logPath := filepath.Join(e.s.EvidenceDir, "train.log") // the directory: attemptLogFor
 	// Read into memory and written through the sink: the raw logs never
 	// lie on this machine's disk.
 	if b, err := c.ReadFile(agent.LogFile, 64<<20); err == nil {
@@ -749,8 +781,9 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 	if b, err := c.ReadFile(agent.AgentLog, 16<<20); err == nil {
 		e.s.Sink().WriteFile(filepath.Join(e.s.EvidenceDir, "agent.log"), b, 0o644) //nolint:errcheck // evidence beside the receipt, best effort
 	}
+	var jerr error
 	if st, err := e.askAgent(ctx, c, inst, 0); err == nil {
-		e.noteStatus(inst, st, map[string]bool{})
+		jerr = e.noteStatus(inst, st, map[string]bool{})
 		st.Log = agent.LogChunk{Data: []byte{}, Size: st.Log.Size}
 		if b, err := json.MarshalIndent(st, "", "  "); err == nil {
 			e.s.Sink().WriteJSON(filepath.Join(e.s.EvidenceDir, "agent-status.json"), b, 0o644) //nolint:errcheck // evidence beside the receipt, best effort
@@ -759,6 +792,9 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 	res := &receipt.TestOutcome{Log: "train.log", ExitCode: &code}
 	e.s.FetchResult(c, res)
 	e.report.Result = res.Result
+	if jerr != nil { // the evidence is taken; nothing goes on past a record the journal lacks
+		return jerr
+	}
 	if code != 0 {
 		return nil
 	}
@@ -767,8 +803,7 @@ func (e *flow) finishTraining(ctx context.Context, c *remote.Client, inst provid
 		return fmt.Errorf("upload outputs: %w", agentErr(err))
 	}
 	e.report.OutputsURI, e.report.OutputsSHA256 = t.OutputURI+"/outputs/000000000000", up.ManifestSHA256
-	e.s.Record("done", lifecycle.StepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.ManifestSHA256})
-	return nil
+	return e.s.Record("done", lifecycle.StepWork, map[string]any{"exit_code": code, "outputs_manifest_sha256": up.ManifestSHA256})
 }
 
 // fillTrainReport reads the committed checkpoints from the controller side
