@@ -225,7 +225,13 @@ func (f *Factory) instanceBinary() (path string, anyImage bool, err error) {
 		// A marketplace on a loopback address is a simulator (sim serve),
 		// whose instances run on this host unless it runs images (then the
 		// arm fails at once, nothing paid); Vast is never on one.
-		anyImage = !agent.LoopbackURL(f.apiURL)
+		api := f.apiURL
+		if api == "" { // no key yet: the marketplace the command would use
+			if api = f.URL; api == "" {
+				api = f.Getenv("VAST_URL")
+			}
+		}
+		anyImage = !agent.LoopbackURL(api)
 	}
 	return path, anyImage, err
 }
