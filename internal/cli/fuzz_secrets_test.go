@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,6 +99,12 @@ func FuzzWorkloadSecrets(f *testing.F) {
 	for _, s := range []string{"CANARYML_first_a1b2\nCANARYML_second_c3d4", `CANARYJS<x>&"q"\z_5e6f`, "ünï☃ \t'\"$`\\\\\r\nend", "`\\\\\r\nend"} {
 		f.Add(s)
 	}
+	// A fuzz worker talks to its coordinator over fds 3 and 4, inherited
+	// without close-on-exec, so every process a simulated instance starts
+	// (the workload, the agent, its dead-man switch, which outlives the
+	// input) would hold them open too.
+	syscall.CloseOnExec(3)
+	syscall.CloseOnExec(4)
 	f.Fuzz(func(t *testing.T, secret string) {
 		// An environment variable cannot hold NUL, and the preflight
 		// refuses secrets under 8 bytes.
