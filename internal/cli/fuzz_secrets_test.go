@@ -8,12 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"html"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,7 +91,10 @@ func echoForms() int {
 // FuzzWorkloadSecrets runs whole `vastrun ci --sim` runs whose workload
 // echoes a random declared secret in every form, and asserts that no
 // artifact (stdout, stderr, evidence, journal, state) shows any form of it
-// (redacttest.Leak).
+// (redacttest.Leak). Its seeds run with the tests. Under -fuzz, Go's
+// worker gives each input 10 s before it panics ("deadlocked!",
+// internal/fuzz), which a whole run on a loaded 2-core machine can pass:
+// CI runs random secrets through TestWorkloadSecretsRandom instead.
 func FuzzWorkloadSecrets(f *testing.F) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -99,20 +103,53 @@ func FuzzWorkloadSecrets(f *testing.F) {
 	for _, s := range []string{"CANARYML_first_a1b2\nCANARYML_second_c3d4", `CANARYJS<x>&"q"\z_5e6f`, "ünï☃ \t'\"$`\\\\\r\nend", "`\\\\\r\nend"} {
 		f.Add(s)
 	}
-	// A fuzz worker talks to its coordinator over fds 3 and 4, inherited
-	// without close-on-exec, so every process a simulated instance starts
-	// (the workload, the agent, its dead-man switch, which outlives the
-	// input) would hold them open too.
-	syscall.CloseOnExec(3)
-	syscall.CloseOnExec(4)
-	f.Fuzz(func(t *testing.T, secret string) {
-		// An environment variable cannot hold NUL, and the preflight
-		// refuses secrets under 8 bytes.
-		if len(secret) < 8 || len(secret) > 300 || strings.ContainsRune(secret, 0) {
-			return
+	f.Fuzz(func(t *testing.T, secret string) { checkWorkloadSecret(t, exe, secret) })
+}
+
+// TestWorkloadSecretsRandom runs VASTRUN_SECRETS_RANDOM (default 0: not
+// run) random secrets through whole runs, as FuzzWorkloadSecrets does for
+// one: quotes, slashes, backslashes, whitespace, CR and LF, non-ASCII.
+// VASTRUN_SECRETS_SEED repeats a run's secrets (the seed is logged).
+func TestWorkloadSecretsRandom(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("VASTRUN_SECRETS_RANDOM"))
+	if n <= 0 {
+		t.Skip("VASTRUN_SECRETS_RANDOM is not set (.ci/run sets it)")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := strconv.ParseUint(os.Getenv("VASTRUN_SECRETS_SEED"), 10, 64)
+	if err != nil {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("VASTRUN_SECRETS_SEED=%d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	alphabet := []rune("abcXYZ0189_-+/=.~ \t\r\n'\"`$\\<>&%?#{}[]!*()éü☃中🙂")
+	for i := range n {
+		r := make([]rune, 8+rng.IntN(90))
+		for j := range r {
+			r[j] = alphabet[rng.IntN(len(alphabet))]
 		}
-		dir := t.TempDir()
-		cfg := fmt.Sprintf(`image: ghcr.io/acme/gpu-test@sha256:%s
+		secret := string(r)
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
+			t.Logf("secret %q", secret)
+			checkWorkloadSecret(t, exe, secret)
+		})
+	}
+}
+
+// checkWorkloadSecret runs one whole simulated run whose workload echoes
+// secret in every form, and fails on any form of it in any artifact.
+func checkWorkloadSecret(t *testing.T, exe, secret string) {
+	// An environment variable cannot hold NUL, and the preflight
+	// refuses secrets under 8 bytes.
+	if len(secret) < 8 || len(secret) > 300 || strings.ContainsRune(secret, 0) {
+		return
+	}
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`image: ghcr.io/acme/gpu-test@sha256:%s
 test: %q
 secrets: [FUZZ_SECRET]
 env:
@@ -126,51 +163,50 @@ timeouts:
   job: 1m
   teardown: 20s
 `, strings.Repeat("0123456789abcdef", 4), exe, echoFormsEnv)
-		if err := os.WriteFile(filepath.Join(dir, "vastrun.yaml"), []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
+	if err := os.WriteFile(filepath.Join(dir, "vastrun.yaml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"FUZZ_SECRET": secret}
+	var out, errOut bytes.Buffer
+	fa := &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
+		Getenv: func(k string) string { return env[k] }, HomeDir: dir,
+		Clock: clock.NewScaled(time.Now(), 120)}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := Run(ctx, fa, []string{"ci", "--sim", "--yes", "-f", filepath.Join(dir, "vastrun.yaml"),
+		"--state-dir", filepath.Join(dir, "state"), "--evidence-dir", filepath.Join(dir, "ev"), "--json"})
+	if redact.Unmaskable(secret) {
+		// Refused by the preflight before anything is rented, without
+		// showing the secret.
+		if code == 0 {
+			t.Fatal("a secret whose every line is too short to mask was accepted")
 		}
-		env := map[string]string{"FUZZ_SECRET": secret}
-		var out, errOut bytes.Buffer
-		fa := &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut},
-			Getenv: func(k string) string { return env[k] }, HomeDir: dir,
-			Clock: clock.NewScaled(time.Now(), 120)}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		code := Run(ctx, fa, []string{"ci", "--sim", "--yes", "-f", filepath.Join(dir, "vastrun.yaml"),
-			"--state-dir", filepath.Join(dir, "state"), "--evidence-dir", filepath.Join(dir, "ev"), "--json"})
-		if redact.Unmaskable(secret) {
-			// Refused by the preflight before anything is rented, without
-			// showing the secret.
-			if code == 0 {
-				t.Fatal("a secret whose every line is too short to mask was accepted")
-			}
-			if bytes.Contains(errOut.Bytes(), []byte(secret)) || bytes.Contains(out.Bytes(), []byte(secret)) {
-				t.Fatal("the refusal showed the secret")
-			}
-			return
+		if bytes.Contains(errOut.Bytes(), []byte(secret)) || bytes.Contains(out.Bytes(), []byte(secret)) {
+			t.Fatal("the refusal showed the secret")
 		}
-		if code != 0 {
-			t.Fatalf("exit %d:\n%s", code, errOut.String())
+		return
+	}
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, errOut.String())
+	}
+	artifacts := map[string][]byte{"stdout": out.Bytes(), "stderr": errOut.Bytes()}
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() && filepath.Base(p) != "vastrun.yaml" {
+			artifacts[p], _ = os.ReadFile(p)
 		}
-		artifacts := map[string][]byte{"stdout": out.Bytes(), "stderr": errOut.Bytes()}
-		filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-			if err == nil && info.Mode().IsRegular() && filepath.Base(p) != "vastrun.yaml" {
-				artifacts[p], _ = os.ReadFile(p)
-			}
-			return nil
-		})
-		if !bytes.Contains(artifacts[filepath.Join(dir, "ev", "test.log")], []byte("forms: ")) {
-			t.Fatalf("the workload did not run to the end:\n%s", artifacts[filepath.Join(dir, "ev", "test.log")])
-		}
-		forms, err := redacttest.ValueForms([]string{secret})
-		if err != nil {
-			t.Fatal(err)
-		}
-		check := redacttest.NewLeak(secret, forms[0])
-		for name, b := range artifacts {
-			if bad := check.Find(b); bad != "" {
-				t.Fatalf("%s shows %s:\n%s", name, bad, b)
-			}
-		}
+		return nil
 	})
+	if !bytes.Contains(artifacts[filepath.Join(dir, "ev", "test.log")], []byte("forms: ")) {
+		t.Fatalf("the workload did not run to the end:\n%s", artifacts[filepath.Join(dir, "ev", "test.log")])
+	}
+	forms, err := redacttest.ValueForms([]string{secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := redacttest.NewLeak(secret, forms[0])
+	for name, b := range artifacts {
+		if bad := check.Find(b); bad != "" {
+			t.Fatalf("%s shows %s:\n%s", name, bad, b)
+		}
+	}
 }
