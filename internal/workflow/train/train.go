@@ -111,6 +111,9 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		var inst provider.Instance
 		var err error
 		client, inst, err = e.s.Attach(ctx, exclude)
+		if err == nil {
+			e.resumesReplaced(inst.ID)
+		}
 		var end trainEnd
 		switch {
 		case errors.Is(err, lifecycle.ErrNoAnswer) && ctx.Err() == nil && inst.ID != 0:
@@ -183,6 +186,18 @@ func (e *flow) drive(ctx context.Context) (err error) {
 		exclude = append(exclude, inst.MachineID)
 		if attempts+1 >= e.trainSpec().MaxAttempts {
 			return &lifecycle.StepError{Step: "train", Outcome: lifecycle.OutcomeReadyFailed, Err: fmt.Errorf("interrupted %d times; giving up (train.max_attempts)", attempts+1)}
+		}
+	}
+}
+
+// resumesReplaced marks as interrupted the unreported resumes on every
+// instance but cur: attach replaced them (one lost while no controller
+// watched it, found gone by a resumed controller), so their workload can
+// report nothing any more.
+func (e *flow) resumesReplaced(cur provider.InstanceID) {
+	for i := range e.report.Resumes {
+		if r := &e.report.Resumes[i]; r.Instance != cur {
+			e.resumesInterrupted(r.Instance, "replaced")
 		}
 	}
 }
