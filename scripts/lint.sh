@@ -14,4 +14,6 @@ if ! "$lint" version 2>/dev/null | grep -q "version ${version#v} "; then
     || { echo "golangci-lint $version could not be installed: the tree cannot be linted" >&2; exit 1; }
 fi
 if [ $# -eq 0 ]; then set -- ./...; fi
-exec "$lint" run "$@"
+# Another golangci-lint on this machine (an editor, a second clone's CI)
+# would otherwise fail this one: "parallel golangci-lint is running".
+exec "$lint" run --allow-parallel-runners "$@"
