@@ -208,3 +208,72 @@ func TestRestoreVerifiesEveryPart(t *testing.T) {
 		})
 	}
 }
+
+// TestCorruptPieceLeavesThePreviousRestore: a checkpoint of one file of
+// several parts (restored by one stream that hashes its parts in pairs)
+// and many small files (restored at once). One changed byte anywhere (a
+// held part, the part hashed beside it, the short last part, one small
+// file among many) fails the restore as ErrCorrupt and leaves the
+// directory as the last good restore left it: nothing half restored is
+// presented, and no temporary directory is left behind.
+func TestCorruptPieceLeavesThePreviousRestore(t *testing.T) {
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			c := checkpoint.Store{S: s}
+			dir := filepath.Join(t.TempDir(), "ck")
+			os.MkdirAll(dir, 0o755)
+			files := map[string][]byte{"model.bin": make([]byte, 3<<23+1<<20+5)} // four ranges, the last short
+			for i := range files["model.bin"] {
+				files["model.bin"][i] = byte(i*7 + i>>11)
+			}
+			for i := range 12 {
+				files[fmt.Sprintf("shard-%02d.bin", i)] = bytes.Repeat([]byte{byte(i), byte(i >> 1)}, 40000+i)
+			}
+			for p, b := range files {
+				os.WriteFile(filepath.Join(dir, p), b, 0o644)
+			}
+			if _, err := c.Commit(ctx, dir, 9, now); err != nil {
+				t.Fatal(err)
+			}
+			root := t.TempDir()
+			out := filepath.Join(root, "restored")
+			if _, err := c.Restore(ctx, 9, out); err != nil {
+				t.Fatal(err)
+			}
+			same := func(when string) {
+				t.Helper()
+				entries, _ := os.ReadDir(out)
+				if len(entries) != len(files) {
+					t.Fatalf("%s: %d files restored, want %d", when, len(entries), len(files))
+				}
+				for p, b := range files {
+					if got, _ := os.ReadFile(filepath.Join(out, p)); !bytes.Equal(got, b) {
+						t.Fatalf("%s: %s differs from the committed file", when, p)
+					}
+				}
+				if left, _ := filepath.Glob(filepath.Join(root, ".restore-*")); len(left) > 0 {
+					t.Fatalf("%s: temporary directories left: %v", when, left)
+				}
+			}
+			same("the good restore")
+			for _, bad := range []struct {
+				file string
+				at   int
+			}{{"model.bin", 100}, {"model.bin", 8<<20 + 5}, {"model.bin", 3<<23 + 1<<20 + 4}, {"model.bin", 2<<23 + 77}, {"shard-07.bin", 3}} {
+				key := "checkpoints/000000000009/files/" + bad.file
+				b := bytes.Clone(files[bad.file])
+				b[bad.at] ^= 0x80
+				if _, err := s.Put(ctx, key, bytes.NewReader(b)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Restore(ctx, 9, out); !errors.Is(err, checkpoint.ErrCorrupt) {
+					t.Fatalf("restore with byte %d of %s changed: %v, want ErrCorrupt", bad.at, bad.file, err)
+				}
+				same(fmt.Sprintf("after refusing byte %d of %s", bad.at, bad.file))
+				if _, err := s.Put(ctx, key, bytes.NewReader(files[bad.file])); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

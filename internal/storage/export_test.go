@@ -38,3 +38,16 @@ func ChunksFree() bool {
 	chunkSem.Release(maxChunks)
 	return true
 }
+
+// HoldFree reports whether no stream holds a part's chunks (the whole hold
+// budget is free).
+func HoldFree() bool {
+	if !holdSem.TryAcquire(holdBudget) {
+		return false
+	}
+	holdSem.Release(holdBudget)
+	return true
+}
+
+// HeldParts is how many parts streams have held for pairing so far.
+func HeldParts() int64 { return heldParts.Load() }

@@ -22,15 +22,22 @@ import (
 // did), and a worker that finds no second chunk yields once before hashing
 // its chunk alone, which lets a stream about to submit catch it: in a
 // 64 × 4 MiB restore on two cores 91% of the chunks were hashed in pairs
-// (35% without the yield, 15% with a worker per processor). A digest has
-// at most one chunk in the pool (hashStream), so its chunks are hashed in
-// order, and its stream reads the next chunk meanwhile. Without the
+// (35% without the yield, 15% with a worker per processor). A stream of
+// several parts pairs its own parts and submits them as one job
+// (streamHasher, recv.go): a lone stream meets no other digest in the
+// pool. A digest has at most one chunk in the pool (hashStream,
+// streamHasher), so its chunks are hashed in order, and its stream reads
+// the next chunk meanwhile. Without the
 // interleaved code (no SHA extensions, or not amd64) a chunk is hashed on
 // its stream's goroutine.
 
 type hashJob struct {
-	d    *sha256x2.Digest
-	p    []byte
+	d *sha256x2.Digest
+	p []byte
+	// d2, when set, is a second digest to hash p2 into together with p:
+	// a pair the submitter made itself (a stream's two parts).
+	d2   *sha256x2.Digest
+	p2   []byte
 	done chan struct{} // one value per job; capacity 1, so a worker never waits on it
 }
 
@@ -49,16 +56,26 @@ func startHashWorkers() {
 // hashWorker hashes jobs, two at a time whenever a second one is waiting.
 func hashWorker() {
 	for j := range hashJobs {
+		if j.d2 != nil {
+			sha256x2.Write2(j.d, j.p, j.d2, j.p2)
+			j.done <- struct{}{}
+			continue
+		}
 		k := nextJob()
 		if k == nil {
 			runtime.Gosched()
 			k = nextJob()
 		}
-		if k != nil {
+		switch {
+		case k == nil:
+			j.d.Write(j.p)
+		case k.d2 != nil: // already a pair: j goes alone
+			sha256x2.Write2(k.d, k.p, k.d2, k.p2)
+			k.done <- struct{}{}
+			j.d.Write(j.p)
+		default:
 			sha256x2.Write2(j.d, j.p, k.d, k.p)
 			k.done <- struct{}{}
-		} else {
-			j.d.Write(j.p)
 		}
 		j.done <- struct{}{}
 	}

@@ -4,24 +4,27 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/vastrun/vastrun/internal/sha256x2"
 )
 
 // Receiving a download (docs/performance.md, "How the transfers work").
 //
 // A stream's goroutine only moves bytes: it reads a chunk from the socket
 // into a pooled buffer, writes it to the file at its offset and hands it
-// to the hasher of the part it belongs to. Each part has its own hasher
-// goroutine, which passes the chunks on to the hashing pool (hashpool.go),
-// so consecutive parts of one stream, and other files' chunks, are hashed
-// side by side, in pairs where the pool can, while the stream goes on
-// receiving; a part's digest is compared when its last chunk is hashed.
+// to its stream's hasher (streamHasher), a goroutine that passes the
+// chunks on to the hashing pool (hashpool.go) while the stream goes on
+// receiving. The hasher holds every other part's chunks until the next
+// part's arrive and hands them over two by two, one of each part, so even
+// a lone stream is hashed in pairs; other streams' and files' chunks pair
+// in the pool. A part's digest is compared when its last chunk is hashed.
 // A single-part object is received into two chunks in turn, one hashed
 // while the next arrives (downloadOne). Memory is the chunk pool: at
 // most maxChunks buffers of chunkSize in the whole process, however many
@@ -63,48 +66,217 @@ func putChunk(b *[]byte) {
 	chunkSem.Release(1)
 }
 
-// chunk is a received piece on its way to a part's hasher.
+// recvChunk is a received piece on its way to its part's digest.
 type recvChunk struct {
 	buf *[]byte
 	n   int
 }
 
-// partHasher hashes one part's chunks in order on its own goroutine.
-type partHasher struct {
-	ch   chan recvChunk
-	done bool // set by the receiver before close when every byte arrived
+// Pairing a stream's own parts. A stream receives its parts one after
+// another, so a part's chunks, hashed as they arrive, rarely meet another
+// digest's in the pool: the one stream of a single large file (the head
+// stream on a fast link) was hashed almost wholly alone, at about half the
+// paired rate (sha256x2). So a stream holds one whole part's chunks
+// unhashed (they are already written to the file) until the next part
+// arrives, and hashes each of the next part's chunks together with the held
+// part's chunk in the same place: every pair of parts costs little more
+// than one. A held part is hashed alone if no partner comes (the stream's
+// last part, a failure). Held chunks count against holdBudget, taken for a
+// whole part at its start or not at all (the part is then hashed as it
+// arrives), so at most half the chunk pool is ever held and the other half
+// always moves.
+const holdBudget = maxChunks / 2
+
+var (
+	holdSem   = semaphore.NewWeighted(holdBudget)
+	heldParts atomic.Int64 // parts ever held, for tests
+)
+
+// partCheck is a part on its way through a streamHasher: its digest, the
+// check its sum gets once every byte arrived, and the chunks it holds.
+type partCheck struct {
+	d        *sha256x2.Digest
+	check    func(sum []byte) error
+	size     int64
+	holdable bool // the stream may bring another part after it
+	hold     bool // its chunks wait for the next part's (budget taken)
+	budget   int64
+	held     []recvChunk
 }
 
-// startHasher starts hashing a part on g; check gets the part's digest
-// once every chunk has arrived (not when the receiver gave up: its own
-// error is the one reported).
-func startHasher(g *errgroup.Group, check func(h hash.Hash) error) *partHasher {
-	p := &partHasher{ch: make(chan recvChunk, maxChunks)}
-	g.Go(func() error {
-		s := newHashStream()
-		var prev *[]byte // hashing: back to the pool once its successor is submitted
-		for c := range p.ch {
-			s.submit((*c.buf)[:c.n])
-			if prev != nil {
-				putChunk(prev)
+// hashEvent is one message from a stream to its hasher: a part starts
+// (part), a chunk of it arrived (chunk), or it ended (end; complete when
+// every byte arrived).
+type hashEvent struct {
+	part     *partCheck
+	chunk    recvChunk
+	end      bool
+	complete bool
+}
+
+// streamHasher verifies, on its own goroutine, the parts one stream
+// receives, in order, with one job at a time in the hashing pool.
+type streamHasher struct {
+	ch   chan hashEvent
+	job  hashJob
+	busy bool
+	bufs [2]*[]byte // the chunks the job in the pool reads: back to the pool once it is done
+}
+
+// startStreamHasher starts a stream's hasher on g. Its error is the first
+// check that failed; a part that did not end complete is not checked (the
+// receiver's own error is the one reported).
+func startStreamHasher(g *errgroup.Group) *streamHasher {
+	s := &streamHasher{ch: make(chan hashEvent, maxChunks), job: hashJob{done: make(chan struct{}, 1)}}
+	g.Go(s.run)
+	return s
+}
+
+// begin starts a part of n bytes, whose digest check gets; holdable: the
+// stream may bring another part after it.
+func (s *streamHasher) begin(n int64, check func(sum []byte) error, holdable bool) {
+	s.ch <- hashEvent{part: &partCheck{d: sha256x2.New(), check: check, size: n, holdable: holdable}}
+}
+
+// end ends the current part; complete: every byte of it arrived.
+func (s *streamHasher) end(complete bool) { s.ch <- hashEvent{end: true, complete: complete} }
+
+// close ends the stream (after the last end, or after a failure).
+func (s *streamHasher) close() { close(s.ch) }
+
+func (s *streamHasher) run() error {
+	var held, cur *partCheck
+	var first error
+	note := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	for ev := range s.ch {
+		switch {
+		case ev.part != nil:
+			cur = ev.part
+			if held == nil && cur.holdable && first == nil && sha256x2.Interleaved() {
+				// receive fills every chunk of a part but its last.
+				cur.budget = (cur.size + chunkSize - 1) / chunkSize
+				cur.hold = cur.budget <= holdBudget && holdSem.TryAcquire(cur.budget)
+				if cur.hold {
+					heldParts.Add(1)
+				}
 			}
-			prev = c.buf
+		case ev.end:
+			if cur == nil {
+				continue
+			}
+			if cur.hold && ev.complete && first == nil {
+				held, cur = cur, nil
+				continue
+			}
+			if held != nil {
+				note(s.finish(held))
+				held = nil
+			}
+			s.wait()
+			if ev.complete && first == nil {
+				note(cur.check(cur.d.Sum(nil)))
+			}
+			s.drop(cur)
+			cur = nil
+		case first != nil || cur == nil:
+			putChunk(ev.chunk.buf) // a part failed: nothing more is checked
+		case cur.hold:
+			cur.held = append(cur.held, ev.chunk)
+		case held != nil && len(held.held) > 0:
+			h := held.held[0]
+			held.held = held.held[1:]
+			s.submit(held.d, h, cur.d, ev.chunk)
+		default:
+			s.submit(cur.d, ev.chunk, nil, recvChunk{})
 		}
-		s.wait()
-		if prev != nil {
-			putChunk(prev)
+	}
+	if cur != nil {
+		s.drop(cur) // the stream stopped inside a part
+	}
+	if held != nil {
+		if first == nil {
+			note(s.finish(held))
 		}
-		if !p.done {
-			return nil
+		s.drop(held)
+	}
+	s.wait()
+	return first
+}
+
+// finish hashes what p still holds, alone, and checks p's digest.
+func (s *streamHasher) finish(p *partCheck) error {
+	for len(p.held) > 0 {
+		c := p.held[0]
+		p.held = p.held[1:]
+		s.submit(p.d, c, nil, recvChunk{})
+	}
+	s.wait()
+	s.drop(p)
+	return p.check(p.d.Sum(nil))
+}
+
+// drop gives back what p holds: its unhashed chunks and its budget.
+func (s *streamHasher) drop(p *partCheck) {
+	for _, c := range p.held {
+		putChunk(c.buf)
+	}
+	p.held = nil
+	if p.budget > 0 && p.hold {
+		holdSem.Release(p.budget)
+	}
+	p.hold, p.budget = false, 0
+}
+
+// submit hashes a's chunk into da and, when db is not nil, b's into db,
+// the two together, after the job before it; the chunks go back to the
+// pool once hashed.
+func (s *streamHasher) submit(da *sha256x2.Digest, a recvChunk, db *sha256x2.Digest, b recvChunk) {
+	s.wait()
+	pa := (*a.buf)[:a.n]
+	var pb []byte
+	if db != nil {
+		pb = (*b.buf)[:b.n]
+	}
+	if !sha256x2.Interleaved() {
+		da.Write(pa)
+		if db != nil {
+			db.Write(pb)
+			putChunk(b.buf)
 		}
-		return check(s.d)
-	})
-	return p
+		putChunk(a.buf)
+		return
+	}
+	hashWorkersOnce.Do(startHashWorkers)
+	s.job.d, s.job.p, s.job.d2, s.job.p2 = da, pa, db, pb
+	s.bufs = [2]*[]byte{a.buf, b.buf}
+	s.busy = true
+	hashJobs <- &s.job
+}
+
+// wait returns when the job in the pool is done, and gives its chunks back.
+func (s *streamHasher) wait() {
+	if !s.busy {
+		return
+	}
+	<-s.job.done
+	s.busy = false
+	s.job.p, s.job.p2, s.job.d2 = nil, nil, nil
+	for i, b := range s.bufs {
+		if b != nil {
+			putChunk(b)
+		}
+		s.bufs[i] = nil
+	}
 }
 
 // receive copies n bytes (n < 0: up to EOF) from r into f at off, feeding
-// p. It returns the bytes received; a short stream is ErrSizeMismatch.
-func receive(ctx context.Context, key string, r io.Reader, f *os.File, off, n int64, p *partHasher) (int64, error) {
+// the chunks to h. It returns the bytes received; a short stream is
+// ErrSizeMismatch.
+func receive(ctx context.Context, key string, r io.Reader, f *os.File, off, n int64, h *streamHasher) (int64, error) {
 	var w int64
 	for n < 0 || w < n {
 		bp, err := getChunk(ctx)
@@ -122,7 +294,7 @@ func receive(ctx context.Context, key string, r io.Reader, f *os.File, off, n in
 				return w, fmt.Errorf("get %s: %w", key, err)
 			}
 			w += int64(m)
-			p.ch <- recvChunk{bp, m}
+			h.ch <- hashEvent{chunk: recvChunk{bp, m}}
 		} else {
 			putChunk(bp)
 		}
@@ -220,9 +392,10 @@ func (q *partQueue) left() int {
 // downloadParts fetches an object whose part digests are known (a
 // checkpoint manifest's) and verifies every part against its digest.
 // One plain GET (the head stream) reads the object from the start; when
-// it runs slower than soloRate, ranged streams join it in the store's free
-// request slots, taking parts from the end, until they meet. Every part is
-// hashed on a goroutine of its own, so nothing waits on stream order.
+// its reads come back short (joinRanged), ranged streams join it in the
+// store's free request slots, taking parts from the end, until they meet.
+// Each stream's parts are verified by a hasher of its own, which pairs them
+// (streamHasher), so no stream waits on another's order.
 func downloadParts(ctx context.Context, t transferer, key string, f *os.File, size int64, want *PartDigests) (Object, error) {
 	if want.Size <= 0 || int64(len(want.SHA256)) != max(1, (size+want.Size-1)/want.Size) {
 		return Object{}, fmt.Errorf("get %s: %d part digests of %d bytes do not cover %d bytes: %w", key, len(want.SHA256), want.Size, size, ErrDigestMismatch)
@@ -235,28 +408,28 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 		off = int64(i) * want.Size
 		return off, min(want.Size, size-off)
 	}
-	// part receives part i from r, which is positioned at its start.
-	part := func(r io.Reader, i int) error {
+	// part receives part i from r, which is positioned at its start, and
+	// hands it to its stream's hasher h.
+	part := func(r io.Reader, i int, h *streamHasher) (err error) {
 		off, n := bounds(i)
-		h := startHasher(g, func(h hash.Hash) error {
-			if got := hex.EncodeToString(h.Sum(nil)); got != want.SHA256[i] {
+		h.begin(n, func(sum []byte) error {
+			if got := hex.EncodeToString(sum); got != want.SHA256[i] {
 				return fmt.Errorf("get %s: part %d (bytes %d-%d) has SHA-256 %s, want %s: %w", key, i+1, off, off+n-1, got, want.SHA256[i], ErrDigestMismatch)
 			}
 			return nil
-		})
-		defer close(h.ch)
+		}, i < nparts-1 && q.left() > 0)
+		defer func() { h.end(err == nil) }()
 		if _, err := receive(gctx, key, r, f, off, n, h); err != nil {
 			return err
 		}
 		if i == nparts-1 {
-			if err := expectEOF(key, r, size); err != nil {
-				return err
-			}
+			return expectEOF(key, r, size)
 		}
-		h.done = true
 		return nil
 	}
 	tail := func() error {
+		h := startStreamHasher(g)
+		defer h.close()
 		for {
 			i, ok := q.back()
 			if !ok {
@@ -281,7 +454,7 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 				if err := sameObject(e); err != nil {
 					return err
 				}
-				if err := part(rc, i); err != nil {
+				if err := part(rc, i, h); err != nil {
 					return err
 				}
 				if end >= 0 {
@@ -310,6 +483,8 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 		if err := sameObject(e); err != nil {
 			return err
 		}
+		h := startStreamHasher(g)
+		defer h.close()
 		cr := &shortReads{r: rc}
 		joined := false
 		for {
@@ -317,7 +492,7 @@ func downloadParts(ctx context.Context, t transferer, key string, f *os.File, si
 			if !ok {
 				return nil
 			}
-			if err := part(cr, i); err != nil {
+			if err := part(cr, i, h); err != nil {
 				return err
 			}
 			if !joined && q.left() > 0 && joinRanged(cr.reads, cr.short) {
