@@ -49,20 +49,63 @@ const (
 // either path.
 var joinRanged = func(reads, short int) bool { return short*4 > reads }
 
+// The chunks are carved from one slab of maxChunks × chunkSize, made on
+// first use and kept for the process (chunkSlab: on Linux, mapped with
+// transparent huge pages where the kernel allows them). A pool of heap
+// buffers faulted every fresh 4 KiB page in on the socket copy, and the
+// collector dropped and the heap re-grew them: page faults were 6–9% of a
+// restore's CPU in a VM (docs/performance.md). Free chunks are a stack, so
+// a small restore keeps reusing the same few, still in cache.
 var (
 	chunkSem  = semaphore.NewWeighted(maxChunks)
-	chunkPool = sync.Pool{New: func() any { b := make([]byte, chunkSize); return &b }}
+	chunkOnce sync.Once
+	chunkMu   sync.Mutex
+	chunkFree []*[]byte
 )
+
+func initChunks() {
+	slab := chunkSlab(maxChunks * chunkSize)
+	chunkFree = make([]*[]byte, maxChunks)
+	for i := range chunkFree {
+		b := slab[i*chunkSize : (i+1)*chunkSize : (i+1)*chunkSize]
+		chunkFree[maxChunks-1-i] = &b // the slab's start on top
+	}
+}
+
+// getChunks takes n chunks at once (all or none, so two takers cannot each
+// hold part of what they need while the pool runs dry).
+func getChunks(ctx context.Context, n int) ([]*[]byte, error) {
+	if err := chunkSem.Acquire(ctx, int64(n)); err != nil {
+		return nil, err
+	}
+	chunkOnce.Do(initChunks)
+	out := make([]*[]byte, n)
+	chunkMu.Lock()
+	for i := range out {
+		out[i] = chunkFree[len(chunkFree)-1]
+		chunkFree = chunkFree[:len(chunkFree)-1]
+	}
+	chunkMu.Unlock()
+	return out, nil
+}
 
 func getChunk(ctx context.Context) (*[]byte, error) {
 	if err := chunkSem.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
-	return chunkPool.Get().(*[]byte), nil
+	chunkOnce.Do(initChunks)
+	chunkMu.Lock()
+	b := chunkFree[len(chunkFree)-1]
+	chunkFree = chunkFree[:len(chunkFree)-1]
+	chunkMu.Unlock()
+	return b, nil
 }
 
 func putChunk(b *[]byte) {
-	chunkPool.Put(b)
+	*b = (*b)[:chunkSize]
+	chunkMu.Lock()
+	chunkFree = append(chunkFree, b)
+	chunkMu.Unlock()
 	chunkSem.Release(1)
 }
 
@@ -524,12 +567,12 @@ func downloadOne(ctx context.Context, t transferer, key string, f *os.File, size
 		return Object{}, err
 	}
 	defer rc.Close() //nolint:errcheck // a body read to its end or given up on: its Close error says nothing the read did not
-	var bufs [2]*[]byte
-	for i := range bufs {
-		if bufs[i], err = getChunk(ctx); err != nil {
-			return Object{}, fmt.Errorf("get %s: %w", key, err)
-		}
-		defer putChunk(bufs[i])
+	bufs, err := getChunks(ctx, 2)
+	if err != nil {
+		return Object{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	for _, b := range bufs {
+		defer putChunk(b)
 	}
 	h := newHashStream()
 	defer h.wait() // before the chunks go back to the pool
