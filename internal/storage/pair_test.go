@@ -6,10 +6,16 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/vastrun/vastrun/internal/sha256x2"
 	"github.com/vastrun/vastrun/internal/storage"
@@ -130,5 +136,63 @@ func TestManyFilesPairingAtOnce(t *testing.T) {
 	}
 	if !storage.ChunksFree() || !storage.HoldFree() {
 		t.Fatal("a failed batch kept receive chunks or hold budget")
+	}
+}
+
+// countingWriter counts the body bytes a server handler writes.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	return c.ResponseWriter.Write(p)
+}
+
+// TestMismatchStopsTheDownload: a part that fails verification ends the
+// download there (the rest of the object is not fetched only to be thrown
+// away), though held parts are checked a part later than they arrive.
+func TestMismatchStopsTheDownload(t *testing.T) {
+	var served atomic.Int64
+	backend := s3mem.New()
+	fake := gofakes3.New(backend).Server()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w = countingWriter{w, &served}
+		}
+		fake.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	if err := backend.CreateBucket("abort"); err != nil {
+		t.Fatal(err)
+	}
+	s := s3Store(t, srv.URL, "abort")
+	ctx := context.Background()
+	dir := t.TempDir()
+	data := make([]byte, 16*5<<20) // sixteen parts of 5 MiB
+	rand.Read(data)
+	src := filepath.Join(dir, "src")
+	os.WriteFile(src, data, 0o600)
+	put, err := storage.PutFile(ctx, s, "big", src)
+	if err != nil || put.Parts == nil || len(put.Parts.SHA256) != 16 {
+		t.Fatalf("PutFile: %+v %v", put, err)
+	}
+	defer storage.ForceRangedStreams(false)()
+	for _, i := range []int{0, 1} { // a held part, the part paired with it
+		bad := *put.Parts
+		bad.SHA256 = append([]string(nil), put.Parts.SHA256...)
+		bad.SHA256[i] = strings.Repeat("0", 64)
+		served.Store(0)
+		_, err := storage.GetFiles(ctx, s, []storage.FileTransfer{{Key: "big", Path: filepath.Join(dir, "dst"), Size: int64(len(data)), Parts: &bad}})
+		if !errors.Is(err, storage.ErrDigestMismatch) {
+			t.Fatalf("a wrong digest for part %d: %v, want ErrDigestMismatch", i+1, err)
+		}
+		if n := served.Load(); n > int64(len(data))/2 {
+			t.Errorf("a wrong digest for part %d: the server sent %d of %d bytes before the download stopped", i+1, n, len(data))
+		}
+	}
+	if !storage.ChunksFree() || !storage.HoldFree() {
+		t.Fatal("a stopped download kept receive chunks or hold budget")
 	}
 }

@@ -160,6 +160,7 @@ type hashEvent struct {
 // streamHasher verifies, on its own goroutine, the parts one stream
 // receives, in order, with one job at a time in the hashing pool.
 type streamHasher struct {
+	g    *errgroup.Group
 	ch   chan hashEvent
 	job  hashJob
 	busy bool
@@ -170,7 +171,7 @@ type streamHasher struct {
 // check that failed; a part that did not end complete is not checked (the
 // receiver's own error is the one reported).
 func startStreamHasher(g *errgroup.Group) *streamHasher {
-	s := &streamHasher{ch: make(chan hashEvent, maxChunks), job: hashJob{done: make(chan struct{}, 1)}}
+	s := &streamHasher{g: g, ch: make(chan hashEvent, maxChunks), job: hashJob{done: make(chan struct{}, 1)}}
 	g.Go(s.run)
 	return s
 }
@@ -187,19 +188,36 @@ func (s *streamHasher) end(complete bool) { s.ch <- hashEvent{end: true, complet
 // close ends the stream (after the last end, or after a failure).
 func (s *streamHasher) close() { close(s.ch) }
 
-func (s *streamHasher) run() error {
+func (s *streamHasher) run() (err error) {
 	var held, cur *partCheck
-	var first error
-	note := func(err error) {
-		if first == nil {
-			first = err
+	closed := false
+	defer func() {
+		s.wait()
+		if cur != nil {
+			s.drop(cur)
 		}
-	}
+		if held != nil {
+			s.drop(held)
+		}
+		if !closed {
+			// Returning early (an error cancels the download): until
+			// the stream stops, its chunks go straight back to the pool
+			// so that it never waits on this hasher.
+			s.g.Go(func() error {
+				for ev := range s.ch {
+					if ev.chunk.buf != nil {
+						putChunk(ev.chunk.buf)
+					}
+				}
+				return nil
+			})
+		}
+	}()
 	for ev := range s.ch {
 		switch {
 		case ev.part != nil:
 			cur = ev.part
-			if held == nil && cur.holdable && first == nil && sha256x2.Interleaved() {
+			if held == nil && cur.holdable && sha256x2.Interleaved() {
 				// receive fills every chunk of a part but its last.
 				cur.budget = (cur.size + chunkSize - 1) / chunkSize
 				cur.hold = cur.budget <= holdBudget && holdSem.TryAcquire(cur.budget)
@@ -207,26 +225,25 @@ func (s *streamHasher) run() error {
 					heldParts.Add(1)
 				}
 			}
+		case ev.end && !ev.complete:
+			// The stream failed inside cur; its own error is the one
+			// reported, and nothing after it will be checked.
+			return nil
+		case ev.end && cur.hold:
+			held, cur = cur, nil
 		case ev.end:
-			if cur == nil {
-				continue
-			}
-			if cur.hold && ev.complete && first == nil {
-				held, cur = cur, nil
-				continue
-			}
 			if held != nil {
-				note(s.finish(held))
+				if err := s.finish(held); err != nil {
+					return err
+				}
 				held = nil
 			}
 			s.wait()
-			if ev.complete && first == nil {
-				note(cur.check(cur.d.Sum(nil)))
+			if err := cur.check(cur.d.Sum(nil)); err != nil {
+				return err
 			}
 			s.drop(cur)
 			cur = nil
-		case first != nil || cur == nil:
-			putChunk(ev.chunk.buf) // a part failed: nothing more is checked
 		case cur.hold:
 			cur.held = append(cur.held, ev.chunk)
 		case held != nil && len(held.held) > 0:
@@ -237,17 +254,11 @@ func (s *streamHasher) run() error {
 			s.submit(cur.d, ev.chunk, nil, recvChunk{})
 		}
 	}
-	if cur != nil {
-		s.drop(cur) // the stream stopped inside a part
+	closed = true
+	if held != nil { // the stream's last part, which nothing followed
+		return s.finish(held)
 	}
-	if held != nil {
-		if first == nil {
-			note(s.finish(held))
-		}
-		s.drop(held)
-	}
-	s.wait()
-	return first
+	return nil
 }
 
 // finish hashes what p still holds, alone, and checks p's digest.
