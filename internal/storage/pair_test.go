@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/johannesboyne/gofakes3"
@@ -194,5 +195,37 @@ func TestMismatchStopsTheDownload(t *testing.T) {
 	}
 	if !storage.ChunksFree() || !storage.HoldFree() {
 		t.Fatal("a stopped download kept receive chunks or hold budget")
+	}
+}
+
+// TestWriteFailureFailsTheDownload: a file that cannot be written (here
+// /dev/full, whose writes fail with ENOSPC) fails the download with that
+// error, whichever goroutine writes, and every chunk comes back.
+func TestWriteFailureFailsTheDownload(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	s, err := storage.Open("file://"+t.TempDir(), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, size := range []int{3*part + 5, 3 << 20} { // several parts (the stream hasher writes), one (downloadOne)
+		data := make([]byte, size)
+		rand.Read(data)
+		src := filepath.Join(dir, "src")
+		os.WriteFile(src, data, 0o600)
+		put, err := storage.PutFile(ctx, s, "obj", src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = storage.GetFiles(ctx, s, []storage.FileTransfer{{Key: "obj", Path: "/dev/full", Size: int64(size), Parts: put.Parts}})
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("%d bytes into /dev/full: %v, want ENOSPC", size, err)
+		}
+	}
+	if !storage.ChunksFree() || !storage.HoldFree() {
+		t.Fatal("a failed write kept receive chunks or hold budget")
 	}
 }
