@@ -204,13 +204,26 @@ func (c Store) marker(ctx context.Context, step int64) (string, error) {
 // read loads a committed checkpoint's manifest and checks it against the
 // marker.
 func (c Store) read(ctx context.Context, step int64) (Committed, error) {
+	// The manifest is fetched beside the marker, not after it: a restore
+	// starts a round trip sooner. It counts only if the marker names it.
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mb []byte
+	var merr error
+	fetched := make(chan struct{})
+	go func() {
+		defer close(fetched)
+		mb, merr = c.readAll(mctx, c.stepDir(step)+"/manifest.json")
+	}()
 	digest, err := c.marker(ctx, step)
 	if err != nil {
+		cancel()
+		<-fetched
 		return Committed{}, err
 	}
-	mb, err := c.readAll(ctx, c.stepDir(step)+"/manifest.json")
-	if err != nil {
-		return Committed{}, fmt.Errorf("checkpoint %d: manifest: %w", step, err)
+	<-fetched
+	if merr != nil {
+		return Committed{}, fmt.Errorf("checkpoint %d: manifest: %w", step, merr)
 	}
 	sum := sha256.Sum256(mb)
 	if hex.EncodeToString(sum[:]) != digest {
