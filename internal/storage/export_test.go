@@ -22,13 +22,17 @@ func RecvBudgetFree() bool {
 // the default rule.
 func ForceRangedStreams(join bool) func() {
 	old := joinRanged
-	joinRanged = func(int, int) bool { return join }
+	joinRanged = func(bool, int, int) bool { return join }
 	return func() { joinRanged = old }
 }
 
 // JoinRanged is the default rule: does a stream with reads, short of
-// them short, get ranged streams beside it?
+// them short, from a server on this machine or not, get ranged streams
+// beside it?
 var JoinRanged = joinRanged
+
+// IsLoopback is the rule that tells an S3 endpoint on this machine.
+var IsLoopback = isLoopback
 
 // ChunksFree reports whether every receive chunk is back in the pool.
 func ChunksFree() bool {

@@ -222,6 +222,7 @@ func (s *FileStore) getRange(ctx context.Context, key string, off, end int64) (i
 func (*FileStore) slot(context.Context) (func(), error) { return func() {}, nil }
 func (*FileStore) threads() int                         { return 4 }
 func (*FileStore) partSize(size int64) int64            { return PartSize(size, 0) }
+func (*FileStore) sameHost() bool                       { return true }
 
 // ctxReader stops a copy when ctx ends.
 type ctxReader struct {

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -34,6 +36,7 @@ type S3Store struct {
 	nthreads     int
 	sem          chan struct{} // request slots shared by every transfer
 	endpoint     string
+	loopback     bool  // the endpoint is this machine (sameHost)
 	recvBuffer   int64 // SO_RCVBUF asked for on each connection; 0: autotuning
 }
 
@@ -83,7 +86,7 @@ func NewS3Store(bucket, prefix string, o Options) (*S3Store, error) {
 		return nil, err
 	}
 	s := &S3Store{core: minio.Core{Client: c.Client}, bucket: bucket, prefix: strings.Trim(prefix, "/"), partOverride: part,
-		nthreads: threads, sem: make(chan struct{}, threads), endpoint: c.Endpoint, recvBuffer: recvBuffer}
+		nthreads: threads, sem: make(chan struct{}, threads), endpoint: c.Endpoint, loopback: isLoopback(c.Endpoint), recvBuffer: recvBuffer}
 	return s, nil
 }
 
@@ -108,6 +111,23 @@ func tuneTransport(tr *http.Transport, threads int, recvBuffer int64) {
 
 func (s *S3Store) threads() int              { return s.nthreads }
 func (s *S3Store) partSize(size int64) int64 { return PartSize(size, s.partOverride) }
+func (s *S3Store) sameHost() bool            { return s.loopback }
+
+// isLoopback reports an endpoint (scheme://host[:port]) on this machine:
+// localhost or a loopback address. Names are not resolved (a restore
+// should not wait on DNS for a tuning hint); one that points at this
+// machine through /etc/hosts counts as remote.
+func isLoopback(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	if ip := net.ParseIP(h); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(h, "localhost")
+}
 
 func (s *S3Store) slot(ctx context.Context) (func(), error) {
 	select {

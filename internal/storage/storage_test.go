@@ -351,11 +351,20 @@ func TestVerifiedDownloadStreams(t *testing.T) {
 		t.Fatal("a download kept receive chunks")
 	}
 	for reads, short := range map[int]int{32: 0, 100: 25} {
-		if storage.JoinRanged(reads, short) {
+		if storage.JoinRanged(false, reads, short) {
 			t.Errorf("%d short reads of %d: ranged streams join, want the head stream alone", short, reads)
 		}
 	}
-	if !storage.JoinRanged(32, 9) || !storage.JoinRanged(10, 10) {
+	if !storage.JoinRanged(false, 32, 9) || !storage.JoinRanged(false, 10, 10) {
 		t.Error("a stream whose reads mostly come back short is left alone, want ranged streams to join")
+	}
+	if storage.JoinRanged(true, 10, 10) {
+		t.Error("ranged streams join a stream from a server on this machine, want it alone")
+	}
+	for ep, want := range map[string]bool{"http://127.0.0.1:9000": true, "http://127.9.9.9": true, "http://[::1]:80": true,
+		"http://LOCALHOST:9000": true, "https://s3.us-east-1.amazonaws.com": false, "http://10.0.0.5:9000": false, "http://[2001:db8::1]:9000": false, "::": false} {
+		if got := storage.IsLoopback(ep); got != want {
+			t.Errorf("IsLoopback(%q) = %v, want %v", ep, got, want)
+		}
 	}
 }

@@ -108,6 +108,9 @@ type transferer interface {
 	slot(ctx context.Context) (release func(), err error)
 	threads() int
 	partSize(size int64) int64
+	// sameHost reports a server on this machine (a loopback endpoint, a
+	// directory): its transfers share this machine's CPUs.
+	sameHost() bool
 }
 
 // PutFile uploads the regular file at path as key and returns its size and
@@ -232,6 +235,7 @@ func (p plainGetter) getRange(ctx context.Context, key string, off, end int64) (
 func (plainGetter) slot(context.Context) (func(), error) { return func() {}, nil }
 func (plainGetter) threads() int                         { return 1 }
 func (plainGetter) partSize(int64) int64                 { return -1 }
+func (plainGetter) sameHost() bool                       { return false }
 
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
 
