@@ -51,9 +51,10 @@ type Object struct {
 
 // PartDigests are the SHA-256 digests of an object's consecutive Size-byte
 // pieces (the last may be shorter). A checkpoint manifest carries them
-// beside the whole-file digest, so a restore verifies each part on a
-// goroutine of its own, in parallel, instead of hashing the whole
-// file in stream order on one core (docs/performance.md).
+// beside the whole-file digest, so a restore verifies each part as a
+// digest of its own, two parts hashed together and streams side by side,
+// instead of hashing the whole file in stream order on one core
+// (docs/performance.md).
 type PartDigests struct {
 	Size   int64    `json:"size"`
 	SHA256 []string `json:"sha256"`
