@@ -192,20 +192,8 @@ func jsonASCII(v string) string {
 		}
 		i += size
 		switch {
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\b':
-			b.WriteString(`\b`)
-		case r == '\f':
-			b.WriteString(`\f`)
+		case jsonShort[r] != "":
+			b.WriteString(jsonShort[r])
 		case r < 0x20 || (r > 0x7e && r <= 0xffff):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		case r > 0xffff:
@@ -254,20 +242,8 @@ func jsonMinimal(v string) string {
 	var b strings.Builder
 	for _, r := range replaceBadUTF8(v) {
 		switch {
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\b':
-			b.WriteString(`\b`)
-		case r == '\f':
-			b.WriteString(`\f`)
+		case jsonShort[r] != "":
+			b.WriteString(jsonShort[r])
 		case r < 0x20:
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
@@ -276,6 +252,11 @@ func jsonMinimal(v string) string {
 	}
 	return b.String()
 }
+
+// jsonShort holds the two-character escapes every JSON writer uses for
+// these runes (the quote, the backslash, five controls); other controls are
+// \uXXXX.
+var jsonShort = map[rune]string{'"': `\"`, '\\': `\\`, '\n': `\n`, '\r': `\r`, '\t': `\t`, '\b': `\b`, '\f': `\f`}
 
 // upperUnicodeEscapes writes the hex digits of \uXXXX escapes in uppercase.
 func upperUnicodeEscapes(s string) string {
