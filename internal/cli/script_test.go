@@ -152,7 +152,7 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim live N              assert N live (not destroyed) instances
 //	sim rented N            assert N instances were ever rented
 //	sim wait-live N         wait (up to waitLimit) until N instances are live
-//	sim wait-file NAME      wait until a live instance's workspace has NAME
+//	sim wait-file NAME [N]  wait until N live instances' workspaces (1) have NAME
 //	sim fault JSON          inject a fault (see sim.Fault); {live} is the newest live instance's id
 //	sim label               set $LABEL to the newest instance's label
 //	sim call METHOD PATH [BODY]  one raw API call; prints "STATUS BODY"
@@ -206,13 +206,19 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 		want, _ := strconv.Atoi(args[1])
 		waitFor(ts, func() bool { return len(scriptSim(ts).Snapshot().Live) == want }, "live instances to be "+args[1])
 	case "wait-file":
+		// sim wait-file NAME [N]: until N live instances (1) have NAME.
+		want := 1
+		if len(args) > 2 {
+			want, _ = strconv.Atoi(args[2])
+		}
 		waitFor(ts, func() bool {
+			n := 0
 			for _, in := range scriptSim(ts).Snapshot().Live {
 				if _, err := os.Stat(filepath.Join(in.Sandbox, "workspace", args[1])); err == nil {
-					return true
+					n++
 				}
 			}
-			return false
+			return n >= want
 		}, "file "+args[1]+" on a live instance")
 	case "fault":
 		// {live} in the JSON is the newest live instance's id.
