@@ -20,9 +20,15 @@ type bulkFake struct {
 	entered         chan provider.InstanceID
 	bulkErr         error
 
+	listed      []provider.Instance
+	listErr     error
+	listEntered chan struct{}
+	listBlock   chan struct{}
+
 	mu     sync.Mutex
 	single []provider.InstanceID
 	bulk   [][]provider.InstanceID
+	lists  [][]string
 }
 
 func (f *bulkFake) DestroyInstance(ctx context.Context, id provider.InstanceID) error {
@@ -36,6 +42,28 @@ func (f *bulkFake) DestroyInstance(ctx context.Context, id provider.InstanceID) 
 	return nil
 }
 
+// ListInstances answers from listed, filtered on the labels, or listErr;
+// the first call is held like the first destroy (listEntered, listBlock).
+func (f *bulkFake) ListInstances(ctx context.Context, o provider.ListOptions) ([]provider.Instance, error) {
+	f.mu.Lock()
+	f.lists = append(f.lists, slices.Clone(o.Labels))
+	f.mu.Unlock()
+	if f.listEntered != nil {
+		f.listEntered <- struct{}{}
+		<-f.listBlock
+	}
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	var out []provider.Instance
+	for _, in := range f.listed {
+		if slices.Contains(o.Labels, in.Label) {
+			out = append(out, in)
+		}
+	}
+	return out, nil
+}
+
 func (f *bulkFake) DestroyInstances(ctx context.Context, ids []provider.InstanceID) error {
 	f.mu.Lock()
 	f.bulk = append(f.bulk, slices.Clone(ids))
@@ -43,8 +71,8 @@ func (f *bulkFake) DestroyInstances(ctx context.Context, ids []provider.Instance
 	return f.bulkErr
 }
 
-// queued waits, without sleeping, until n destroys wait in g.
-func queued(g *destroyGroup, n int) {
+// queued waits, without sleeping, until n calls wait in g.
+func queued[R, A any](g *group[R, A], n int) {
 	for {
 		g.mu.Lock()
 		l := len(g.queue)
@@ -80,11 +108,11 @@ func destroyTogether(t *testing.T, f *bulkFake, n int) map[provider.InstanceID]e
 		wg.Add(1)
 		go destroy(id)
 	}
-	queued(g, n-1)
+	queued(&g.destroys, n-1)
 	close(f.block)
 	wg.Wait()
-	if len(g.queue) != 0 || g.busy {
-		t.Fatalf("group not idle after: queue %d, busy %v", len(g.queue), g.busy)
+	if len(g.destroys.queue) != 0 || g.destroys.busy {
+		t.Fatalf("group not idle after: queue %d, busy %v", len(g.destroys.queue), g.destroys.busy)
 	}
 	return errs
 }
@@ -177,12 +205,12 @@ func TestCoalesceDestroysWaiterCancelled(t *testing.T) {
 	f.entered = nil
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { done <- g.DestroyInstance(ctx, 2) }()
-	queued(g, 1)
+	queued(&g.destroys, 1)
 	go func() { done <- g.DestroyInstance(context.Background(), 3) }()
 	go func() { done <- g.DestroyInstance(context.Background(), 4) }()
-	queued(g, 3)
+	queued(&g.destroys, 3)
 	cancel()
-	queued(g, 2)
+	queued(&g.destroys, 2)
 	close(f.block)
 	var cancelled int
 	for range 4 {
@@ -218,5 +246,90 @@ func TestCoalesceDestroysKeepsOptionalRoutes(t *testing.T) {
 	plain := struct{ provider.Market }{}
 	if got := CoalesceDestroys(plain); got != provider.Market(plain) {
 		t.Error("a market without a bulk destroy was wrapped")
+	}
+}
+
+// listTogether holds a first brief listing of label "first" in flight,
+// queues the brief listings of labels behind it, lets it end, and returns
+// each queued caller's answer, in the order of labels.
+func listTogether(t *testing.T, f *bulkFake, labels ...string) ([][]provider.Instance, []error) {
+	t.Helper()
+	f.listEntered, f.listBlock = make(chan struct{}, 1), make(chan struct{})
+	g := CoalesceDestroys(f).(*destroyGroup)
+	lists := make([][]provider.Instance, len(labels))
+	errs := make([]error, len(labels))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := g.ListInstances(context.Background(), provider.ListOptions{Labels: []string{"first"}, Brief: true}); err != nil && f.listErr == nil {
+			t.Error(err)
+		}
+	}()
+	<-f.listEntered
+	f.listEntered = nil
+	for i, l := range labels {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lists[i], errs[i] = g.ListInstances(context.Background(), provider.ListOptions{Labels: []string{l}, Brief: true})
+		}()
+	}
+	queued(&g.lists, len(labels))
+	close(f.listBlock)
+	wg.Wait()
+	return lists, errs
+}
+
+// Brief listings of one label queued together go as one listing of their
+// labels, each caller answered with its own label's instances.
+func TestCoalesceListingsSplitPerLabel(t *testing.T) {
+	f := &bulkFake{listed: []provider.Instance{{ID: 1, Label: "a"}, {ID: 2, Label: "b"}, {ID: 3, Label: "b"}, {ID: 4, Label: "other"}}}
+	lists, errs := listTogether(t, f, "a", "b", "c", "b")
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("listing %d: %v", i, err)
+		}
+	}
+	ids := func(l []provider.Instance) (out []provider.InstanceID) {
+		for _, in := range l {
+			out = append(out, in.ID)
+		}
+		return out
+	}
+	if !slices.Equal(ids(lists[0]), []provider.InstanceID{1}) || !slices.Equal(ids(lists[1]), []provider.InstanceID{2, 3}) ||
+		len(lists[2]) != 0 || !slices.Equal(ids(lists[3]), []provider.InstanceID{2, 3}) {
+		t.Fatalf("answers %v", lists)
+	}
+	if len(f.lists) != 2 || !slices.Equal(slices.Sorted(slices.Values(f.lists[1])), []string{"a", "b", "c"}) {
+		t.Fatalf("listings sent %v", f.lists)
+	}
+}
+
+// A grouped listing that fails fails for each of its callers: none is
+// answered as if its label were clean.
+func TestCoalesceListingsFailureToEach(t *testing.T) {
+	f := &bulkFake{listErr: fmt.Errorf("list instances: %w", provider.ErrIncompleteListing)}
+	lists, errs := listTogether(t, f, "a", "b", "c")
+	for i, err := range errs {
+		if !errors.Is(err, provider.ErrIncompleteListing) || lists[i] != nil {
+			t.Fatalf("listing %d: %v %v", i, lists[i], err)
+		}
+	}
+	if len(f.lists) != 2 {
+		t.Fatalf("listings sent %v", f.lists)
+	}
+}
+
+// Listings that are not one label's brief listing pass through.
+func TestCoalesceListingsOthersPassThrough(t *testing.T) {
+	f := &bulkFake{listed: []provider.Instance{{ID: 1, Label: "a"}, {ID: 2, Label: "b"}}}
+	g := CoalesceDestroys(f)
+	got, err := g.ListInstances(context.Background(), provider.ListOptions{Labels: []string{"a", "b"}, Brief: true})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("%v %v", got, err)
+	}
+	if _, err := g.ListInstances(context.Background(), provider.ListOptions{Labels: []string{"a"}}); err != nil || len(f.lists) != 2 {
+		t.Fatalf("%v %v", f.lists, err)
 	}
 }
