@@ -51,19 +51,8 @@ func refuseOtherLiveRuns(stateDir string) error {
 // by what its state.json names, which needs no journal (downDamaged);
 // settle is that label sweep's.
 func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, dir string, settle time.Duration) error {
-	jerr := checkJournal(dir)
-	if _, err := os.Stat(filepath.Join(dir, journal.FileName)); jerr == nil && errors.Is(err, fs.ErrNotExist) {
-		// Opening would create an empty journal: "holds no run".
-		jerr = &DamagedJournalError{RunDir: dir, Err: fmt.Errorf("%s is missing: %w", journal.FileName, err)}
-	}
-	if jerr != nil {
-		return downDamaged(ctx, f, o, cfg, dir, jerr, settle)
-	}
-	e, err := newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
-	if err != nil {
-		return err
-	}
-	if err := openRun(e, dir); err != nil {
+	e, err := openDown(ctx, f, o, cfg, dir, settle)
+	if e == nil {
 		return err
 	}
 	defer func() { _ = e.Close() }() // releases the journal's lock: its records are fsync'd as appended
@@ -71,14 +60,52 @@ func downRun(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	if err := confirmDestroy(ctx, f, o.Yes, fmt.Sprintf("run %s: instances %v and anything labelled %s", st.RunID, st.Unconfirmed(), st.Label)); err != nil {
 		return err
 	}
+	before := attemptsBefore(e)
+	r, err := e.Down(ctx)
+	return printRunDown(f, e, before, r, err)
+}
+
+// openDown opens the run in dir for a teardown from its journal,
+// validated first. A run whose journal cannot be replayed is torn down at
+// once by what its state.json names (downDamaged): no engine comes back
+// then, only that teardown's error, as when the run cannot be opened. The
+// caller closes the engine.
+func openDown(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config, dir string, settle time.Duration) (*lifecycle.Scope, error) {
+	jerr := checkJournal(dir)
+	if _, err := os.Stat(filepath.Join(dir, journal.FileName)); jerr == nil && errors.Is(err, fs.ErrNotExist) {
+		// Opening would create an empty journal: "holds no run".
+		jerr = &DamagedJournalError{RunDir: dir, Err: fmt.Errorf("%s is missing: %w", journal.FileName, err)}
+	}
+	if jerr != nil {
+		return nil, downDamaged(ctx, f, o, cfg, dir, jerr, settle)
+	}
+	e, err := newEngine(ctx, f, o, cfg, cienv.Detect(f.Getenv))
+	if err != nil {
+		return nil, err
+	}
+	if err := openRun(e, dir); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// attemptsBefore copies the run's attempts before its teardown, which
+// updates them in place, so that what it newly confirmed can be told.
+func attemptsBefore(e *lifecycle.Scope) []*receipt.Attempt {
+	st := e.State()
 	before := make([]*receipt.Attempt, len(st.Attempts))
 	for i, a := range st.Attempts {
-		c := *a // the engine updates its state in place
+		c := *a
 		before[i] = &c
 	}
-	r, err := e.Down(ctx)
-	// The teardown's own error first (its exit code); the printing error
-	// when the teardown succeeded (as reportRun).
+	return before
+}
+
+// printRunDown prints what the run's teardown (r, err) destroyed. The
+// teardown's own error comes first (its exit code); the printing error
+// when the teardown succeeded (as reportRun).
+func printRunDown(f *Factory, e *lifecycle.Scope, before []*receipt.Attempt, r *receipt.Receipt, err error) error {
+	st := e.State()
 	if perr := printDown(f, downResult{Schema: "vastrun.down/v1", Label: st.Label, RunID: st.RunID, Simulated: f.Sim, Destroyed: report.NewlyConfirmed(before, r.Attempts)}); err == nil {
 		err = perr
 	}
@@ -132,8 +159,12 @@ func readStateIndex(dir string) (stateIndex, error) {
 	return idx, json.Unmarshal(b, &idx)
 }
 
-// downAll tears down every run that still holds instances, one at a time
-// (each confirms its own label), and reports every failure.
+// downAll tears down every run that still holds instances, together
+// (lifecycle.DownAll: the destroys in bulk, confirmed by listings of the
+// runs' labels, in a few calls however many runs there are), each run
+// recorded as `down --run` records it, and reports every failure. A run
+// whose journal is damaged is torn down on its own first (downDamaged);
+// with team state each run is torn down on its own, under its own lease.
 func downAll(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Config) error {
 	live := report.LiveRuns(cfg.StateDir)
 	if len(live) == 0 {
@@ -150,9 +181,33 @@ func downAll(ctx context.Context, f *Factory, o *WorkflowOptions, cfg *config.Co
 	yes := *o
 	yes.Yes = true // approved once for all of them
 	var errs []error
+	if loc, err := stateLocation(o, cfg); err != nil || loc.Kind == "s3" {
+		for _, r := range live {
+			if err := downRun(ctx, f, &yes, cfg, r.Dir, lifecycle.SweepSettle); err != nil {
+				errs = append(errs, fmt.Errorf("run %s: %w", r.RunID, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	var scopes []*lifecycle.Scope
 	for _, r := range live {
-		if err := downRun(ctx, f, &yes, cfg, r.Dir, lifecycle.SweepSettle); err != nil {
+		e, err := openDown(ctx, f, &yes, cfg, r.Dir, lifecycle.SweepSettle)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("run %s: %w", r.RunID, err))
+		}
+		if e != nil {
+			defer func() { _ = e.Close() }() // releases the journal's lock: its records are fsync'd as appended
+			scopes = append(scopes, e)
+		}
+	}
+	before := make([][]*receipt.Attempt, len(scopes))
+	for i, e := range scopes {
+		before[i] = attemptsBefore(e)
+	}
+	rs, downErrs := lifecycle.DownAll(ctx, scopes)
+	for i, e := range scopes {
+		if err := printRunDown(f, e, before[i], rs[i], downErrs[i]); err != nil {
+			errs = append(errs, fmt.Errorf("run %s: %w", e.State().RunID, err))
 		}
 	}
 	return errors.Join(errs...)

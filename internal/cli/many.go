@@ -17,6 +17,7 @@ import (
 	"github.com/vastrun/vastrun/internal/cienv"
 	"github.com/vastrun/vastrun/internal/config"
 	"github.com/vastrun/vastrun/internal/lifecycle"
+	"github.com/vastrun/vastrun/internal/provider"
 	"github.com/vastrun/vastrun/internal/receipt"
 	"github.com/vastrun/vastrun/internal/team"
 	"github.com/vastrun/vastrun/internal/teamstate"
@@ -80,9 +81,13 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 	if pass == "" {
 		pass = "all"
 	}
-	if _, err := f.Marketplace(ctx); err != nil { // once, before the children share it
+	m, err := f.Marketplace(ctx) // once, before the children share it
+	if err != nil {
 		return nil, err
 	}
+	// The children tear down together (a Ctrl-C ends them all): their
+	// destroys, each a run's own, travel together in bulk calls.
+	grouped := lifecycle.CoalesceDestroys(m)
 	ledger := teamstate.NewMemory(nil)
 	env := cienv.Detect(f.Getenv)
 	engines := make([]*lifecycle.Scope, len(specs))
@@ -103,6 +108,9 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", kind, s.Name, err)
+		}
+		if e.Market == provider.Market(m) { // not a market of its own (a team's fence)
+			e.Market = grouped
 		}
 		if budget > 0 {
 			inner, eng := e.Approve, e
@@ -188,7 +196,7 @@ func runMany(ctx context.Context, f *Factory, o *WorkflowOptions, kind, workflow
 	}
 	ok := passed == len(specs) || (pass == "any" && passed > 0)
 	mr.Outcome = map[bool]receipt.Outcome{true: lifecycle.OutcomePassed, false: lifecycle.OutcomeFailed}[ok]
-	var err error
+	err = nil
 	// A cleanup that is not confirmed always fails the step, whatever pass says.
 	for _, e := range errs {
 		if errors.As(e, new(*lifecycle.CleanupError)) || !ok {

@@ -85,8 +85,58 @@ func TestScripts(t *testing.T) {
 
 type simKey struct{}
 
-// simHolder carries a script's simulator between its commands.
-type simHolder struct{ s *sim.Server }
+// simHolder carries a script's simulator between its commands, and the
+// count of the API calls that reached it.
+type simHolder struct {
+	s     *sim.Server
+	calls apiCalls
+}
+
+// apiCalls counts API calls by kind: "delete-one" (DELETE of one
+// instance), "delete-bulk" (the bulk destroy), "show", "list" (a page of
+// the instance listing) and "other".
+type apiCalls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *apiCalls) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			one := strings.HasPrefix(r.URL.Path, "/api/v0/instances/") && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 3
+			kind := "other"
+			switch {
+			case one && r.Method == http.MethodDelete:
+				kind = "delete-one"
+			case one && r.Method == http.MethodGet:
+				kind = "show"
+			case r.URL.Path == "/api/v0/instances/" && r.Method == http.MethodDelete:
+				kind = "delete-bulk"
+			case r.URL.Path == "/api/v1/instances/":
+				kind = "list"
+			}
+			c.mu.Lock()
+			if c.n == nil {
+				c.n = map[string]int{}
+			}
+			c.n[kind]++
+			c.mu.Unlock()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// String is the counts as "delete-one=N delete-bulk=N show=N list=N
+// other=N", for a script to match.
+func (c *apiCalls) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	for _, k := range []string{"delete-one", "delete-bulk", "show", "list", "other"} {
+		fmt.Fprintf(&b, "%s=%d ", k, c.n[k])
+	}
+	return strings.TrimSpace(b.String())
+}
 
 func scriptSim(ts *testscript.TestScript) *sim.Server {
 	s := ts.Value(simKey{}).(*simHolder).s
@@ -102,7 +152,7 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	sim live N              assert N live (not destroyed) instances
 //	sim rented N            assert N instances were ever rented
 //	sim wait-live N         wait (up to waitLimit) until N instances are live
-//	sim wait-file NAME      wait until a live instance's workspace has NAME
+//	sim wait-file NAME [N]  wait until N live instances' workspaces (1) have NAME
 //	sim fault JSON          inject a fault (see sim.Fault); {live} is the newest live instance's id
 //	sim label               set $LABEL to the newest instance's label
 //	sim call METHOD PATH [BODY]  one raw API call; prints "STATUS BODY"
@@ -113,6 +163,8 @@ func scriptSim(ts *testscript.TestScript) *sim.Server {
 //	                        (container_api_key or account_key)
 //	sim cat NAME            print NAME from the newest instance's workspace,
 //	                        live or destroyed (e.g. .vastrun/agent.log)
+//	sim calls [reset]       print the API calls made since the start (or the
+//	                        last reset) by kind (apiCalls), or reset them
 func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 1 {
 		ts.Fatalf("usage: sim start|live|rented|wait-live|wait-file|fault|label ...")
@@ -125,10 +177,20 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		s, err := sim.New(sim.Config{APIKey: args[1], Clock: clock.NewScaled(time.Now(), speed)})
 		ts.Check(err)
-		srv := httptest.NewServer(s)
+		h := ts.Value(simKey{}).(*simHolder)
+		srv := httptest.NewServer(h.calls.wrap(s))
 		ts.Defer(func() { srv.Close(); s.Close() })
 		ts.Setenv("VAST_URL", srv.URL)
-		ts.Value(simKey{}).(*simHolder).s = s
+		h.s = s
+	case "calls":
+		h := ts.Value(simKey{}).(*simHolder)
+		if len(args) > 1 && args[1] == "reset" {
+			h.calls.mu.Lock()
+			h.calls.n = nil
+			h.calls.mu.Unlock()
+			return
+		}
+		fmt.Fprintln(ts.Stdout(), h.calls.String())
 	case "live", "rented":
 		want, err := strconv.Atoi(args[1])
 		ts.Check(err)
@@ -144,13 +206,19 @@ func cmdSim(ts *testscript.TestScript, neg bool, args []string) {
 		want, _ := strconv.Atoi(args[1])
 		waitFor(ts, func() bool { return len(scriptSim(ts).Snapshot().Live) == want }, "live instances to be "+args[1])
 	case "wait-file":
+		// sim wait-file NAME [N]: until N live instances (1) have NAME.
+		want := 1
+		if len(args) > 2 {
+			want, _ = strconv.Atoi(args[2])
+		}
 		waitFor(ts, func() bool {
+			n := 0
 			for _, in := range scriptSim(ts).Snapshot().Live {
 				if _, err := os.Stat(filepath.Join(in.Sandbox, "workspace", args[1])); err == nil {
-					return true
+					n++
 				}
 			}
-			return false
+			return n >= want
 		}, "file "+args[1]+" on a live instance")
 	case "fault":
 		// {live} in the JSON is the newest live instance's id.

@@ -229,11 +229,16 @@ func destroyConfirm(ctx context.Context, e *Scope, id provider.InstanceID, deadl
 	if err != nil {
 		return err
 	}
+	recordConfirmed(e, id, via)
+	return nil
+}
+
+// recordConfirmed journals id's confirmed destruction and its evidence.
+func recordConfirmed(e *Scope, id provider.InstanceID, via []string) {
 	// A confirmation the journal cannot hold is still a confirmation: it is
 	// kept in memory for the receipt, and the run fails on the journal error.
 	e.Record("done", stepConfirm, runstate.InstanceData{Instance: id, Via: via}) //nolint:errcheck // Record keeps a failed write as the run's journal error, which the run returns
 	e.Infof("instance %d destroyed (confirmed by %v)", id, via)
-	return nil
 }
 
 // listedClean notes a complete, clean listing of the run's label, just
@@ -272,22 +277,46 @@ const LateCreateWindow = 5 * time.Minute
 //     LateCreateWindow after that create was sent (sweepLate).
 //
 // An unconfirmed cleanup is escalated and returned as *CleanupError.
+// TeardownAll does the same for several runs at once, in fewer calls.
 func (e *Scope) Teardown(ctx context.Context) error {
-	// The deadline is kept on the injected clock; the context timeout is a
-	// wall-clock safety net for the same limit.
-	limit := e.TeardownLimit()
-	deadline := e.Now().Add(limit)
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
-	defer cancel()
-	t0 := e.Now()
-	defer func() { e.timings.add("teardown", e.Now().Sub(t0)) }()
-
-	var errs []error
+	t := startTeardown(ctx, e)
 	for _, id := range e.state.Unconfirmed() {
-		if err := destroyConfirm(tctx, e, id, deadline); err != nil {
-			errs = append(errs, err)
+		if err := destroyConfirm(t.ctx, e, id, t.deadline); err != nil {
+			t.errs = append(t.errs, err)
 		}
 	}
+	return t.finish(ctx, false)
+}
+
+// teardown is one run's teardown under way: its deadline, kept on the
+// injected clock, its context, detached from the caller's with a
+// wall-clock safety net for the same limit, and the errors of step 1.
+type teardown struct {
+	e        *Scope
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
+	t0       time.Time
+	errs     []error
+}
+
+func startTeardown(ctx context.Context, e *Scope) *teardown {
+	limit := e.TeardownLimit()
+	t0 := e.Now()
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit+30*time.Second)
+	return &teardown{e: e, ctx: tctx, cancel: cancel, deadline: t0.Add(limit), t0: t0}
+}
+
+// finish runs steps 2 and 3 of Teardown after step 1 (t.errs) and ends
+// the teardown. listed says a complete listing of the run's label, made
+// after step 1, showed it clean (TeardownAll's shared listing): the
+// sweep's own first listing would only repeat it, so it is skipped unless
+// the sweep must see the label stay clean for a while.
+func (t *teardown) finish(ctx context.Context, listed bool) error {
+	e := t.e
+	defer t.cancel()
+	defer func() { e.timings.add("teardown", e.Now().Sub(t.t0)) }()
+	errs := t.errs
 	settle := time.Duration(0)
 	if e.state.AmbiguousRent() {
 		// A rent whose outcome the journal never learned (cancelled or
@@ -296,7 +325,11 @@ func (e *Scope) Teardown(ctx context.Context) error {
 		settle = SweepSettle
 	}
 	var incomplete *incompleteSweepError
-	switch err := sweepLabel(tctx, e, deadline, settle); {
+	sweep := func() error { return sweepLabel(t.ctx, e, t.deadline, settle) }
+	if listed && settle == 0 {
+		sweep = func() error { listedClean(e); return nil }
+	}
+	switch err := sweep(); {
 	case err == nil:
 	case errors.As(err, &incomplete) && settle == 0 && len(errs) == 0 && len(e.state.Unconfirmed()) == 0:
 		if !e.state.PossiblyLiveSince.IsZero() {
@@ -306,7 +339,7 @@ func (e *Scope) Teardown(ctx context.Context) error {
 	default:
 		errs = append(errs, err)
 	}
-	if err := sweepLate(ctx, e, t0); err != nil {
+	if err := sweepLate(ctx, e, t.t0); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {

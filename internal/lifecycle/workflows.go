@@ -204,7 +204,13 @@ func withJournalErr(e *Scope, err error) error {
 // Down tears the run down and records the outcome; a teardown whose
 // records the journal refused fails it, as it fails a run (settle).
 func (e *Scope) Down(ctx context.Context) (*receipt.Receipt, error) {
-	err := withJournalErr(e, e.Teardown(ctx))
+	return recordDown(ctx, e, e.Teardown(ctx))
+}
+
+// recordDown records the run as torn down by a teardown that returned
+// terr: Down's end, and DownAll's for each run.
+func recordDown(ctx context.Context, e *Scope, terr error) (*receipt.Receipt, error) {
+	err := withJournalErr(e, terr)
 	evErr := uploadEvidence(ctx, e)
 	r := finish(ctx, e, OutcomeDown, err)
 	return r, withEvidenceErr(withJournalErr(e, err), evErr, uploadReceipt(ctx, e))
