@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,6 +95,10 @@ type call struct {
 	path   string // begins with /api/
 	query  url.Values
 	body   any // nil sends no body on GET, {} otherwise
+	// ownEnvelope: the caller decodes the body's "success" itself, in the
+	// one pass that decodes the rest (a listing page), and do does not
+	// parse a 2xx body a second time for it.
+	ownEnvelope bool
 }
 
 // response is a raw answer. On an error it still travels back: an error
@@ -149,7 +154,7 @@ func (c *Client) do(ctx context.Context, cl call) (response, error) {
 		return response{status: res.StatusCode, body: b}, ae
 	}
 	var env envelope
-	if json.Unmarshal(b, &env) == nil && env.Success != nil && !*env.Success {
+	if !cl.ownEnvelope && json.Unmarshal(b, &env) == nil && env.Success != nil && !*env.Success {
 		return response{status: res.StatusCode, body: b}, decodeAPIError(cl.op, res.StatusCode, b)
 	}
 	return response{status: res.StatusCode, body: b}, nil
@@ -348,30 +353,45 @@ func (c *Client) ListInstances(ctx context.Context, opts provider.ListOptions) (
 		q.Set("select_cols", briefCols)
 	}
 	var all []provider.Instance
+	var rows []wireInstance // one page's rows, its array reused page after page
 	seen := map[string]bool{}
 	total := -1
 	for page := 0; ; page++ {
 		if page >= maxListPages {
 			return nil, fmt.Errorf("%s: more than %d pages: %w", op, maxListPages, provider.ErrIncompleteListing)
 		}
-		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/instances/", query: q})
+		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/instances/", query: q, ownEnvelope: true})
+		// The decoder fills a reused array's elements in place, so they are
+		// zeroed first: a key one row lacks is zero, not the last page's.
+		clear(rows[:cap(rows)])
+		out := struct {
+			Success        *bool          `json:"success"`
+			Instances      []wireInstance `json:"instances"`
+			TotalInstances *num           `json:"total_instances"`
+			NextToken      *str           `json:"next_token"`
+		}{Instances: rows[:0]}
+		var derr error
+		if err == nil {
+			// One pass reads the page and its success flag (ownEnvelope).
+			derr = decode(op, res.body, &out)
+			if out.Success != nil && !*out.Success {
+				err = decodeAPIError(op, res.status, res.body)
+			}
+		}
 		if err != nil {
 			if page > 0 {
 				return nil, fmt.Errorf("%s: page %d: %w (%w)", op, page+1, provider.ErrIncompleteListing, err)
 			}
 			return nil, err
 		}
-		var out struct {
-			Instances      []wireInstance `json:"instances"`
-			TotalInstances *num           `json:"total_instances"`
-			NextToken      *str           `json:"next_token"`
-		}
-		if err := decode(op, res.body, &out); err != nil {
-			return nil, fmt.Errorf("%w (%w)", provider.ErrIncompleteListing, err)
+		if derr != nil {
+			return nil, fmt.Errorf("%w (%w)", provider.ErrIncompleteListing, derr)
 		}
 		if out.TotalInstances != nil && total < 0 {
 			total = int(*out.TotalInstances)
+			all = slices.Grow(all, min(max(total, 0), 100_000))
 		}
+		rows = out.Instances
 		for _, w := range out.Instances {
 			all = append(all, w.domain())
 		}
