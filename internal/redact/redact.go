@@ -69,7 +69,9 @@ const MinSecretLen = 8
 // short value) that is masked on its own.
 const minPiece = 4
 
-var shapes = regexp.MustCompile(`(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}|hf_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|(?i:bearer)\s+[A-Za-z0-9._~+/-]{16,}=*)`)
+var shapes = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}|hf_[A-Za-z0-9]{30,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|(?i:bearer)\s+[A-Za-z0-9._~+/-]{16,}=*)`)
+})
 
 // shapeAnchors are literals one of which every shape match holds: the
 // regular expression, far slower than the rest of masking, runs only on
@@ -79,7 +81,7 @@ var shapeAnchors = [][]byte{[]byte("gh"), []byte("hf_"), []byte("AKIA"), []byte(
 func maskShapes(b []byte) []byte {
 	for _, a := range shapeAnchors {
 		if bytes.Contains(b, a) {
-			return shapes.ReplaceAll(b, []byte(Mask))
+			return shapes().ReplaceAll(b, []byte(Mask))
 		}
 	}
 	return b
