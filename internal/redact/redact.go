@@ -92,7 +92,8 @@ func maskShapes(b []byte) []byte {
 type Redactor struct {
 	mu     sync.RWMutex
 	values map[string]bool // registered raw values
-	set    *patternSet     // every form of every value; replaced, never changed, by Add
+	set    *patternSet     // every form of every value; replaced, never changed, by patterns
+	stale  bool            // values were added since set was built
 }
 
 // patternSet is what is matched: the text forms as they are, the base64
@@ -116,16 +117,20 @@ func (r *Redactor) Add(values ...string) {
 	if r.values == nil {
 		r.values = map[string]bool{}
 	}
-	added := false
 	for _, v := range values {
 		if len(v) >= minPiece && !r.values[v] {
 			r.values[v] = true
-			added = true
+			// The patterns are built when something is next masked:
+			// building them (every form of every value) took 2.7 ms of a
+			// 0.1 s reap --json, which masks nothing unless it fails.
+			r.stale = true
 		}
 	}
-	if !added {
-		return
-	}
+}
+
+// build makes the pattern set of every registered value. Called with
+// r.mu held for writing.
+func (r *Redactor) build() *patternSet {
 	var text, b64, hexs [][]byte
 	seen := map[string]bool{}
 	longest := 0
@@ -144,15 +149,26 @@ func (r *Redactor) Add(values ...string) {
 		collect(&b64, b)
 		collect(&hexs, h)
 	}
-	r.set = &patternSet{text: newMatcher(text, false), b64: newMatcher(b64, true), hex: newMatcher(hexs, true), longest: longest}
+	return &patternSet{text: newMatcher(text, false), b64: newMatcher(b64, true), hex: newMatcher(hexs, true), longest: longest}
 }
 
+// patterns is the pattern set of every value added so far, built on the
+// first call after an Add.
 func (r *Redactor) patterns() *patternSet {
 	if r == nil {
 		return nil
 	}
 	r.mu.RLock()
-	defer r.mu.RUnlock()
+	set, stale := r.set, r.stale
+	r.mu.RUnlock()
+	if !stale {
+		return set
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stale {
+		r.set, r.stale = r.build(), false
+	}
 	return r.set
 }
 
