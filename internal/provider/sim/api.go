@@ -29,6 +29,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status, b = http.StatusInternalServerError, []byte(`{"success": false, "error": "server_error", "msg": "encode"}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	// The body is whole: it goes with its length, not chunked (as Go sends
+	// a body over 2 KB without one), and a client can size its buffer.
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b) //nolint:errcheck // the client went away; a handler has no one else to tell
 }

@@ -143,7 +143,7 @@ func (c *Client) do(ctx context.Context, cl call) (response, error) {
 		return response{}, &provider.TransportError{Op: cl.op, Err: scrubURLError(err)}
 	}
 	defer res.Body.Close() //nolint:errcheck // the body was read whole; closing it frees the connection and its error tells nothing
-	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	b, err := readBody(res)
 	if err != nil {
 		return response{}, &provider.TransportError{Op: cl.op, Err: fmt.Errorf("read response: %w", err)}
 	}
@@ -158,6 +158,21 @@ func (c *Client) do(ctx context.Context, cl call) (response, error) {
 		return response{status: res.StatusCode, body: b}, decodeAPIError(cl.op, res.StatusCode, b)
 	}
 	return response{status: res.StatusCode, body: b}, nil
+}
+
+// maxBody bounds what one response may hold.
+const maxBody = 64 << 20
+
+// readBody reads a response's body whole, at most maxBody bytes, into a
+// buffer sized from its Content-Length when it has one (io.ReadAll grows
+// from 512 bytes by doubling).
+func readBody(res *http.Response) ([]byte, error) {
+	var buf bytes.Buffer
+	if n := res.ContentLength; n > 0 && n < maxBody {
+		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead free to see EOF without growing
+	}
+	_, err := buf.ReadFrom(io.LimitReader(res.Body, maxBody))
+	return buf.Bytes(), err
 }
 
 // retryAfter reads a Retry-After header: delta-seconds or an HTTP date.

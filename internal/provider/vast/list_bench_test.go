@@ -42,8 +42,10 @@ func BenchmarkListInstancesBrief1000(b *testing.B) {
 		pages[tok] = []byte(sb.String())
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := pages[r.URL.Query().Get("after_token")]
 		w.Header().Set("Content-Type", "application/json")
-		w.Write(pages[r.URL.Query().Get("after_token")]) //nolint:errcheck // a benchmark's server
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		w.Write(b) //nolint:errcheck // a benchmark's server
 	}))
 	b.Cleanup(srv.Close)
 	c, err := New(Options{BaseURL: srv.URL, APIKey: "k"})
