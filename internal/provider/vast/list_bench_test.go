@@ -45,7 +45,7 @@ func BenchmarkListInstancesBrief1000(b *testing.B) {
 		b := pages[r.URL.Query().Get("after_token")]
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		w.Write(b) //nolint:errcheck // a benchmark's server
+		w.Write(b)
 	}))
 	b.Cleanup(srv.Close)
 	c, err := New(Options{BaseURL: srv.URL, APIKey: "k"})
