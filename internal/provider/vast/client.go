@@ -99,6 +99,10 @@ type call struct {
 	// one pass that decodes the rest (a listing page), and do does not
 	// parse a 2xx body a second time for it.
 	ownEnvelope bool
+	// buf, when set, holds the body, reused call after call: the body is
+	// then valid only until the next call with the same buf (a listing's
+	// pages, each decoded before the next is asked for).
+	buf *bytes.Buffer
 }
 
 // response is a raw answer. On an error it still travels back: an error
@@ -143,7 +147,7 @@ func (c *Client) do(ctx context.Context, cl call) (response, error) {
 		return response{}, &provider.TransportError{Op: cl.op, Err: scrubURLError(err)}
 	}
 	defer res.Body.Close() //nolint:errcheck // the body was read whole; closing it frees the connection and its error tells nothing
-	b, err := readBody(res)
+	b, err := readBody(res, cl.buf)
 	if err != nil {
 		return response{}, &provider.TransportError{Op: cl.op, Err: fmt.Errorf("read response: %w", err)}
 	}
@@ -163,11 +167,14 @@ func (c *Client) do(ctx context.Context, cl call) (response, error) {
 // maxBody bounds what one response may hold.
 const maxBody = 64 << 20
 
-// readBody reads a response's body whole, at most maxBody bytes, into a
-// buffer sized from its Content-Length when it has one (io.ReadAll grows
-// from 512 bytes by doubling).
-func readBody(res *http.Response) ([]byte, error) {
-	var buf bytes.Buffer
+// readBody reads a response's body whole, at most maxBody bytes, into buf
+// (a new buffer when nil), sized from its Content-Length when it has one
+// (io.ReadAll grows from 512 bytes by doubling).
+func readBody(res *http.Response, buf *bytes.Buffer) ([]byte, error) {
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	buf.Reset()
 	if n := res.ContentLength; n > 0 && n < maxBody {
 		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead free to see EOF without growing
 	}
@@ -369,13 +376,16 @@ func (c *Client) ListInstances(ctx context.Context, opts provider.ListOptions) (
 	}
 	var all []provider.Instance
 	var rows []wireInstance // one page's rows, its array reused page after page
+	// and its body's buffer: in a process that runs no GC, every fresh
+	// byte is a fresh page to fault in
+	body := new(bytes.Buffer)
 	seen := map[string]bool{}
 	total := -1
 	for page := 0; ; page++ {
 		if page >= maxListPages {
 			return nil, fmt.Errorf("%s: more than %d pages: %w", op, maxListPages, provider.ErrIncompleteListing)
 		}
-		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/instances/", query: q, ownEnvelope: true})
+		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/instances/", query: q, ownEnvelope: true, buf: body})
 		// The decoder fills a reused array's elements in place, so they are
 		// zeroed first: a key one row lacks is zero, not the last page's.
 		clear(rows[:cap(rows)])
