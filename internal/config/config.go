@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -305,7 +306,7 @@ type Verify struct {
 	MinFreeDiskGB float64 `yaml:"min_free_disk_gb"`
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // What gpu.prefer may say (policy.Policy.Prefer).
 const (
@@ -515,7 +516,7 @@ func (c *Config) validate(valueErrs []string) error {
 			errs = append(errs, "image_login needs registry, user_env and token_env (the names of environment variables, never the values)")
 		}
 		for _, kv := range [][2]string{{"user_env", l.UserEnv}, {"token_env", l.TokenEnv}} {
-			if kv[1] != "" && !envName.MatchString(kv[1]) {
+			if kv[1] != "" && !envName().MatchString(kv[1]) {
 				errs = append(errs, fmt.Sprintf("image_login.%s must be an environment variable name (letters, digits, _), not a value", kv[0]))
 			}
 		}
@@ -531,17 +532,17 @@ func (c *Config) validate(valueErrs []string) error {
 		errs = append(errs, fmt.Sprintf("canary.containerfile %q must be a path inside the repository (the build context)", c.Canary.Containerfile))
 	}
 	for _, s := range c.Secrets {
-		if !envName.MatchString(s) {
+		if !envName().MatchString(s) {
 			errs = append(errs, fmt.Sprintf("secrets entry %q must be an environment variable name (letters, digits, _)", s))
 		}
 	}
 	for _, k := range c.Canary.EnvNames {
-		if !envName.MatchString(k) {
+		if !envName().MatchString(k) {
 			errs = append(errs, fmt.Sprintf("canary.env_names entry %q is not a variable name", k))
 		}
 	}
 	for k := range c.Env {
-		if !envName.MatchString(k) {
+		if !envName().MatchString(k) {
 			errs = append(errs, fmt.Sprintf("env key %q is not a variable name (letters, digits, _; not starting with a digit)", k))
 		}
 	}
@@ -659,7 +660,7 @@ func (n Notify) problems() []string {
 	switch {
 	case n.WebhookEnv == "" && len(n.Events) > 0:
 		errs = append(errs, "notify.events needs notify.webhook_env: the name of the environment variable that holds the webhook URL")
-	case n.WebhookEnv != "" && !envName.MatchString(n.WebhookEnv):
+	case n.WebhookEnv != "" && !envName().MatchString(n.WebhookEnv):
 		if strings.Contains(n.WebhookEnv, "://") {
 			errs = append(errs, "notify.webhook_env names an environment variable, not the URL itself (a webhook URL is a secret): write e.g. webhook_env: SLACK_WEBHOOK_URL and export the URL there")
 		} else {

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 
@@ -58,7 +59,9 @@ func (e *TypeError) Error() string {
 }
 
 // yamlTypeMsg is one line of a yaml.TypeError, as yaml.v3 writes it.
-var yamlTypeMsg = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (.+)$")
+var yamlTypeMsg = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (.+)$")
+})
 
 // typeErrors turns yaml.v3's decoder messages into TypeErrors naming the
 // key at each line; an error of another kind comes back unchanged.
@@ -69,7 +72,7 @@ func typeErrors(err error, root *yaml.Node) error {
 	}
 	var out []error
 	for _, msg := range te.Errors {
-		m := yamlTypeMsg.FindStringSubmatch(msg)
+		m := yamlTypeMsg().FindStringSubmatch(msg)
 		if m == nil {
 			out = append(out, errors.New(msg))
 			continue

@@ -112,7 +112,7 @@ func expandVars(s string, lookup func(string) (string, bool)) (out string, unset
 		}
 		body := rest[1:end]
 		name, def, hasDef := strings.Cut(body, ":-")
-		if !envName.MatchString(name) {
+		if !envName().MatchString(name) {
 			return "", nil, fmt.Errorf("${%s}: %q is not a variable name (letters, digits, _; ${NAME:-default} for a default)", body, name)
 		}
 		switch v, ok := lookup(name); {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -20,10 +21,10 @@ import (
 // ErrMutable means the reference names a tag, not a digest.
 var ErrMutable = errors.New("image reference is mutable (a tag, not a digest)")
 
-var digestRE = regexp.MustCompile(`@sha256:[a-f0-9]{64}$`)
+var digestRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`@sha256:[a-f0-9]{64}$`) })
 
 // IsPinned reports whether ref ends in @sha256:<64 hex>.
-func IsPinned(ref string) bool { return digestRE.MatchString(ref) }
+func IsPinned(ref string) bool { return digestRE().MatchString(ref) }
 
 // CheckPinned refuses a mutable reference, naming why.
 func CheckPinned(ref string) error {

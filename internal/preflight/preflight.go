@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -173,7 +174,7 @@ func checkOwnKeys(in Input) []Problem {
 	return ps
 }
 
-var hex64 = regexp.MustCompile(`^[a-f0-9]{64}$`)
+var hex64 = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-f0-9]{64}$`) })
 
 // checkImage parses the reference and insists on a well-formed digest.
 func checkImage(ref string) []Problem {
@@ -183,7 +184,7 @@ func checkImage(ref string) []Problem {
 		switch {
 		case !ok || algo != "sha256":
 			return []Problem{{Field: field, Value: val, What: "the digest must be sha256:<64 hex characters>", Fix: "copy the digest from: crane digest IMAGE (or docker buildx imagetools inspect IMAGE)"}}
-		case !hex64.MatchString(hexPart):
+		case !hex64().MatchString(hexPart):
 			return []Problem{{Field: field, Value: val, What: fmt.Sprintf("a sha256 digest is 64 lowercase hex characters; this one has %d", len(hexPart)),
 				Fix: "copy the whole digest from: crane digest IMAGE (or docker buildx imagetools inspect IMAGE)"}}
 		}

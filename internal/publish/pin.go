@@ -6,12 +6,13 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
 
 // valueRE splits "image: VALUE  # comment" into its parts.
-var valueRE = regexp.MustCompile(`^(image:[ \t]*)("[^"]*"|'[^']*'|[^ \t#]*)(.*)$`)
+var valueRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(image:[ \t]*)("[^"]*"|'[^']*'|[^ \t#]*)(.*)$`) })
 
 // PinConfig rewrites the top-level image: of the YAML file at path to ref,
 // changing only that value: comments, order and layout stay as written.
@@ -50,7 +51,7 @@ func PinConfig(path, ref string) error {
 	}
 	cr := strings.HasSuffix(l, "\r")
 	l = strings.TrimSuffix(l, "\r")
-	m := valueRE.FindStringSubmatch(l)
+	m := valueRE().FindStringSubmatch(l)
 	if m == nil {
 		return fmt.Errorf("pin image in %s: line %d is not image: VALUE", path, line)
 	}

@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -208,13 +209,13 @@ func RepoOf(ref string) string {
 	return ref
 }
 
-var shaRE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+var shaRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`) })
 
 // GitState is HEAD's commit and whether tracked files differ from it.
 // Untracked files do not count: evidence and state directories live there.
 func GitState(ctx context.Context, dir string) (commit string, dirty bool, err error) {
 	out, err := git(ctx, dir, "rev-parse", "HEAD")
-	if err != nil || !shaRE.MatchString(out) {
+	if err != nil || !shaRE().MatchString(out) {
 		return "", false, fmt.Errorf("publish from %s: %w (git rev-parse HEAD: %v); the tag is the commit, so commit first", dir, ErrNotGit, err) //nolint:errorlint // the class is ErrNotGit; the cause is context only
 	}
 	st, err := git(ctx, dir, "status", "--porcelain", "--untracked-files=no")

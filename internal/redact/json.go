@@ -38,7 +38,7 @@ func (r *Redactor) JSON(b []byte) []byte {
 		i = end
 	}
 	res := out.Bytes()
-	if r.Contains(res) || shapes.Match(res) {
+	if r.Contains(res) || shapes().Match(res) {
 		res = r.Bytes(res)
 	}
 	return res

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -151,4 +153,24 @@ func TestUnmaskable(t *testing.T) {
 			t.Errorf("Unmaskable(%q) = %v, want %v", c.v, got, c.want)
 		}
 	}
+}
+
+// The pattern set is built on the first mask after an Add; Adds and masks
+// from many goroutines must still see every value added before the mask
+// began (go test -race).
+func TestLazyPatternsConcurrent(t *testing.T) {
+	r := New("first-secret-value")
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := fmt.Sprintf("secret-number-%d-xyz", i)
+			r.Add(v)
+			if got := r.String("a " + v + " b first-secret-value"); got != "a *** b ***" {
+				t.Errorf("masked %q", got)
+			}
+		}()
+	}
+	wg.Wait()
 }

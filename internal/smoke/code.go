@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // What init reads from the source code: the names the server reads from
@@ -25,14 +26,20 @@ type codeFindings struct {
 }
 
 var (
-	settingsClass = regexp.MustCompile(`(?m)^class\s+\w+\(\s*(?:\w+\.)?BaseSettings\s*\)\s*:`)
-	settingsField = regexp.MustCompile(`(?m)^[ \t]+([a-z_][a-z0-9_]*)\s*:\s*([^=\n]+)`)
-	classEnd      = regexp.MustCompile(`(?m)^\S`)
-	envPrefix     = regexp.MustCompile(`env_prefix\s*=\s*["']([^"']*)["']`)
-	getenvCall    = regexp.MustCompile(`os\.(?:getenv|environ\.get|environ\[)\(?\s*["']([A-Za-z_][A-Za-z0-9_]*)["']`)
+	settingsClass = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?m)^class\s+\w+\(\s*(?:\w+\.)?BaseSettings\s*\)\s*:`)
+	})
+	settingsField = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^[ \t]+([a-z_][a-z0-9_]*)\s*:\s*([^=\n]+)`) })
+	classEnd      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^\S`) })
+	envPrefix     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`env_prefix\s*=\s*["']([^"']*)["']`) })
+	getenvCall    = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`os\.(?:getenv|environ\.get|environ\[)\(?\s*["']([A-Za-z_][A-Za-z0-9_]*)["']`)
+	})
 	// A route the server defines: a decorator or router call (FastAPI,
 	// Flask, express), a Go handler, or a stdlib handler's path test.
-	routeDef = regexp.MustCompile(`(?:\.(?:get|route|api_route|head|all)\(\s*|Handle(?:Func)?\(\s*|path\s*==\s*|path\s+in\s+[(\[{]\s*)["'](/[A-Za-z0-9_./-]*)["']`)
+	routeDef = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?:\.(?:get|route|api_route|head|all)\(\s*|Handle(?:Func)?\(\s*|path\s*==\s*|path\s+in\s+[(\[{]\s*)["'](/[A-Za-z0-9_./-]*)["']`)
+	})
 )
 
 // healthRanks orders the routes a health check uses, best first.
@@ -50,7 +57,7 @@ func readFileEnv(text string, python bool) fileEnv {
 	var f fileEnv
 	if python {
 		f.secrets = settingsSecrets(text)
-		for _, m := range getenvCall.FindAllStringSubmatch(text, -1) {
+		for _, m := range getenvCall().FindAllStringSubmatch(text, -1) {
 			switch name := m[1]; {
 			case name == "PATH" || name == "HOME":
 			case secretLike(name):
@@ -60,7 +67,7 @@ func readFileEnv(text string, python bool) fileEnv {
 			}
 		}
 	}
-	for _, m := range routeDef.FindAllStringSubmatch(text, -1) {
+	for _, m := range routeDef().FindAllStringSubmatch(text, -1) {
 		if healthRank(m[1]) < len(healthRanks) {
 			f.routes = append(f.routes, m[1])
 		}
@@ -71,20 +78,20 @@ func readFileEnv(text string, python bool) fileEnv {
 // settingsSecrets are the credentials a pydantic settings class reads.
 // Its other fields have defaults in the code: they are not reported.
 func settingsSecrets(text string) []string {
-	loc := settingsClass.FindStringIndex(text)
+	loc := settingsClass().FindStringIndex(text)
 	if loc == nil {
 		return nil
 	}
 	prefix := ""
-	if m := envPrefix.FindStringSubmatch(text); m != nil {
+	if m := envPrefix().FindStringSubmatch(text); m != nil {
 		prefix = m[1]
 	}
 	body := text[loc[1]:]
-	if end := classEnd.FindStringIndex(body); end != nil {
+	if end := classEnd().FindStringIndex(body); end != nil {
 		body = body[:end[0]]
 	}
 	var out []string
-	for _, m := range settingsField.FindAllStringSubmatch(body, -1) {
+	for _, m := range settingsField().FindAllStringSubmatch(body, -1) {
 		name := strings.ToUpper(prefix + m[1])
 		if m[1] != "model_config" && (strings.Contains(m[2], "SecretStr") || secretLike(name)) {
 			out = append(out, name)
@@ -225,10 +232,16 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 var (
-	importLine  = regexp.MustCompile(`(?m)^[ \t]*import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)`)
-	fromLine    = regexp.MustCompile(`(?m)^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)`)
-	appRef      = regexp.MustCompile(`^([A-Za-z_][\w.]*):[A-Za-z_]\w*(?:\(\))?$`)
-	scriptEntry = regexp.MustCompile(`^\s*["']?([\w.-]+)["']?\s*=\s*["']([\w.]+):[\w.]+["']`)
+	importLine = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?m)^[ \t]*import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)`)
+	})
+	fromLine = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?m)^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)`)
+	})
+	appRef      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([A-Za-z_][\w.]*):[A-Za-z_]\w*(?:\(\))?$`) })
+	scriptEntry = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^\s*["']?([\w.-]+)["']?\s*=\s*["']([\w.]+):[\w.]+["']`)
+	})
 )
 
 // pyServerFiles is the set of Python files the smoke's server runs: its
@@ -272,8 +285,8 @@ func pyEntries(dir, smoke string, depth int) []string {
 			out = append(out, repoFile(dir, tok)...)
 		case tok == "-m" && i+1 < len(f):
 			out = append(out, resolveModule(dir, []string{"", "src"}, f[i+1])...)
-		case appRef.MatchString(tok):
-			out = append(out, resolveModule(dir, []string{"", "src"}, appRef.FindStringSubmatch(tok)[1])...)
+		case appRef().MatchString(tok):
+			out = append(out, resolveModule(dir, []string{"", "src"}, appRef().FindStringSubmatch(tok)[1])...)
 		case strings.HasSuffix(tok, ".sh") && depth == 0:
 			if b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(path.Clean(tok)))); err == nil && len(b) < 64<<10 && !strings.HasPrefix(path.Clean(tok), "..") {
 				out = append(out, pyEntries(dir, string(b), 1)...)
@@ -313,7 +326,7 @@ func consoleScript(dir, name string) string {
 			in = t == "[project.scripts]" || t == "[tool.poetry.scripts]"
 			continue
 		}
-		if m := scriptEntry.FindStringSubmatch(line); in && m != nil && m[1] == name {
+		if m := scriptEntry().FindStringSubmatch(line); in && m != nil && m[1] == name {
 			return m[2]
 		}
 	}
@@ -343,12 +356,12 @@ func resolveModule(dir string, roots []string, mod string) []string {
 // pyImports lists the repository files a Python file imports.
 func pyImports(dir, rel, text string, roots []string) []string {
 	var out []string
-	for _, m := range importLine.FindAllStringSubmatch(text, -1) {
+	for _, m := range importLine().FindAllStringSubmatch(text, -1) {
 		for _, item := range strings.Split(m[1], ",") {
 			out = append(out, resolveModule(dir, roots, strings.Fields(item)[0])...)
 		}
 	}
-	for _, m := range fromLine.FindAllStringSubmatch(text, -1) {
+	for _, m := range fromLine().FindAllStringSubmatch(text, -1) {
 		dots, mod := len(m[1]), m[2]
 		rs := roots
 		if dots > 0 {

@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/vastrun/vastrun/internal/config"
 )
@@ -51,7 +52,7 @@ type Proposal struct {
 // notInputs are names the machine or the image provides, never inputs.
 var notInputs = map[string]bool{"PATH": true, "HOME": true, "HOSTNAME": true, "PWD": true, "USER": true, "SHELL": true, "LANG": true, "TZ": true}
 
-var portFlag = regexp.MustCompile(`--[a-z-]*port[= ](\d{2,5})\b`)
+var portFlag = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`--[a-z-]*port[= ](\d{2,5})\b`) })
 
 // ErrNoSmoke means init found no command that starts the server or runs
 // the smoke: a contract without one is one validate rejects, so it is
@@ -109,7 +110,7 @@ func Init(dir string) (Proposal, error) {
 	p.addSources(code.sources...)
 
 	ports := append(append([]int{}, compose.ports...), docker.ports...)
-	for _, m := range portFlag.FindAllStringSubmatch(p.Canary.Smoke, -1) {
+	for _, m := range portFlag().FindAllStringSubmatch(p.Canary.Smoke, -1) {
 		if n, err := strconv.Atoi(m[1]); err == nil && n < 65536 {
 			ports = append(ports, n)
 		}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -85,8 +86,10 @@ type ciWorkflow struct {
 }
 
 var (
-	secretRef = regexp.MustCompile(`\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
-	testRun   = regexp.MustCompile(`(?m)^\s*((?:poetry run |uv run |python3? -m )?pytest\b.*|task test\b.*|nox\b.*|make test\b.*|go test\b.*|npm (?:run )?test\b.*|tox\b.*)$`)
+	secretRef = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`) })
+	testRun   = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?m)^\s*((?:poetry run |uv run |python3? -m )?pytest\b.*|task test\b.*|nox\b.*|make test\b.*|go test\b.*|npm (?:run )?test\b.*|tox\b.*)$`)
+	})
 )
 
 // ciFindings is what the CI workflow that runs the tests says.
@@ -114,7 +117,7 @@ func readCI(dir string) (ciFindings, bool) {
 		}
 		if f, ok := ciTestStep(wf); ok {
 			f.file = filepath.ToSlash(mustRel(dir, p))
-			for _, sm := range secretRef.FindAllStringSubmatch(string(b), -1) {
+			for _, sm := range secretRef().FindAllStringSubmatch(string(b), -1) {
 				if sm[1] != "GITHUB_TOKEN" && !contains(f.secrets, sm[1]) {
 					f.secrets = append(f.secrets, sm[1])
 				}
@@ -137,7 +140,7 @@ func ciTestStep(wf ciWorkflow) (ciFindings, bool) {
 	for _, j := range jobs {
 		job := wf.Jobs[j]
 		for _, st := range job.Steps {
-			m := testRun.FindStringSubmatch(st.Run)
+			m := testRun().FindStringSubmatch(st.Run)
 			if m == nil || strings.Contains(st.Run, "docker") {
 				continue
 			}
@@ -157,7 +160,7 @@ func (f *ciFindings) addEnv(src map[string]any) {
 	for k, v := range src {
 		s := fmt.Sprint(v)
 		switch {
-		case secretRef.MatchString(s):
+		case secretRef().MatchString(s):
 			f.secrets = append(f.secrets, k)
 		case strings.Contains(s, "${{") || !isName(k) || ciOnly[k]:
 		default:
@@ -264,7 +267,9 @@ func noxfile(dir string) (string, bool) {
 // ciImage is the first image a workflow names (a build-push step's tags:,
 // a metadata step's images:, a job's image:), from a registry host, with
 // no ${{ }} in it.
-var ciImageRE = regexp.MustCompile(`(?m)^\s*-?\s*(?:tags|images|image):\s*["']?([a-z0-9.-]+\.[a-z]{2,}(?::\d+)?/[A-Za-z0-9._/-]+(?::[A-Za-z0-9._-]+)?)`)
+var ciImageRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^\s*-?\s*(?:tags|images|image):\s*["']?([a-z0-9.-]+\.[a-z]{2,}(?::\d+)?/[A-Za-z0-9._/-]+(?::[A-Za-z0-9._-]+)?)`)
+})
 
 func ciImage(dir string) (image, file string) {
 	paths, _ := filepath.Glob(filepath.Join(dir, ".github", "workflows", "*.y*ml"))
@@ -274,7 +279,7 @@ func ciImage(dir string) (image, file string) {
 		if err != nil {
 			continue
 		}
-		if m := ciImageRE.FindStringSubmatch(string(b)); m != nil {
+		if m := ciImageRE().FindStringSubmatch(string(b)); m != nil {
 			return m[1], filepath.ToSlash(mustRel(dir, p))
 		}
 	}

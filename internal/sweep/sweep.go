@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -40,7 +41,7 @@ type File struct {
 	Grid map[string][]string `yaml:"grid"`
 }
 
-var envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`) })
 
 // Load reads and checks path. Config comes back relative to the working
 // directory and Concurrency at least 1. A missing file's error wraps
@@ -77,7 +78,7 @@ func Parse(path string, b []byte) (*File, error) {
 	n := 1
 	for _, k := range sortedKeys(s.Grid) {
 		vs := s.Grid[k]
-		if !envName.MatchString(k) {
+		if !envName().MatchString(k) {
 			errs = append(errs, fmt.Sprintf("grid key %q must be an environment variable name (A-Z, 0-9, _)", k))
 		}
 		if len(vs) == 0 {
@@ -119,7 +120,7 @@ func (s *File) Points() []map[string]string {
 	return out
 }
 
-var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9=._-]`)
+var unsafeName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-zA-Z0-9=._-]`) })
 
 // PointName names a point for its evidence directory: key=value pairs,
 // keys lower-cased and sorted, with anything but letters, digits and
@@ -129,7 +130,7 @@ func PointName(p map[string]string) string {
 	for _, k := range sortedKeys(p) {
 		parts = append(parts, strings.ToLower(k)+"="+p[k])
 	}
-	return unsafeName.ReplaceAllString(strings.Join(parts, ","), "_")
+	return unsafeName().ReplaceAllString(strings.Join(parts, ","), "_")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -29,6 +29,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status, b = http.StatusInternalServerError, []byte(`{"success": false, "error": "server_error", "msg": "encode"}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	// The body is whole: it goes with its length, not chunked (as Go sends
+	// a body over 2 KB without one), and a client can size its buffer.
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b) //nolint:errcheck // the client went away; a handler has no one else to tell
 }
@@ -610,14 +613,22 @@ func (s *Server) hidden(in *instance) bool {
 	if in.hiddenUntil.IsZero() || in.landed {
 		return false
 	}
-	if s.clock.Now().Before(in.hiddenUntil) {
+	return s.hiddenAt(in, s.clock.Now())
+}
+
+// hiddenAt is hidden as of now (one clock reading for a whole listing).
+func (s *Server) hiddenAt(in *instance, now time.Time) bool {
+	if in.hiddenUntil.IsZero() || in.landed {
+		return false
+	}
+	if now.Before(in.hiddenUntil) {
 		return true
 	}
 	in.landed = true
 	if in.Label != "" {
 		live := 0
 		for _, other := range s.instances {
-			if !other.Destroyed && other.Label == in.Label && !s.hidden(other) {
+			if !other.Destroyed && other.Label == in.Label && !s.hiddenAt(other, now) {
 				live++
 			}
 		}
@@ -666,8 +677,12 @@ func parseEnv(raw json.RawMessage) [][2]string {
 // advance runs an instance's due transitions and carries out what they
 // need outside the state (killing a paused container's processes). Called
 // with s.mu held.
-func (s *Server) advance(in *instance) {
-	in.advance(s.clock.Now())
+func (s *Server) advance(in *instance) { s.advanceAt(in, s.clock.Now()) }
+
+// advanceAt is advance to now: a listing reads the clock once and
+// advances every instance it looks at to that one instant, as a snapshot.
+func (s *Server) advanceAt(in *instance, now time.Time) {
+	in.advance(now)
 	if in.killPending {
 		in.killPending = false
 		s.killSessions(in)
@@ -677,10 +692,18 @@ func (s *Server) advance(in *instance) {
 // visible advances an instance and reports whether reads may see it,
 // consuming one read of any read-after-create lag. Called with s.mu held.
 func (s *Server) visible(in *instance) bool {
-	if in == nil || in.Destroyed || s.hidden(in) {
+	if in == nil {
 		return false
 	}
-	s.advance(in)
+	return s.visibleAt(in, s.clock.Now())
+}
+
+// visibleAt is visible with the clock read as now (see advanceAt).
+func (s *Server) visibleAt(in *instance, now time.Time) bool {
+	if in == nil || in.Destroyed || s.hiddenAt(in, now) {
+		return false
+	}
+	s.advanceAt(in, now)
 	if in.readLag > 0 {
 		in.readLag--
 		return false
@@ -856,6 +879,7 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 	// many instances the account holds. s.order is ascending by id (ids
 	// only grow), so no sort is needed.
 	s.mu.Lock()
+	now := s.clock.Now()
 	labelCounts := map[string]int{}
 	var picked []*instance // the page, plus one to know whether more follow
 	total := 0
@@ -864,7 +888,7 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 			k = len(s.order) - 1 - k
 		}
 		in := s.instances[s.order[k]]
-		if !s.visible(in) {
+		if !s.visibleAt(in, now) {
 			continue
 		}
 		labelCounts[in.Label]++
@@ -881,32 +905,44 @@ func (s *Server) handleListV1(w http.ResponseWriter, r *http.Request, _ int64) {
 	}
 	more := len(picked) > limit
 	picked = picked[:min(limit, len(picked))]
-	page := make([]map[string]any, 0, len(picked))
+	page := make([]any, 0, len(picked))
+	brief := slices.Sorted(slices.Values(cols)) // a row's keys in the order json.Marshal writes a map's
 	for _, in := range picked {
-		if row := briefRow(in, cols); row != nil {
+		if row := briefRow(in, brief); row != nil {
 			page = append(page, row)
 			continue
 		}
-		page = append(page, s.instanceRow(in))
+		row := s.instanceRow(in)
+		if cols != nil {
+			kept := make(map[string]any, len(cols))
+			for _, c := range cols {
+				kept[c] = row[c]
+			}
+			row = kept
+		}
+		page = append(page, row)
 	}
 	s.mu.Unlock()
 	var next any
 	if more {
 		next = base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf("id:%d", picked[len(picked)-1].ID)))
 	}
-	if cols != nil {
-		for i, row := range page {
-			kept := make(map[string]any, len(cols))
-			for _, c := range cols {
-				kept[c] = row[c]
-			}
-			page[i] = kept
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"success": true, "instances_found": len(page), "total_instances": total,
-		"label_counts": labelCounts, "next_token": next, "instances": page,
+	writeJSON(w, http.StatusOK, listPage{
+		Success: true, InstancesFound: len(page), TotalInstances: total,
+		LabelCounts: labelCounts, NextToken: next, Instances: page,
 	})
+}
+
+// listPage is a v1 listing page. Its fields are in the order json.Marshal
+// writes a map's keys (sorted), so a page reads byte for byte as the map
+// it replaced; a struct is encoded without sorting keys on every page.
+type listPage struct {
+	Instances      []any          `json:"instances"`
+	InstancesFound int            `json:"instances_found"`
+	LabelCounts    map[string]int `json:"label_counts"`
+	NextToken      any            `json:"next_token"`
+	Success        bool           `json:"success"`
+	TotalInstances int            `json:"total_instances"`
 }
 
 // briefColumns render the columns a brief listing asks for (select_cols)
@@ -921,21 +957,55 @@ var briefColumns = map[string]func(in *instance) any{
 	"next_state":      func(in *instance) any { return in.Next },
 }
 
-// briefRow renders only cols when every one of them is a brief column;
-// nil otherwise (the whole row is rendered, then cut to cols).
-func briefRow(in *instance, cols []string) map[string]any {
+// briefRow renders only cols (sorted, no repeats) when every one of them
+// is a brief column, as the JSON object json.Marshal would write for the
+// map of those columns (TestBriefRowIsTheMapsJSON); nil otherwise (the
+// whole row is rendered, then cut to cols).
+func briefRow(in *instance, cols []string) json.RawMessage {
 	if len(cols) == 0 {
 		return nil
 	}
-	row := make(map[string]any, len(cols))
-	for _, c := range cols {
+	b := make([]byte, 0, 192)
+	for i, c := range cols {
 		f, ok := briefColumns[c]
-		if !ok {
+		if !ok || (i > 0 && cols[i-1] == c) {
 			return nil
 		}
-		row[c] = f(in)
+		if i == 0 {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(append(append(b, '"'), c...), `":`...) // column names are plain ASCII
+		switch v := f(in).(type) {
+		case nil:
+			b = append(b, "null"...)
+		case int64:
+			b = strconv.AppendInt(b, v, 10)
+		default:
+			if s, ok := v.(string); ok && plainJSON(s) {
+				b = append(append(append(b, '"'), s...), '"')
+				continue
+			}
+			j, err := json.Marshal(v)
+			if err != nil {
+				return nil
+			}
+			b = append(b, j...)
+		}
 	}
-	return row
+	return append(b, '}')
+}
+
+// plainJSON: s is printable ASCII that json.Marshal writes as is, between
+// quotes (no quote, backslash or HTML character to escape).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // orNil is a string column that is null when empty.

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,6 +95,14 @@ type call struct {
 	path   string // begins with /api/
 	query  url.Values
 	body   any // nil sends no body on GET, {} otherwise
+	// ownEnvelope: the caller decodes the body's "success" itself, in the
+	// one pass that decodes the rest (a listing page), and do does not
+	// parse a 2xx body a second time for it.
+	ownEnvelope bool
+	// buf, when set, holds the body, reused call after call: the body is
+	// then valid only until the next call with the same buf (a listing's
+	// pages, each decoded before the next is asked for).
+	buf *bytes.Buffer
 }
 
 // response is a raw answer. On an error it still travels back: an error
@@ -138,7 +147,7 @@ func (c *Client) do(ctx context.Context, cl call) (response, error) {
 		return response{}, &provider.TransportError{Op: cl.op, Err: scrubURLError(err)}
 	}
 	defer res.Body.Close() //nolint:errcheck // the body was read whole; closing it frees the connection and its error tells nothing
-	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<20))
+	b, err := readBody(res, cl.buf)
 	if err != nil {
 		return response{}, &provider.TransportError{Op: cl.op, Err: fmt.Errorf("read response: %w", err)}
 	}
@@ -149,10 +158,28 @@ func (c *Client) do(ctx context.Context, cl call) (response, error) {
 		return response{status: res.StatusCode, body: b}, ae
 	}
 	var env envelope
-	if json.Unmarshal(b, &env) == nil && env.Success != nil && !*env.Success {
+	if !cl.ownEnvelope && json.Unmarshal(b, &env) == nil && env.Success != nil && !*env.Success {
 		return response{status: res.StatusCode, body: b}, decodeAPIError(cl.op, res.StatusCode, b)
 	}
 	return response{status: res.StatusCode, body: b}, nil
+}
+
+// maxBody bounds what one response may hold.
+const maxBody = 64 << 20
+
+// readBody reads a response's body whole, at most maxBody bytes, into buf
+// (a new buffer when nil), sized from its Content-Length when it has one
+// (io.ReadAll grows from 512 bytes by doubling).
+func readBody(res *http.Response, buf *bytes.Buffer) ([]byte, error) {
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	buf.Reset()
+	if n := res.ContentLength; n > 0 && n < maxBody {
+		buf.Grow(int(n) + bytes.MinRead) // ReadFrom wants MinRead free to see EOF without growing
+	}
+	_, err := buf.ReadFrom(io.LimitReader(res.Body, maxBody))
+	return buf.Bytes(), err
 }
 
 // retryAfter reads a Retry-After header: delta-seconds or an HTTP date.
@@ -348,30 +375,48 @@ func (c *Client) ListInstances(ctx context.Context, opts provider.ListOptions) (
 		q.Set("select_cols", briefCols)
 	}
 	var all []provider.Instance
+	var rows []wireInstance // one page's rows, its array reused page after page
+	// and its body's buffer: in a process that runs no GC, every fresh
+	// byte is a fresh page to fault in
+	body := new(bytes.Buffer)
 	seen := map[string]bool{}
 	total := -1
 	for page := 0; ; page++ {
 		if page >= maxListPages {
 			return nil, fmt.Errorf("%s: more than %d pages: %w", op, maxListPages, provider.ErrIncompleteListing)
 		}
-		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/instances/", query: q})
+		res, err := c.do(ctx, call{op: op, method: http.MethodGet, path: "/api/v1/instances/", query: q, ownEnvelope: true, buf: body})
+		// The decoder fills a reused array's elements in place, so they are
+		// zeroed first: a key one row lacks is zero, not the last page's.
+		clear(rows[:cap(rows)])
+		out := struct {
+			Success        *bool          `json:"success"`
+			Instances      []wireInstance `json:"instances"`
+			TotalInstances *num           `json:"total_instances"`
+			NextToken      *str           `json:"next_token"`
+		}{Instances: rows[:0]}
+		var derr error
+		if err == nil {
+			// One pass reads the page and its success flag (ownEnvelope).
+			derr = decode(op, res.body, &out)
+			if out.Success != nil && !*out.Success {
+				err = decodeAPIError(op, res.status, res.body)
+			}
+		}
 		if err != nil {
 			if page > 0 {
 				return nil, fmt.Errorf("%s: page %d: %w (%w)", op, page+1, provider.ErrIncompleteListing, err)
 			}
 			return nil, err
 		}
-		var out struct {
-			Instances      []wireInstance `json:"instances"`
-			TotalInstances *num           `json:"total_instances"`
-			NextToken      *str           `json:"next_token"`
-		}
-		if err := decode(op, res.body, &out); err != nil {
-			return nil, fmt.Errorf("%w (%w)", provider.ErrIncompleteListing, err)
+		if derr != nil {
+			return nil, fmt.Errorf("%w (%w)", provider.ErrIncompleteListing, derr)
 		}
 		if out.TotalInstances != nil && total < 0 {
 			total = int(*out.TotalInstances)
+			all = slices.Grow(all, min(max(total, 0), 100_000))
 		}
+		rows = out.Instances
 		for _, w := range out.Instances {
 			all = append(all, w.domain())
 		}

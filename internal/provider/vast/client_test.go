@@ -434,6 +434,34 @@ func TestListPaginatesAndRefusesPartial(t *testing.T) {
 	}
 }
 
+// Pages decode into one reused array: a row reads only its own page. A
+// field a row lacks is zero, never the value the same slot held a page
+// before; and a page answered 200 {"success": false} fails the listing as
+// an API error, page one or a later one.
+func TestListPagesDoNotLeakAndSuccessFalseFails(t *testing.T) {
+	s, c, _ := newServer(t)
+	s.on("GET /api/v1/instances/",
+		ok(`{"success":true,"total_instances":2,"next_token":"t1","instances":[{"id":1,"label":"a","gpu_name":"X","ssh_port":22,"is_bid":true}]}`),
+		ok(`{"success":true,"total_instances":2,"next_token":null,"instances":[{"id":2}]}`))
+	got, err := c.ListInstances(context.Background(), provider.ListOptions{})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("list: %v %+v", err, got)
+	}
+	if got[0].Label != "a" || got[0].GPUName != "X" || got[1].ID != 2 || got[1].Label != "" || got[1].GPUName != "" || got[1].SSHPort != 0 || got[1].IsBid {
+		t.Fatalf("rows = %+v", got)
+	}
+	refused := `{"success":false,"error":"invalid_args","msg":"nope","instances":[]}`
+	s.on("GET /api/v1/instances/", ok(refused))
+	var apiErr *provider.APIError
+	if _, err := c.ListInstances(context.Background(), provider.ListOptions{}); !errors.As(err, &apiErr) || apiErr.Status != 200 || apiErr.Code != "invalid_args" {
+		t.Fatalf("page one success false: %v", err)
+	}
+	s.on("GET /api/v1/instances/", ok(`{"success":true,"total_instances":2,"next_token":"t1","instances":[{"id":1}]}`), ok(refused))
+	if _, err := c.ListInstances(context.Background(), provider.ListOptions{}); !errors.As(err, &apiErr) || apiErr.Code != "invalid_args" || !errors.Is(err, provider.ErrIncompleteListing) {
+		t.Fatalf("page two success false: %v", err)
+	}
+}
+
 func TestDestroyTreatsGoneAsDone(t *testing.T) {
 	s, c, _ := newServer(t)
 	s.on("DELETE /api/v0/instances/1/", status(404, `{"success":false,"error":"not_found","msg":"Instance not found"}`))

@@ -44,3 +44,32 @@ func FuzzDecodeWire(f *testing.F) {
 		decodePermissions(b)
 	})
 }
+
+// FuzzScalarFastPaths holds str's and num's fast paths (plainString,
+// isNumber) to what json.Unmarshal gives for the same literal: the fast
+// path may decline, but what it takes it reads exactly as json does, and
+// it never takes what json rejects.
+func FuzzScalarFastPaths(f *testing.F) {
+	for _, s := range []string{`"running"`, `"a b"`, `"é"`, `"a\"b"`, `"a\\u0041"`, `"`, `""`, `"a"b"`, "\"a\tb\"",
+		`0`, `-0`, `12`, `012`, `1.`, `.5`, `1.5e3`, `1E+2`, `-1e-2`, `1e`, `0x10`, `Inf`, `-Inf`, `+1`, `1e400`, `1_0`, `NaN`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, ok := plainString(b); ok {
+			var want string
+			if err := json.Unmarshal(b, &want); err != nil || got != want {
+				t.Fatalf("plainString(%q) = %q; json: %q, %v", b, got, want, err)
+			}
+		}
+		if isNumber(b) && !json.Valid(b) {
+			t.Fatalf("isNumber(%q), but json rejects it", b)
+		}
+		var n num
+		if err := n.UnmarshalJSON(b); err == nil && isNumber(b) {
+			var want float64
+			if err := json.Unmarshal(b, &want); err != nil || float64(n) != want {
+				t.Fatalf("num(%q) = %v; json: %v, %v", b, n, want, err)
+			}
+		}
+	})
+}

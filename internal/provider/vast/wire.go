@@ -31,9 +31,11 @@ func (n *num) UnmarshalJSON(b []byte) error {
 		*n = 0
 		return nil
 	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
+		s, ok := plainString(b)
+		if !ok {
+			if err := json.Unmarshal(b, &s); err != nil {
+				return err
+			}
 		}
 		s = strings.TrimSpace(s)
 		if s == "" {
@@ -48,12 +50,80 @@ func (n *num) UnmarshalJSON(b []byte) error {
 		*n = num(f)
 		return nil
 	}
+	if isNumber(b) {
+		if f, err := strconv.ParseFloat(string(b), 64); err == nil {
+			*n = num(f)
+			return nil
+		}
+	}
 	var f float64
 	if err := json.Unmarshal(b, &f); err != nil {
 		return err
 	}
 	*n = num(f)
 	return nil
+}
+
+// plainString is a JSON string literal's value when the literal is
+// printable ASCII without escapes (most of what Vast sends): the bytes
+// between the quotes, as json.Unmarshal would give them. A decoder calls
+// UnmarshalJSON once per field, and a nested json.Unmarshal for each (a
+// validating pass, then a decode) was most of a listing page's decode.
+// ok is false for anything else, which json.Unmarshal then reads.
+func plainString(b []byte) (string, bool) {
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return "", false
+	}
+	in := b[1 : len(b)-1]
+	for _, c := range in {
+		if c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	return string(in), true
+}
+
+// isNumber reports whether b is a JSON number (RFC 8259 §6):
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?. strconv.ParseFloat
+// accepts more (hex, "Inf", "1."), so it reads only what this admits.
+func isNumber(b []byte) bool {
+	digits := func(i int) int { // the index after a run of digits from i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		i = digits(i)
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		j := digits(i + 1)
+		if j == i+1 {
+			return false
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := digits(i)
+		if j == i {
+			return false
+		}
+		i = j
+	}
+	return i == len(b)
 }
 
 // str decodes a string, a number (as its text) or null.
@@ -66,9 +136,11 @@ func (s *str) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if b[0] == '"' {
-		var v string
-		if err := json.Unmarshal(b, &v); err != nil {
-			return err
+		v, ok := plainString(b)
+		if !ok {
+			if err := json.Unmarshal(b, &v); err != nil {
+				return err
+			}
 		}
 		*s = str(strings.TrimSpace(v))
 		return nil
