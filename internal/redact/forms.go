@@ -89,7 +89,7 @@ func urlForms(v string) []string {
 // shlex.quote '"'"'), double quotes, bash's printf %q, and bash's $'...'.
 func shellForms(v string) []string {
 	return []string{strings.ReplaceAll(v, "'", `'\''`), strings.ReplaceAll(v, "'", `'"'"'`),
-		doubleQuoted(v), bashBackslash(v), bashANSIC(v, true), bashANSIC(v, false)}
+		doubleQuoted(v), bashBackslash(v, false), bashBackslash(v, true), bashANSIC(v, true), bashANSIC(v, false)}
 }
 
 // htmlForms is v HTML-escaped: & < > always, and the quotes as each
@@ -278,14 +278,22 @@ func upperUnicodeEscapes(s string) string {
 	return string(b)
 }
 
-// bashBackslash is bash's printf %q for a printable string.
-func bashBackslash(v string) string {
+// bashBackslash is bash's printf %q for a printable string
+// (sh_backslash_quote, lib/sh/shquote.c). With tilde set, as bash 5 writes
+// it: a '~' that would expand (first, or after '=' or ':') and a leading
+// '#' are escaped too; older bash leaves both.
+func bashBackslash(v string, tilde bool) string {
 	var b strings.Builder
-	for _, r := range v {
-		if strings.ContainsRune(" '\"\\$`,!^&|;()<>[]{}*?\t", r) {
+	var prev rune
+	for i, r := range v {
+		switch {
+		case strings.ContainsRune(" '\"\\$`,!^&|;()<>[]{}*?\t", r),
+			tilde && r == '~' && (i == 0 || prev == '=' || prev == ':'),
+			tilde && r == '#' && i == 0:
 			b.WriteByte('\\')
 		}
 		b.WriteRune(r)
+		prev = r
 	}
 	return b.String()
 }

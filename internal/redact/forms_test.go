@@ -145,7 +145,7 @@ func maskedEveryWay(r *Redactor, artifact string, rng *rand.Rand) map[string][]b
 	return out
 }
 
-// TestEveryFormOfRandomSecrets prints seven random secrets (quotes, slash,
+// TestEveryFormOfRandomSecrets prints seven random secrets and two fixed ones (quotes, slash,
 // backslash, space, é, ☃; one spanning two lines) in every form through
 // the real encoders and masks each artifact every way a sink does: no
 // form may show. VASTRUN_FORMS_TABLE=1 prints the table of forms masked.
@@ -163,6 +163,10 @@ func TestEveryFormOfRandomSecrets(t *testing.T) {
 		}
 		secrets = append(secrets, s)
 	}
+	// Where bash 5's printf %q escapes a tilde (first, after '=' or ':')
+	// or a '#' (first) and older bash does not: random secrets reach
+	// those only now and then (CI's canary scenario met "=~").
+	secrets = append(secrets, `~lead=~eq:~colon ~space/~slash"q'é☃\\`, `#hash=~x~y`)
 	var forms []map[string]string
 	python(t, printForms, secrets, &forms)
 	text, err := redacttest.ValueForms(secrets)
