@@ -165,20 +165,31 @@ func (c Confirmer) listFor(ctx context.Context, labels map[provider.InstanceID]s
 		}
 	}
 	listed := map[provider.InstanceID]bool{}
+	list, complete := listLabels(ctx, c.Market, want) // a label not complete: its ids are read by id
+	for _, in := range list {
+		listed[in.ID] = true
+	}
+	return listed, complete
+}
+
+// listLabels lists labels completely, maxListedLabels to a listing, and
+// returns what the listings showed and the labels whose listing completed.
+// A listing that fails is no verdict on its labels: they are left out of
+// complete.
+func listLabels(ctx context.Context, m provider.InstanceReader, labels []string) ([]provider.Instance, map[string]bool) {
+	var shown []provider.Instance
 	complete := map[string]bool{}
-	for chunk := range slices.Chunk(want, maxListedLabels) {
-		list, err := c.Market.ListInstances(ctx, provider.ListOptions{Labels: chunk, Brief: true})
+	for chunk := range slices.Chunk(labels, maxListedLabels) {
+		list, err := m.ListInstances(ctx, provider.ListOptions{Labels: chunk, Brief: true})
 		if err != nil {
-			continue // no verdict: those ids are read by id
+			continue
 		}
 		for _, l := range chunk {
 			complete[l] = true
 		}
-		for _, in := range list {
-			listed[in.ID] = true
-		}
+		shown = append(shown, list...)
 	}
-	return listed, complete
+	return shown, complete
 }
 
 func orErr(err, fallback error) error {

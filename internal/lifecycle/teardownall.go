@@ -107,20 +107,12 @@ func teardownKnown(ctx context.Context, ts []*teardown) map[string]bool {
 		}
 	}
 
-	clean := map[string]bool{}
 	bctx, cancelB := boundOnClock(sctx, first.Clock, deadline.Add(listSlack))
 	defer cancelB()
-	for chunk := range slices.Chunk(labels, maxListedLabels) {
-		list, err := first.Market.ListInstances(bctx, provider.ListOptions{Labels: chunk, Brief: true})
-		if err != nil {
-			continue // no verdict: those runs sweep their labels themselves
-		}
-		for _, l := range chunk {
-			clean[l] = true
-		}
-		for _, in := range list {
-			clean[in.Label] = false
-		}
+	// A label whose listing failed is not clean: its run sweeps it itself.
+	list, clean := listLabels(bctx, first.Market, labels)
+	for _, in := range list {
+		clean[in.Label] = false
 	}
 	return clean
 }
